@@ -1,0 +1,23 @@
+"""A checkpoint as read from disk, before any family-specific conversion."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RawCheckpoint:
+    """What every checkpoint format (safetensors directory, GGUF file) is read into.
+
+    `tensors` uses Hugging Face parameter names and layouts, so model families only know one
+    naming scheme whatever the file format was.
+    """
+
+    hf_config: dict
+    tensors: Mapping[str, np.ndarray]  # HF tensor names
+    source: Path
+    tokenizer_dir: Path | None
+    chat_template: str | None
+    gguf_metadata: dict | None
