@@ -1,0 +1,223 @@
+"""Read a GGUF file (llama.cpp's format) into a `RawCheckpoint` with Hugging Face names and layouts.
+
+Tensors are dequantized to float32 lazily, one tensor per lookup, so reading a file costs no memory
+until a model family asks for a weight. Only the metadata is parsed eagerly.
+"""
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
+from gguf.quants import dequantize
+
+from engine.checkpoint.errors import CheckpointError
+from engine.checkpoint.raw import RawCheckpoint
+
+GGUF_MAGIC = b"GGUF"
+
+SUPPORTED_TENSOR_TYPES = frozenset(
+    {
+        GGMLQuantizationType.F32,
+        GGMLQuantizationType.F16,
+        GGMLQuantizationType.BF16,
+        GGMLQuantizationType.Q8_0,
+        GGMLQuantizationType.Q4_0,
+        GGMLQuantizationType.Q4_1,
+        # Q4_K_M files fall back to Q5_0/Q5_1 for tensors whose rows are not a multiple of 256.
+        GGMLQuantizationType.Q5_0,
+        GGMLQuantizationType.Q5_1,
+        GGMLQuantizationType.Q4_K,
+        GGMLQuantizationType.Q5_K,
+        GGMLQuantizationType.Q6_K,
+    }
+)
+
+# general.architecture -> (HF `architectures` entry, HF `model_type`)
+HF_ARCHITECTURES = {
+    "llama": ("LlamaForCausalLM", "llama"),
+    "qwen2": ("Qwen2ForCausalLM", "qwen2"),
+    "qwen3": ("Qwen3ForCausalLM", "qwen3"),
+    "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"),
+}
+
+# `{arch}.<key>` metadata -> HF config key; the rest of the config is derived in `_hf_config`.
+_ARCH_CONFIG_KEYS = {
+    "embedding_length": "hidden_size",
+    "block_count": "num_hidden_layers",
+    "attention.head_count": "num_attention_heads",
+    "attention.head_count_kv": "num_key_value_heads",
+    "feed_forward_length": "intermediate_size",
+    "expert_feed_forward_length": "moe_intermediate_size",
+    "expert_count": "num_experts",
+    "expert_used_count": "num_experts_per_tok",
+    "attention.layer_norm_rms_epsilon": "rms_norm_eps",
+    "rope.freq_base": "rope_theta",
+    "context_length": "max_position_embeddings",
+    "attention.key_length": "head_dim",
+    "vocab_size": "vocab_size",
+}
+
+_TOKEN_ID_KEYS = {
+    "tokenizer.ggml.bos_token_id": "bos_token_id",
+    "tokenizer.ggml.eos_token_id": "eos_token_id",
+    "tokenizer.ggml.padding_token_id": "pad_token_id",
+}
+
+_GLOBAL_TENSORS = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+
+_BLOCK_TENSORS = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "ffn_gate_inp": "mlp.gate",
+}
+
+# Stacked per-expert tensors; HF checkpoints store one tensor per expert.
+_EXPERT_TENSORS = {"ffn_gate_exps": "gate_proj", "ffn_up_exps": "up_proj", "ffn_down_exps": "down_proj"}
+
+_BLOCK_NAME = re.compile(r"blk\.(?P<layer>\d+)\.(?P<part>\w+)\.(?P<suffix>weight|bias)")
+
+_Transform = Callable[[np.ndarray], np.ndarray]
+
+
+def read_gguf(path: Path) -> RawCheckpoint:
+    """Open `path`; raise `CheckpointError` if it is not a complete GGUF file of a supported model."""
+    reader = _open_reader(path)
+    metadata = {key: field.contents() for key, field in reader.fields.items()}
+    hf_config = _hf_config(metadata, {tensor.name for tensor in reader.tensors}, path)
+    return RawCheckpoint(
+        hf_config=hf_config,
+        tensors=GGUFTensors(reader.tensors, hf_config, path),
+        source=path,
+        tokenizer_dir=None,
+        chat_template=metadata.get("tokenizer.chat_template"),
+        gguf_metadata=metadata,
+    )
+
+
+class GGUFTensors(Mapping[str, np.ndarray]):
+    """HF-named float32 view of a GGUF file's tensors, dequantized on each lookup."""
+
+    def __init__(self, tensors: list[ReaderTensor], hf_config: dict, path: Path) -> None:
+        self._entries: dict[str, tuple[ReaderTensor, int | None, _Transform | None]] = {}
+        for tensor in tensors:
+            if tensor.tensor_type not in SUPPORTED_TENSOR_TYPES:
+                supported = ", ".join(sorted(t.name for t in SUPPORTED_TENSOR_TYPES))
+                raise CheckpointError(
+                    f"{path}: tensor {tensor.name} has type {tensor.tensor_type.name}; supported: {supported}"
+                )
+            self._add(tensor, hf_config, path)
+
+    def _add(self, tensor: ReaderTensor, hf_config: dict, path: Path) -> None:
+        if tensor.name in _GLOBAL_TENSORS:
+            self._entries[_GLOBAL_TENSORS[tensor.name]] = (tensor, None, None)
+            return
+        match = _BLOCK_NAME.fullmatch(tensor.name)
+        if match is None or (match["part"] not in _BLOCK_TENSORS and match["part"] not in _EXPERT_TENSORS):
+            raise CheckpointError(f"{path}: tensor {tensor.name} is not understood by this reader")
+        prefix, part, suffix = f"model.layers.{match['layer']}", match["part"], match["suffix"]
+        if part in _EXPERT_TENSORS:
+            for expert in range(tensor.data.shape[0]):
+                name = f"{prefix}.mlp.experts.{expert}.{_EXPERT_TENSORS[part]}.{suffix}"
+                self._entries[name] = (tensor, expert, None)
+            return
+        self._entries[f"{prefix}.{_BLOCK_TENSORS[part]}.{suffix}"] = (tensor, None, _rotary_fix(part, hf_config))
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        tensor, expert, transform = self._entries[name]
+        data = tensor.data if expert is None else tensor.data[expert]
+        weights = np.array(dequantize(data, tensor.tensor_type), dtype=np.float32)
+        return weights if transform is None else transform(weights)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _rotary_fix(part: str, hf_config: dict) -> _Transform | None:
+    """llama.cpp's converter reorders llama q/k rows (per head: interleaved rotary pairs); undo it."""
+    if hf_config["model_type"] != "llama" or part not in ("attn_q", "attn_k"):
+        return None
+    heads = hf_config["num_attention_heads"] if part == "attn_q" else hf_config["num_key_value_heads"]
+
+    def unpermute(weights: np.ndarray) -> np.ndarray:
+        half_head = weights.shape[0] // heads // 2
+        by_head = weights.reshape(heads, half_head, 2, *weights.shape[1:])
+        return np.ascontiguousarray(by_head.swapaxes(1, 2).reshape(weights.shape))
+
+    return unpermute
+
+
+def _open_reader(path: Path) -> GGUFReader:
+    try:
+        with open(path, "rb") as file:
+            magic = file.read(len(GGUF_MAGIC))
+    except OSError as error:
+        raise CheckpointError(f"{path}: cannot open GGUF file: {error.strerror}") from error
+    if magic != GGUF_MAGIC:
+        raise CheckpointError(f"{path}: not a GGUF file (bad magic {magic!r})")
+    try:
+        return GGUFReader(path)
+    except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError) as error:
+        detail = " ".join(str(error).split())
+        raise CheckpointError(f"{path}: truncated or corrupt GGUF file ({detail})") from error
+
+
+def _hf_config(metadata: dict[str, Any], tensor_names: set[str], path: Path) -> dict:
+    arch = metadata.get("general.architecture")
+    if arch not in HF_ARCHITECTURES:
+        raise CheckpointError(
+            f"{path}: GGUF architecture {arch!r} is not supported; supported: {', '.join(HF_ARCHITECTURES)}"
+        )
+    if "rope_freqs.weight" in tensor_names:
+        # Llama 3.1+ stores its rope scaling as per-frequency factors that HF configs cannot express.
+        raise CheckpointError(f"{path}: per-frequency rope factors (rope_freqs.weight) are not supported yet")
+    architecture, model_type = HF_ARCHITECTURES[arch]
+    config: dict[str, Any] = {"architectures": [architecture], "model_type": model_type}
+    for gguf_key, hf_key in _ARCH_CONFIG_KEYS.items():
+        if f"{arch}.{gguf_key}" in metadata:
+            config[hf_key] = metadata[f"{arch}.{gguf_key}"]
+    for gguf_key, hf_key in _TOKEN_ID_KEYS.items():
+        if gguf_key in metadata:
+            config[hf_key] = metadata[gguf_key]
+    config.setdefault("num_key_value_heads", config["num_attention_heads"])
+    config.setdefault("head_dim", config["hidden_size"] // config["num_attention_heads"])
+    config.setdefault("rope_theta", 10000.0)
+    config.setdefault("vocab_size", len(metadata.get("tokenizer.ggml.tokens", ())))
+    config["tie_word_embeddings"] = "output.weight" not in tensor_names
+    if model_type == "qwen3_moe":
+        # llama.cpp always renormalises the chosen experts' weights for this family.
+        config["norm_topk_prob"] = True
+    rope_scaling = _rope_scaling(metadata, arch, path)
+    if rope_scaling is not None:
+        config["rope_scaling"] = rope_scaling
+    return config
+
+
+def _rope_scaling(metadata: dict[str, Any], arch: str, path: Path) -> dict | None:
+    kind = metadata.get(f"{arch}.rope.scaling.type", "none")
+    if kind == "none":
+        return None
+    if kind not in ("linear", "yarn"):
+        raise CheckpointError(f"{path}: rope scaling type {kind!r} is not supported")
+    scaling: dict[str, Any] = {"rope_type": kind, "factor": metadata[f"{arch}.rope.scaling.factor"]}
+    if f"{arch}.rope.scaling.original_context_length" in metadata:
+        scaling["original_max_position_embeddings"] = metadata[f"{arch}.rope.scaling.original_context_length"]
+    return scaling
