@@ -1,0 +1,156 @@
+"""`load_model`: a checkpoint path → a family's parameters placed on a device mesh.
+
+1. Fingerprint the checkpoint files; on a prepared-cache hit, restore the parameters with orbax
+   straight into their shardings and skip parsing and conversion entirely.
+2. Otherwise read the checkpoint (safetensors directory or GGUF file) into a `RawCheckpoint`, let
+   the family convert HF tensors to its parameter tree, check every shape against the model,
+   cast, place each tensor shard by shard, and write the cache entry.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+from tqdm import tqdm
+
+from engine.checkpoint.errors import CheckpointError
+from engine.checkpoint.prepared_cache import PreparedCache, cache_root, fingerprint
+from engine.checkpoint.raw import RawCheckpoint
+from engine.checkpoint.safetensors_dir import checkpoint_files, read_safetensors_dir
+from engine.config import ModelConfig, with_context
+from engine.families import Family, family_for_hf_config
+from engine.layers import LayerCache, init_layer_caches
+from engine.model import ForwardFn, abstract_params, make_forward
+from engine.sharding import make_mesh, place, shardings_for
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    config: ModelConfig
+    family: Family
+    dtype: str
+    params: Any  # the family's parameter tree of jax.Array, placed on `mesh`
+    mesh: Mesh
+    apply: ForwardFn  # pure: apply(params, tokens, positions, kv_cache=None)
+    source: Path
+    tokenizer_dir: Path | None
+    chat_template: str | None
+    from_cache: bool  # parameters were restored from the prepared cache
+
+    def forward(
+        self, tokens: jax.Array, positions: jax.Array, kv_cache: Sequence[LayerCache] | None = None
+    ) -> tuple[jax.Array, tuple[LayerCache, ...] | None]:
+        """Logits [B,T,V] float32 for tokens [B,T] at positions [B,T], and the updated cache."""
+        return self.apply(self.params, tokens, positions, kv_cache)
+
+    def init_kv_cache(self, batch: int, length: int) -> tuple[LayerCache, ...]:
+        return init_layer_caches(self.config, batch, length, DTYPES[self.dtype])
+
+
+def load_model(
+    path: str | Path,
+    dtype: str = "float32",
+    devices: Sequence[jax.Device] | None = None,
+    cache_dir: str | Path | None = None,
+    progress: bool = True,
+    *,
+    context_length: int | None = None,
+    rope_scaling: str | None = None,
+) -> LoadedModel:
+    """Loads a safetensors directory or `.gguf` file; raises CheckpointError with a one-line reason.
+
+    `context_length` beyond the trained length needs `rope_scaling` (see `engine.config.with_context`).
+    """
+    path = Path(path).expanduser()
+    if dtype not in DTYPES:
+        raise CheckpointError(f"unsupported dtype {dtype!r} (supported: {', '.join(DTYPES)})")
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    is_gguf = path.suffix == ".gguf"
+    cache = PreparedCache(cache_root(cache_dir), fingerprint([path] if is_gguf else checkpoint_files(path), dtype))
+    mesh = make_mesh(devices)
+
+    meta = cache.lookup()
+    raw: RawCheckpoint | None = None
+    if meta is None:
+        raw = _read(path, is_gguf)
+        meta = {
+            "hf_config": raw.hf_config,
+            "tokenizer_dir": str(raw.tokenizer_dir) if raw.tokenizer_dir else None,
+            "chat_template": raw.chat_template,
+        }
+
+    family = family_for_hf_config(meta["hf_config"])
+    config = ModelConfig.from_hf(meta["hf_config"])
+    if context_length is not None:
+        config = with_context(config, context_length, rope_scaling)
+    model = family.model(config, DTYPES[dtype])
+    shapes, logical = abstract_params(model)
+    shardings = shardings_for(shapes, logical, mesh)
+
+    if raw is None:
+        target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
+        params = cache.restore(target)
+    else:
+        host = family.convert(raw.tensors, config)
+        params = _place_all(host, shapes, shardings, progress)
+        cache.save(params, meta)
+
+    tokenizer_dir = meta["tokenizer_dir"]
+    return LoadedModel(
+        config=config,
+        family=family,
+        dtype=dtype,
+        params=params,
+        mesh=mesh,
+        apply=make_forward(model),
+        source=path,
+        tokenizer_dir=Path(tokenizer_dir) if tokenizer_dir else None,
+        chat_template=meta["chat_template"],
+        from_cache=raw is None,
+    )
+
+
+def _read(path: Path, is_gguf: bool) -> RawCheckpoint:
+    if is_gguf:
+        from engine.checkpoint.gguf_file import read_gguf  # gguf parsing is only needed for .gguf paths
+
+        return read_gguf(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path} is neither a model directory nor a .gguf file")
+    return read_safetensors_dir(path)
+
+
+def _place_all(host: Any, shapes: Any, shardings: Any, progress: bool) -> Any:
+    """Checks the converted tree against the model, casts each tensor and places it shard by shard."""
+    host_leaves = dict(jax.tree_util.tree_flatten_with_path(host)[0])
+    expected = jax.tree_util.tree_flatten_with_path(shapes)[0]
+    unexpected = host_leaves.keys() - {key for key, _ in expected}
+    if unexpected:
+        raise CheckpointError(f"checkpoint has parameters the model does not use: {_name(next(iter(unexpected)))}")
+    placed = []
+    sharding_leaves = jax.tree.leaves(shardings)
+    for (key, shape), sharding in tqdm(
+        list(zip(expected, sharding_leaves, strict=True)), desc="preparing weights", unit="tensor", disable=not progress
+    ):
+        if key not in host_leaves:
+            raise CheckpointError(f"checkpoint lacks parameter {_name(key)}")
+        tensor = host_leaves[key]
+        if tensor.shape != shape.shape:
+            raise CheckpointError(
+                f"parameter {_name(key)} has shape {tuple(tensor.shape)} but the config implies {shape.shape}"
+            )
+        placed.append(place(np.asarray(tensor).astype(shape.dtype), sharding))
+    return jax.tree_util.tree_unflatten(jax.tree.structure(shapes), placed)
+
+
+def _name(key: tuple[Any, ...]) -> str:
+    return "/".join(str(getattr(k, "key", k)) for k in key)

@@ -1,0 +1,85 @@
+"""What a model family is: its architecture names, its Flax model and its HF-tensor layout."""
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+
+from engine.checkpoint.errors import CheckpointError
+from engine.config import ModelConfig
+from engine.layers import Transformer
+
+ParamTree = dict[str, Any]
+
+
+class TensorSource:
+    """HF-named tensors with a one-line error for the first missing name."""
+
+    def __init__(self, tensors: Mapping[str, np.ndarray]):
+        self._tensors = tensors
+
+    def __call__(self, name: str) -> np.ndarray:
+        if name not in self._tensors:
+            raise CheckpointError(f"checkpoint is missing tensor {name!r}")
+        return np.asarray(self._tensors[name])
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tensors
+
+
+class Family:
+    """Base family: the Llama layout. Subclasses override only what differs."""
+
+    name: ClassVar[str]
+    hf_architectures: ClassVar[tuple[str, ...]]
+    gguf_architecture: ClassVar[str]
+
+    def model(self, config: ModelConfig, dtype: jnp.dtype) -> nn.Module:
+        return Transformer(config, dtype)
+
+    def convert(self, tensors: Mapping[str, np.ndarray], config: ModelConfig) -> ParamTree:
+        """HF tensors (HF layouts) → the Flax parameter tree, in the layouts `engine.layers` uses."""
+        get = TensorSource(tensors)
+        params: ParamTree = {
+            "embed": {"embedding": get("model.embed_tokens.weight")},
+            "final_norm": {"scale": get("model.norm.weight")},
+        }
+        if not config.tie_word_embeddings:
+            params["lm_head"] = get("lm_head.weight").T
+        for i in range(config.num_layers):
+            params[f"layer_{i}"] = self.convert_layer(get, f"model.layers.{i}", i, config)
+        return params
+
+    def convert_layer(self, get: TensorSource, prefix: str, index: int, config: ModelConfig) -> ParamTree:
+        layer: ParamTree = {
+            "attn_norm": {"scale": get(f"{prefix}.input_layernorm.weight")},
+            "attn": self.convert_attention(get, f"{prefix}.self_attn", config),
+            "mlp_norm": {"scale": get(f"{prefix}.post_attention_layernorm.weight")},
+        }
+        layer.update(self.convert_mlp(get, f"{prefix}.mlp", index, config))
+        return layer
+
+    def convert_attention(self, get: TensorSource, prefix: str, config: ModelConfig) -> ParamTree:
+        D, N, K, H = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
+
+        def projection(name: str, heads: int) -> ParamTree:
+            out: ParamTree = {"kernel": get(f"{prefix}.{name}.weight").T.reshape(D, heads, H)}
+            if config.qkv_bias:
+                out["bias"] = get(f"{prefix}.{name}.bias").reshape(heads, H)
+            return out
+
+        o: ParamTree = {"kernel": get(f"{prefix}.o_proj.weight").T.reshape(N, H, D)}
+        if config.o_bias:
+            o["bias"] = get(f"{prefix}.o_proj.bias")
+        return {"q": projection("q_proj", N), "k": projection("k_proj", K), "v": projection("v_proj", K), "o": o}
+
+    def convert_mlp(self, get: TensorSource, prefix: str, index: int, config: ModelConfig) -> ParamTree:
+        return {
+            "mlp": {
+                "gate": {"kernel": get(f"{prefix}.gate_proj.weight").T},
+                "up": {"kernel": get(f"{prefix}.up_proj.weight").T},
+                "down": {"kernel": get(f"{prefix}.down_proj.weight").T},
+            }
+        }

@@ -1,0 +1,338 @@
+"""Layers shared by every model family, written once.
+
+Axis letters in einsum strings follow `engine/GLOSSARY.md`. Parameters carry logical axis names
+(`engine/sharding.py` maps them to the mesh). Matmuls accumulate in float32 and return the
+activation dtype; norms, softmax and RoPE run in float32.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from engine.config import ModelConfig, RopeScaling
+
+Array = jax.Array
+_MASKED = -1e30
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class LayerCache:
+    """Contiguous key/value cache of one layer: slot s holds the token at position s."""
+
+    k: Array  # [B, S, K, H]
+    v: Array  # [B, S, K, H]
+
+
+def init_layer_caches(config: ModelConfig, batch: int, length: int, dtype: jnp.dtype) -> tuple[LayerCache, ...]:
+    shape = (batch, length, config.num_kv_heads, config.head_dim)
+    return tuple(
+        LayerCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.num_layers)
+    )
+
+
+def einsum(equation: str, *operands: Array, dtype: jnp.dtype) -> Array:
+    return jnp.einsum(equation, *operands, preferred_element_type=jnp.float32).astype(dtype)
+
+
+class Projection(nn.Module):
+    """A weight (and optional bias) contracted with the input by `equation`."""
+
+    equation: str
+    kernel_shape: tuple[int, ...]
+    kernel_axes: tuple[str, ...]
+    bias_axes: tuple[str, ...] | None = None  # bias covers the trailing output axes
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        kernel = self.param(
+            "kernel", nn.with_logical_partitioning(nn.initializers.zeros, self.kernel_axes), self.kernel_shape, self.dtype
+        )
+        y = einsum(self.equation, x, kernel, dtype=self.dtype)
+        if self.bias_axes is not None:
+            bias_shape = self.kernel_shape[-len(self.bias_axes):]
+            bias = self.param(
+                "bias", nn.with_logical_partitioning(nn.initializers.zeros, self.bias_axes), bias_shape, self.dtype
+            )
+            y = y + bias
+        return y
+
+
+class RMSNorm(nn.Module):
+    size: int
+    eps: float
+    axis_name: str
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        scale = self.param(
+            "scale", nn.with_logical_partitioning(nn.initializers.ones, (self.axis_name,)), (self.size,), self.dtype
+        )
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return scale * normed.astype(self.dtype)
+
+
+class Embedding(nn.Module):
+    vocab_size: int
+    hidden_size: int
+    dtype: jnp.dtype = jnp.float32
+
+    def setup(self) -> None:
+        self.embedding = self.param(
+            "embedding",
+            nn.with_logical_partitioning(nn.initializers.zeros, ("vocab", "embed")),
+            (self.vocab_size, self.hidden_size),
+            self.dtype,
+        )
+
+    def __call__(self, tokens: Array) -> Array:
+        return jnp.take(self.embedding, tokens, axis=0)
+
+    def attend(self, x: Array) -> Array:
+        """Logits against the embedding matrix (tied output head)."""
+        return einsum("BTD,VD->BTV", x, self.embedding, dtype=jnp.float32)
+
+
+# --- RoPE: frequencies as in transformers' modeling_rope_utils ---------------------------------
+
+
+def _default_inv_freq(base: float, dim: int) -> np.ndarray:
+    return (1.0 / base ** (np.arange(0, dim, 2, dtype=np.float32) / dim)).astype(np.float32)
+
+
+def _yarn(base: float, dim: int, s: RopeScaling) -> tuple[np.ndarray, float]:
+    assert s.original_max_position_embeddings is not None
+    original = s.original_max_position_embeddings
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    if s.attention_factor is not None:
+        attention_factor = s.attention_factor
+    elif s.mscale and s.mscale_all_dim:
+        attention_factor = mscale(s.factor, s.mscale) / mscale(s.factor, s.mscale_all_dim)
+    else:
+        attention_factor = mscale(s.factor)
+
+    def correction_dim(rotations: float) -> float:
+        return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(s.beta_fast or 32), correction_dim(s.beta_slow or 1)
+    if s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - low) / (high - low), 0, 1)
+    extrapolation_weight = 1 - ramp
+    extrapolated = _default_inv_freq(base, dim)
+    interpolated = extrapolated / s.factor
+    inv_freq = interpolated * (1 - extrapolation_weight) + extrapolated * extrapolation_weight
+    return inv_freq.astype(np.float32), attention_factor
+
+
+def _llama3(base: float, dim: int, s: RopeScaling) -> np.ndarray:
+    assert s.original_max_position_embeddings and s.low_freq_factor and s.high_freq_factor
+    inv_freq = _default_inv_freq(base, dim)
+    old_context = s.original_max_position_embeddings
+    low_wavelen, high_wavelen = old_context / s.low_freq_factor, old_context / s.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq)
+    smooth = (old_context / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    is_medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return np.where(is_medium, smoothed, scaled).astype(np.float32)
+
+
+def rope_frequencies(config: ModelConfig, positions: Array) -> tuple[Array, float]:
+    """Inverse frequencies [R] and the cos/sin scale for a step at `positions`.
+
+    Only dynamic NTK depends on the positions: like transformers, it stretches the base once the
+    sequence outgrows `max_position_embeddings`.
+    """
+    base, dim, s = config.rope_theta, config.head_dim, config.rope_scaling
+    if s.kind == "linear":
+        return jnp.asarray(_default_inv_freq(base, dim) / s.factor), 1.0
+    if s.kind == "yarn":
+        inv_freq, attention_factor = _yarn(base, dim, s)
+        return jnp.asarray(inv_freq), attention_factor
+    if s.kind == "llama3":
+        return jnp.asarray(_llama3(base, dim, s)), 1.0
+    if s.kind == "dynamic":
+        trained = config.max_position_embeddings
+        seq_len = jnp.maximum(jnp.max(positions) + 1, trained).astype(jnp.float32)
+        stretched = base * ((s.factor * seq_len / trained) - (s.factor - 1)) ** (dim / (dim - 2))
+        exponents = jnp.arange(0, dim, 2, dtype=jnp.float32) / dim
+        return 1.0 / stretched**exponents, 1.0
+    return jnp.asarray(_default_inv_freq(base, dim)), 1.0
+
+
+def apply_rope(x: Array, positions: Array, inv_freq: Array, scale: float) -> Array:
+    """Rotates x [B,T,*,H] by positions [B,T] (HF "rotate_half" layout: first half pairs with second)."""
+    angles = jnp.einsum("BT,R->BTR", positions.astype(jnp.float32), inv_freq)
+    cos = (jnp.cos(angles) * scale)[:, :, None, :]
+    sin = (jnp.sin(angles) * scale)[:, :, None, :]
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return rotated.astype(x.dtype)
+
+
+# --- Blocks -------------------------------------------------------------------------------------
+
+
+class Attention(nn.Module):
+    """Grouped-query causal self-attention; writes into and reads from `cache` when given."""
+
+    config: ModelConfig
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: Array, positions: Array, cache: LayerCache | None) -> tuple[Array, LayerCache | None]:
+        c = self.config
+        D, N, K, H, G = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.queries_per_kv_head
+        bias_q = ("q_heads", "head_dim") if c.qkv_bias else None
+        bias_kv = ("kv_heads", "head_dim") if c.qkv_bias else None
+        q = Projection("BTD,DNH->BTNH", (D, N, H), ("embed", "q_heads", "head_dim"), bias_q, self.dtype, name="q")(x)
+        k = Projection("BTD,DKH->BTKH", (D, K, H), ("embed", "kv_heads", "head_dim"), bias_kv, self.dtype, name="k")(x)
+        v = Projection("BTD,DKH->BTKH", (D, K, H), ("embed", "kv_heads", "head_dim"), bias_kv, self.dtype, name="v")(x)
+        if c.qk_norm:
+            q = RMSNorm(H, c.rms_norm_eps, "head_dim", self.dtype, name="q_norm")(q)
+            k = RMSNorm(H, c.rms_norm_eps, "head_dim", self.dtype, name="k_norm")(k)
+        inv_freq, rope_scale = rope_frequencies(c, positions)
+        q = apply_rope(q, positions, inv_freq, rope_scale)
+        k = apply_rope(k, positions, inv_freq, rope_scale)
+
+        if cache is None:
+            keys, values, key_positions = k, v, positions
+        else:
+            rows = jnp.arange(x.shape[0])[:, None]
+            cache = LayerCache(cache.k.at[rows, positions].set(k), cache.v.at[rows, positions].set(v))
+            keys, values = cache.k, cache.v
+            key_positions = jnp.broadcast_to(jnp.arange(keys.shape[1]), (x.shape[0], keys.shape[1]))
+
+        B, T = x.shape[:2]
+        q = q.reshape(B, T, K, G, H)
+        scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, keys, preferred_element_type=jnp.float32) / math.sqrt(H)
+        causal = key_positions[:, None, :] <= positions[:, :, None]  # [B, T, S]
+        scores = jnp.where(causal[:, None, None], scores, _MASKED)
+        probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
+        out = einsum("BKGTS,BSKH->BTKGH", probs, values, dtype=self.dtype).reshape(B, T, N, H)
+        o_bias = ("embed",) if c.o_bias else None
+        return Projection("BTNH,NHD->BTD", (N, H, D), ("q_heads", "head_dim", "embed"), o_bias, self.dtype, name="o")(
+            out
+        ), cache
+
+
+class GatedMLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    hidden_size: int
+    intermediate_size: int
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        D, F = self.hidden_size, self.intermediate_size
+        gate = Projection("BTD,DF->BTF", (D, F), ("embed", "ffn"), dtype=self.dtype, name="gate")(x)
+        up = Projection("BTD,DF->BTF", (D, F), ("embed", "ffn"), dtype=self.dtype, name="up")(x)
+        return Projection("BTF,FD->BTD", (F, D), ("ffn", "embed"), dtype=self.dtype, name="down")(nn.silu(gate) * up)
+
+
+class MoE(nn.Module):
+    """Qwen3-MoE sparse block: softmax over experts, keep the top k, optionally renormalise.
+
+    Every expert runs on every token and unselected experts get weight zero: exact and simple, and
+    fine for tiny and mid-size models; a gather-based dispatch can replace it without changing params.
+    """
+
+    config: ModelConfig
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        c = self.config
+        D, E, F = c.hidden_size, c.num_experts, c.moe_intermediate_size
+
+        def expert_weight(name: str, shape: tuple[int, ...], axes: tuple[str, ...]) -> Array:
+            return self.param(name, nn.with_logical_partitioning(nn.initializers.zeros, axes), shape, self.dtype)
+
+        router = expert_weight("router", (D, E), ("embed", "router"))
+        gate = expert_weight("gate", (E, D, F), ("experts", "embed", "expert_ffn"))
+        up = expert_weight("up", (E, D, F), ("experts", "embed", "expert_ffn"))
+        down = expert_weight("down", (E, F, D), ("experts", "expert_ffn", "embed"))
+
+        router_logits = einsum("BTD,DE->BTE", x, router, dtype=self.dtype)
+        probs = jax.nn.softmax(router_logits.astype(jnp.float32), axis=-1)
+        top_probs, top_experts = jax.lax.top_k(probs, c.num_experts_per_tok)
+        if c.norm_topk_prob:
+            top_probs = top_probs / jnp.sum(top_probs, axis=-1, keepdims=True)
+        weights = jnp.einsum("BTk,BTkE->BTE", top_probs, jax.nn.one_hot(top_experts, E)).astype(self.dtype)
+
+        hidden = nn.silu(einsum("BTD,EDF->BTEF", x, gate, dtype=self.dtype)) * einsum(
+            "BTD,EDF->BTEF", x, up, dtype=self.dtype
+        )
+        return einsum("BTEF,EFD,BTE->BTD", hidden, down, weights, dtype=self.dtype)
+
+
+class DecoderLayer(nn.Module):
+    config: ModelConfig
+    sparse_mlp: bool
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: Array, positions: Array, cache: LayerCache | None) -> tuple[Array, LayerCache | None]:
+        c = self.config
+        attended, cache = Attention(c, self.dtype, name="attn")(
+            RMSNorm(c.hidden_size, c.rms_norm_eps, "embed", self.dtype, name="attn_norm")(x), positions, cache
+        )
+        x = x + attended
+        normed = RMSNorm(c.hidden_size, c.rms_norm_eps, "embed", self.dtype, name="mlp_norm")(x)
+        mlp: nn.Module = (
+            MoE(c, self.dtype, name="moe")
+            if self.sparse_mlp
+            else GatedMLP(c.hidden_size, c.intermediate_size, self.dtype, name="mlp")
+        )
+        return x + mlp(normed), cache
+
+
+class Transformer(nn.Module):
+    """Embedding, decoder layers, final norm and output head; returns float32 logits [B,T,V]."""
+
+    config: ModelConfig
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(
+        self, tokens: Array, positions: Array, caches: Sequence[LayerCache] | None = None
+    ) -> tuple[Array, tuple[LayerCache, ...] | None]:
+        c = self.config
+        embed = Embedding(c.vocab_size, c.hidden_size, self.dtype, name="embed")
+        x = embed(tokens)
+        new_caches = []
+        for i in range(c.num_layers):
+            x, layer_cache = DecoderLayer(c, c.is_moe_layer(i), self.dtype, name=f"layer_{i}")(
+                x, positions, None if caches is None else caches[i]
+            )
+            new_caches.append(layer_cache)
+        x = RMSNorm(c.hidden_size, c.rms_norm_eps, "embed", self.dtype, name="final_norm")(x)
+        if c.tie_word_embeddings:
+            logits = embed.attend(x)
+        else:
+            lm_head = self.param(
+                "lm_head",
+                nn.with_logical_partitioning(nn.initializers.zeros, ("embed", "vocab")),
+                (c.hidden_size, c.vocab_size),
+                self.dtype,
+            )
+            logits = einsum("BTD,DV->BTV", x, lm_head, dtype=jnp.float32)
+        if caches is None:
+            return logits, None
+        return logits, tuple(layer_cache for layer_cache in new_caches if layer_cache is not None)

@@ -1,0 +1,32 @@
+"""Writes golden files under tests/goldens/ from reference implementations (needs the `reference` extra).
+
+    python tools/make_reference.py {tiny,smollm2,tokenizer,all} [--out tests/goldens]
+"""
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+GENERATORS = {
+    "tiny": "tools.reference.tiny_families",
+    "smollm2": "tools.reference.smollm2_gguf",
+    "tokenizer": "tools.reference.tokenizer_corpus",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("which", choices=[*GENERATORS, "all"])
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "tests" / "goldens")
+    args = parser.parse_args()
+    sys.path.insert(0, str(REPO_ROOT))
+    names = list(GENERATORS) if args.which == "all" else [args.which]
+    for name in names:
+        # Imported lazily: each generator pulls in heavy reference dependencies of its own.
+        importlib.import_module(GENERATORS[name]).main(args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Goldens for the tiny per-family checkpoints: logits from transformers in float32.
+
+Weights come from `engine.testing.tiny_checkpoints` (numpy, fixed seed), so the tests rebuild the
+identical checkpoint without torch and compare the engine's logits with the stored ones.
+"""
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+from transformers import AutoModelForCausalLM
+
+from engine.testing.tiny_checkpoints import TINY_MODELS, build_tiny_checkpoint, tiny_prompt
+
+
+def reference_logits(checkpoint: Path, tokens: np.ndarray) -> np.ndarray:
+    model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    model.eval()
+    with torch.no_grad():
+        return model(input_ids=torch.from_numpy(tokens.astype(np.int64))).logits.float().numpy()
+
+
+def main(out_dir: Path) -> None:
+    target = out_dir / "tiny"
+    target.mkdir(parents=True, exist_ok=True)
+    tokens = tiny_prompt()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in TINY_MODELS:
+            logits = reference_logits(build_tiny_checkpoint(name, Path(tmp) / name), tokens)
+            np.savez_compressed(
+                target / f"{name}.npz",
+                tokens=tokens,
+                logits=logits.astype(np.float32),
+                transformers_version=np.array(transformers.__version__),
+            )
+            print(f"wrote {target / name}.npz {logits.shape}")
