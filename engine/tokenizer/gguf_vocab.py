@@ -1,0 +1,147 @@
+"""Build a `tokenizers.Tokenizer` from the vocabulary a GGUF file carries in its metadata.
+
+A GGUF has no `tokenizer.json`: it stores tokens, merges, token types and llama.cpp's name for the
+pre-tokenizer (`tokenizer.ggml.pre`). The pre-tokenizer splits below follow llama.cpp's
+`llama-vocab.cpp`, which is what a GGUF's producer tested the vocabulary with.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import Tokenizer as BackendTokenizer
+
+from engine.checkpoint.errors import CheckpointError
+
+# llama.cpp token types (`tokenizer.ggml.token_type`).
+TOKEN_TYPE_CONTROL = 3
+TOKEN_TYPE_USER_DEFINED = 4
+
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+# tokenizer.ggml.pre -> regex applied before byte-level BPE; llama-bpe style files also take a whole
+# word from the vocabulary before trying merges (llama.cpp's `ignore_merges`).
+_BPE_SPLITS: dict[str, tuple[str, bool]] = {
+    "llama3": (_LLAMA3_SPLIT, True),
+    "llama-v3": (_LLAMA3_SPLIT, True),
+    "llama-bpe": (_LLAMA3_SPLIT, True),
+    "smaug-bpe": (_LLAMA3_SPLIT, False),
+    "dbrx": (_LLAMA3_SPLIT, False),
+    "qwen2": (_QWEN2_SPLIT, False),
+    "deepseek-r1-qwen": (_QWEN2_SPLIT, False),
+}
+
+# Pre-tokenizer names whose split is GPT-2's, optionally with each digit on its own.
+_GPT2_SPLITS = {"default": False, "gpt2": False, "smollm": True, "starcoder": True}
+
+
+def tokenizer_from_gguf(metadata: Mapping[str, Any]) -> BackendTokenizer:
+    """The tokenizer a GGUF's `tokenizer.ggml.*` metadata describes, control tokens included."""
+    kind = metadata.get("tokenizer.ggml.model")
+    if kind == "gpt2":
+        tokenizer = _byte_level_bpe(metadata)
+    elif kind == "llama":
+        tokenizer = _sentencepiece_bpe(metadata)
+    else:
+        raise CheckpointError(f"GGUF tokenizer model {kind!r} is not supported (supported: gpt2, llama)")
+    _add_marked_tokens(tokenizer, metadata)
+    if _add_bos(metadata):
+        bos = metadata["tokenizer.ggml.tokens"][metadata["tokenizer.ggml.bos_token_id"]]
+        bos_id = metadata["tokenizer.ggml.bos_token_id"]
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, bos_id)]
+        )
+    return tokenizer
+
+
+def _add_bos(metadata: Mapping[str, Any]) -> bool:
+    # llama.cpp adds BOS to sentencepiece vocabularies unless the file says otherwise.
+    default = metadata.get("tokenizer.ggml.model") == "llama"
+    wanted = bool(metadata.get("tokenizer.ggml.add_bos_token", default))
+    return wanted and "tokenizer.ggml.bos_token_id" in metadata
+
+
+def _byte_level_bpe(metadata: Mapping[str, Any]) -> BackendTokenizer:
+    pre = metadata.get("tokenizer.ggml.pre", "default")
+    split, ignore_merges = _BPE_SPLITS.get(pre, (None, False))
+    vocab = {token: index for index, token in enumerate(metadata["tokenizer.ggml.tokens"])}
+    merges = [tuple(merge.split(" ", 1)) for merge in metadata["tokenizer.ggml.merges"]]
+    tokenizer = BackendTokenizer(models.BPE(vocab, merges, ignore_merges=ignore_merges))
+    if split is not None:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    elif pre in _GPT2_SPLITS:
+        byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        steps = [pre_tokenizers.Digits(individual_digits=True), byte_level] if _GPT2_SPLITS[pre] else [byte_level]
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)
+    else:
+        raise CheckpointError(f"GGUF pre-tokenizer {pre!r} is not supported")
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+def _sentencepiece_bpe(metadata: Mapping[str, Any]) -> BackendTokenizer:
+    """SentencePiece BPE with byte fallback, the way llama.cpp runs a `llama` vocabulary."""
+    tokens: list[str] = metadata["tokenizer.ggml.tokens"]
+    vocab = {token: index for index, token in enumerate(tokens)}
+    if "tokenizer.ggml.merges" in metadata:
+        merges = [tuple(merge.split(" ", 1)) for merge in metadata["tokenizer.ggml.merges"]]
+    else:
+        merges = _merges_from_scores(tokens, metadata["tokenizer.ggml.scores"], vocab)
+    unk_id = metadata.get("tokenizer.ggml.unknown_token_id")
+    tokenizer = BackendTokenizer(
+        models.BPE(
+            vocab,
+            merges,
+            unk_token=tokens[unk_id] if unk_id is not None else None,
+            byte_fallback=True,
+            fuse_unk=True,
+        )
+    )
+    steps = [normalizers.Replace(" ", "\u2581")]
+    if metadata.get("tokenizer.ggml.add_space_prefix", True):
+        steps.insert(0, normalizers.Prepend("\u2581"))
+    tokenizer.normalizer = normalizers.Sequence(steps)
+    strip_prefix = [decoders.Strip(" ", 1, 0)] if metadata.get("tokenizer.ggml.add_space_prefix", True) else []
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(), *strip_prefix]
+    )
+    return tokenizer
+
+
+def _merges_from_scores(tokens: list[str], scores: list[float], vocab: dict[str, int]) -> list[tuple[str, str]]:
+    """SentencePiece BPE merges pieces in the order of the merged piece's score, best first."""
+    candidates = [
+        (-score, vocab[token[:cut]], vocab[token[cut:]], token[:cut], token[cut:])
+        for token, score in zip(tokens, scores)
+        for cut in range(1, len(token))
+        if token[:cut] in vocab and token[cut:] in vocab
+    ]
+    return [(left, right) for *_, left, right in sorted(candidates)]
+
+
+def _add_marked_tokens(tokenizer: BackendTokenizer, metadata: Mapping[str, Any]) -> None:
+    """Make control tokens special and user-defined ones whole, as llama.cpp matches both in text."""
+    tokens = metadata["tokenizer.ggml.tokens"]
+    types = metadata.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    tokenizer.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t, kind in zip(tokens, types) if kind == TOKEN_TYPE_CONTROL]
+    )
+    tokenizer.add_tokens(
+        [
+            AddedToken(t, special=False, normalized=False)
+            for t, kind in zip(tokens, types)
+            if kind == TOKEN_TYPE_USER_DEFINED
+        ]
+    )
