@@ -96,7 +96,7 @@ class ModelConfig:
         try:
             return cls._from_hf(d)
         except KeyError as missing:
-            raise CheckpointError(f"config.json lacks required field {missing}") from None
+            raise CheckpointError(f"model config lacks required field {missing}") from None
 
     @classmethod
     def _from_hf(cls, d: dict[str, Any]) -> "ModelConfig":
@@ -115,7 +115,7 @@ class ModelConfig:
             num_heads=heads,
             num_kv_heads=int(d.get("num_key_value_heads") or heads),
             head_dim=int(d.get("head_dim") or hidden // heads),
-            intermediate_size=int(d["intermediate_size"]),
+            intermediate_size=int(d.get("intermediate_size", 0)),  # all-MoE models may omit it
             rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
             rope_theta=float(rope_theta),
             rope_scaling=RopeScaling.from_hf(rope_dict, max_positions),
@@ -142,9 +142,7 @@ class ModelConfig:
     def is_moe_layer(self, layer: int) -> bool:
         """Qwen3-MoE's placement rule for sparse layers."""
         return (
-            self.num_experts > 0
-            and layer not in self.mlp_only_layers
-            and (layer + 1) % self.decoder_sparse_step == 0
+            self.num_experts > 0 and layer not in self.mlp_only_layers and (layer + 1) % self.decoder_sparse_step == 0
         )
 
     @property
@@ -177,7 +175,10 @@ def with_context(config: ModelConfig, ctx: int, rope_scaling: str | None) -> Mod
     factor = max(1.0, ctx / original)
     log.warning(
         "extending context to %d tokens with %s RoPE scaling (factor %.3g over %d trained); quality may drop",
-        ctx, rope_scaling, factor, original,
+        ctx,
+        rope_scaling,
+        factor,
+        original,
     )
     scaling = RopeScaling(kind=rope_scaling, factor=factor, original_max_position_embeddings=original)
     # Dynamic NTK measures growth against max_position_embeddings, so that must stay the original length.

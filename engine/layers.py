@@ -8,6 +8,7 @@ activation dtype; norms, softmax and RoPE run in float32.
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -31,9 +32,19 @@ class LayerCache:
 
 def init_layer_caches(config: ModelConfig, batch: int, length: int, dtype: jnp.dtype) -> tuple[LayerCache, ...]:
     shape = (batch, length, config.num_kv_heads, config.head_dim)
-    return tuple(
-        LayerCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.num_layers)
-    )
+    return tuple(LayerCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.num_layers))
+
+
+def logical_param(
+    module: nn.Module,
+    name: str,
+    shape: tuple[int, ...],
+    axes: tuple[str, ...],
+    dtype: jnp.dtype,
+    init: nn.initializers.Initializer = nn.initializers.zeros,
+) -> Array:
+    """A parameter whose axes carry logical names (real values always come from a checkpoint)."""
+    return cast(Array, module.param(name, nn.with_logical_partitioning(init, axes), shape, dtype))
 
 
 def einsum(equation: str, *operands: Array, dtype: jnp.dtype) -> Array:
@@ -51,15 +62,11 @@ class Projection(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        kernel = self.param(
-            "kernel", nn.with_logical_partitioning(nn.initializers.zeros, self.kernel_axes), self.kernel_shape, self.dtype
-        )
+        kernel = logical_param(self, "kernel", self.kernel_shape, self.kernel_axes, self.dtype)
         y = einsum(self.equation, x, kernel, dtype=self.dtype)
         if self.bias_axes is not None:
-            bias_shape = self.kernel_shape[-len(self.bias_axes):]
-            bias = self.param(
-                "bias", nn.with_logical_partitioning(nn.initializers.zeros, self.bias_axes), bias_shape, self.dtype
-            )
+            bias_shape = self.kernel_shape[-len(self.bias_axes) :]
+            bias = logical_param(self, "bias", bias_shape, self.bias_axes, self.dtype)
             y = y + bias
         return y
 
@@ -72,9 +79,7 @@ class RMSNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        scale = self.param(
-            "scale", nn.with_logical_partitioning(nn.initializers.ones, (self.axis_name,)), (self.size,), self.dtype
-        )
+        scale = logical_param(self, "scale", (self.size,), (self.axis_name,), self.dtype, nn.initializers.ones)
         x32 = x.astype(jnp.float32)
         normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
         return scale * normed.astype(self.dtype)
@@ -86,11 +91,8 @@ class Embedding(nn.Module):
     dtype: jnp.dtype = jnp.float32
 
     def setup(self) -> None:
-        self.embedding = self.param(
-            "embedding",
-            nn.with_logical_partitioning(nn.initializers.zeros, ("vocab", "embed")),
-            (self.vocab_size, self.hidden_size),
-            self.dtype,
+        self.embedding = logical_param(
+            self, "embedding", (self.vocab_size, self.hidden_size), ("vocab", "embed"), self.dtype
         )
 
     def __call__(self, tokens: Array) -> Array:
@@ -261,13 +263,10 @@ class MoE(nn.Module):
         c = self.config
         D, E, F = c.hidden_size, c.num_experts, c.moe_intermediate_size
 
-        def expert_weight(name: str, shape: tuple[int, ...], axes: tuple[str, ...]) -> Array:
-            return self.param(name, nn.with_logical_partitioning(nn.initializers.zeros, axes), shape, self.dtype)
-
-        router = expert_weight("router", (D, E), ("embed", "router"))
-        gate = expert_weight("gate", (E, D, F), ("experts", "embed", "expert_ffn"))
-        up = expert_weight("up", (E, D, F), ("experts", "embed", "expert_ffn"))
-        down = expert_weight("down", (E, F, D), ("experts", "expert_ffn", "embed"))
+        router = logical_param(self, "router", (D, E), ("embed", "router"), self.dtype)
+        gate = logical_param(self, "gate", (E, D, F), ("experts", "embed", "expert_ffn"), self.dtype)
+        up = logical_param(self, "up", (E, D, F), ("experts", "embed", "expert_ffn"), self.dtype)
+        down = logical_param(self, "down", (E, F, D), ("experts", "expert_ffn", "embed"), self.dtype)
 
         router_logits = einsum("BTD,DE->BTE", x, router, dtype=self.dtype)
         probs = jax.nn.softmax(router_logits.astype(jnp.float32), axis=-1)
@@ -326,12 +325,7 @@ class Transformer(nn.Module):
         if c.tie_word_embeddings:
             logits = embed.attend(x)
         else:
-            lm_head = self.param(
-                "lm_head",
-                nn.with_logical_partitioning(nn.initializers.zeros, ("embed", "vocab")),
-                (c.hidden_size, c.vocab_size),
-                self.dtype,
-            )
+            lm_head = logical_param(self, "lm_head", (c.hidden_size, c.vocab_size), ("embed", "vocab"), self.dtype)
             logits = einsum("BTD,DV->BTV", x, lm_head, dtype=jnp.float32)
         if caches is None:
             return logits, None

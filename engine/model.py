@@ -2,7 +2,7 @@
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import flax.linen as nn
 import jax
@@ -24,7 +24,8 @@ def make_forward(model: nn.Module) -> ForwardFn:
     def forward(
         params: Any, tokens: jax.Array, positions: jax.Array, kv_cache: Sequence[LayerCache] | None = None
     ) -> tuple[jax.Array, tuple[LayerCache, ...] | None]:
-        return model.apply({"params": params}, tokens, positions, kv_cache)  # type: ignore[no-any-return]
+        outputs = model.apply({"params": params}, tokens, positions, kv_cache)
+        return cast(tuple[jax.Array, tuple[LayerCache, ...] | None], outputs)
 
     return jax.jit(forward, donate_argnames=("kv_cache",))
 

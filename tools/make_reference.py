@@ -1,6 +1,6 @@
 """Writes golden files under tests/goldens/ from reference implementations (needs the `reference` extra).
 
-    python tools/make_reference.py {tiny,smollm2,tokenizer,all} [--out tests/goldens]
+python tools/make_reference.py {tiny,smollm2,tokenizer,all} [--out tests/goldens]
 """
 
 import argparse

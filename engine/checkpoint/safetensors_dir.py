@@ -64,8 +64,9 @@ def _read_header(path: Path) -> dict[str, _TensorEntry]:
         if info["dtype"] not in _DTYPES:
             raise CheckpointError(f"{path}: tensor {name!r} has unsupported dtype {info['dtype']}")
         begin, end = info["data_offsets"]
-        entry = _TensorEntry(path, _DTYPES[info["dtype"]], tuple(info["shape"]), 8 + header_len + begin,
-                             8 + header_len + end)
+        entry = _TensorEntry(
+            path, _DTYPES[info["dtype"]], tuple(info["shape"]), 8 + header_len + begin, 8 + header_len + end
+        )
         if entry.end > size:
             raise CheckpointError(f"{path} is truncated (tensor {name!r} ends at byte {entry.end}, file has {size})")
         entries[name] = entry
@@ -83,7 +84,11 @@ class SafetensorsTensors(Mapping[str, np.ndarray]):
     def __getitem__(self, name: str) -> np.ndarray:
         e = self._entries[name]
         count = e.end - e.start
-        data = np.memmap(e.file, dtype=np.uint8, mode="r", offset=e.start, shape=(count,)) if count else np.empty(0, np.uint8)
+        data = (
+            np.memmap(e.file, dtype=np.uint8, mode="r", offset=e.start, shape=(count,))
+            if count
+            else np.empty(0, np.uint8)
+        )
         return data.view(e.dtype).reshape(e.shape)
 
     def __iter__(self) -> Iterator[str]:
@@ -94,21 +99,28 @@ class SafetensorsTensors(Mapping[str, np.ndarray]):
 
 
 def checkpoint_files(directory: Path) -> list[Path]:
-    """The files whose contents define the model: config.json and the weight files."""
+    """The files whose contents define the model: config.json, the shard index and the weights."""
+    config = directory / "config.json"
+    if not config.exists():
+        raise CheckpointError(f"{directory} has no config.json")
     index = directory / SHARD_INDEX
     if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise CheckpointError(f"{index} is not a valid shard index") from None
         weights = sorted({directory / shard for shard in weight_map.values()})
-        return [directory / "config.json", index, *weights]
+        for shard in weights:
+            if not shard.exists():
+                raise CheckpointError(f"shard {shard.name} listed in {SHARD_INDEX} is missing from {directory}")
+        return [config, index, *weights]
     if (directory / SINGLE_FILE).exists():
-        return [directory / "config.json", directory / SINGLE_FILE]
+        return [config, directory / SINGLE_FILE]
     raise CheckpointError(f"{directory} has neither {SINGLE_FILE} nor {SHARD_INDEX}")
 
 
 def read_hf_config(directory: Path) -> dict:
     config_path = directory / "config.json"
-    if not config_path.exists():
-        raise CheckpointError(f"{directory} has no config.json")
     try:
         return dict(json.loads(config_path.read_text()))
     except json.JSONDecodeError as e:
@@ -129,9 +141,6 @@ def read_chat_template(directory: Path) -> str | None:
 def read_safetensors_dir(directory: Path) -> RawCheckpoint:
     hf_config = read_hf_config(directory)
     files = [f for f in checkpoint_files(directory) if f.suffix == ".safetensors"]
-    for file in files:
-        if not file.exists():
-            raise CheckpointError(f"shard {file.name} listed in {SHARD_INDEX} is missing from {directory}")
     has_tokenizer = (directory / "tokenizer.json").exists() or (directory / "tokenizer_config.json").exists()
     return RawCheckpoint(
         hf_config=hf_config,

@@ -1,9 +1,11 @@
 """Llama (Llama 2/3.x, SmolLM2, Mistral-style): the base layout, unchanged."""
 
+from typing import ClassVar
+
 from engine.families.base import Family
 
 
 class Llama(Family):
     name = "llama"
-    hf_architectures = ("LlamaForCausalLM", "MistralForCausalLM")
+    hf_architectures: ClassVar[tuple[str, ...]] = ("LlamaForCausalLM", "MistralForCausalLM")
     gguf_architecture = "llama"

@@ -17,9 +17,7 @@ class Qwen3Moe(Qwen3):
             return super().convert_mlp(get, prefix, index, config)
 
         def stacked(name: str) -> np.ndarray:  # per-expert [out, in] → [E, in, out]
-            return np.stack(
-                [get(f"{prefix}.experts.{e}.{name}.weight").T for e in range(config.num_experts)]
-            )
+            return np.stack([get(f"{prefix}.experts.{e}.{name}.weight").T for e in range(config.num_experts)])
 
         return {
             "moe": {

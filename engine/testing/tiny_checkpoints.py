@@ -44,9 +44,7 @@ TINY_MODELS: dict[str, dict[str, Any]] = {
     "llama_linear": _variant(rope_scaling={"rope_type": "linear", "factor": 2.0}),
     # max_position_embeddings below the prompt length, so dynamic NTK actually stretches the base.
     "llama_dynamic": _variant(max_position_embeddings=8, rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
-    "llama_yarn": _variant(
-        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
-    ),
+    "llama_yarn": _variant(rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}),
     "llama3_scaled": _variant(
         rope_scaling={
             "rope_type": "llama3",

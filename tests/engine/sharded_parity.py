@@ -1,0 +1,56 @@
+"""Run in a subprocess by test_sharding.py: needs 4 CPU devices, which must be set before jax starts.
+
+Prints one JSON line: per model, the max logit difference between 1-device and 4-device loads
+(fresh and from the prepared cache) and the partition specs of a few parameters.
+"""
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_platforms", "cpu")
+jax.config.update("jax_num_cpu_devices", 4)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from engine.checkpoint.loader import LoadedModel, load_model  # noqa: E402
+from engine.testing.tiny_checkpoints import build_tiny_checkpoint, tiny_prompt  # noqa: E402
+
+
+def logits(model: LoadedModel) -> np.ndarray:
+    tokens = tiny_prompt()
+    positions = np.broadcast_to(np.arange(tokens.shape[1], dtype=np.int32), tokens.shape)
+    return np.asarray(model.forward(jnp.asarray(tokens), jnp.asarray(positions))[0])
+
+
+def main(names: list[str]) -> None:
+    devices = jax.devices()
+    assert len(devices) == 4, devices
+    report = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            checkpoint = build_tiny_checkpoint(name, Path(tmp) / name)
+            shared_cache, fresh_cache = Path(tmp) / f"{name}-cache", Path(tmp) / f"{name}-fresh"
+            single = load_model(checkpoint, devices=devices[:1], cache_dir=shared_cache, progress=False)
+            restored = load_model(checkpoint, devices=devices, cache_dir=shared_cache, progress=False)
+            fresh = load_model(checkpoint, devices=devices, cache_dir=fresh_cache, progress=False)
+            reference = logits(single)
+            report[name] = {
+                "restored_from_cache": restored.from_cache,
+                "max_diff_restored": float(np.abs(logits(restored) - reference).max()),
+                "max_diff_fresh": float(np.abs(logits(fresh) - reference).max()),
+                "specs": {
+                    "/".join(str(k.key) for k in path): str(tuple(leaf.sharding.spec))
+                    for path, leaf in jax.tree_util.tree_flatten_with_path(fresh.params["layer_0"])[0]
+                },
+                "embedding_spec": str(tuple(fresh.params["embed"]["embedding"].sharding.spec)),
+            }
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,72 @@
+"""Unusable checkpoints fail with a one-line CheckpointError, never a traceback from deep inside."""
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from engine.checkpoint.errors import CheckpointError
+from engine.checkpoint.loader import load_model
+
+
+@pytest.fixture
+def writable_copy(tiny_checkpoint: Callable[[str], Path], tmp_path: Path) -> Path:
+    copy = tmp_path / "checkpoint"
+    shutil.copytree(tiny_checkpoint("llama_tied"), copy)
+    return copy
+
+
+def load_error(path: Path, cache_dir: Path) -> str:
+    with pytest.raises(CheckpointError) as caught:
+        load_model(path, cache_dir=cache_dir, progress=False)
+    message = str(caught.value)
+    assert message and "\n" not in message
+    return message
+
+
+def test_truncated_safetensors(writable_copy: Path, cache_dir: Path) -> None:
+    weights = writable_copy / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    assert "truncated" in load_error(writable_copy, cache_dir)
+
+
+def test_missing_tensor(writable_copy: Path, cache_dir: Path) -> None:
+    weights = writable_copy / "model.safetensors"
+    tensors = load_file(weights)
+    del tensors["model.layers.1.mlp.down_proj.weight"]
+    save_file(tensors, weights, metadata={"format": "pt"})
+    assert "model.layers.1.mlp.down_proj.weight" in load_error(writable_copy, cache_dir)
+
+
+def test_wrong_shape(writable_copy: Path, cache_dir: Path) -> None:
+    config_path = writable_copy / "config.json"
+    config = json.loads(config_path.read_text())
+    config["intermediate_size"] = 96
+    config_path.write_text(json.dumps(config))
+    assert "shape" in load_error(writable_copy, cache_dir)
+
+
+def test_unknown_architecture(writable_copy: Path, cache_dir: Path) -> None:
+    config_path = writable_copy / "config.json"
+    config = json.loads(config_path.read_text())
+    config["architectures"] = ["GPTNeoXForCausalLM"]
+    config_path.write_text(json.dumps(config))
+    message = load_error(writable_copy, cache_dir)
+    assert "GPTNeoXForCausalLM" in message and "LlamaForCausalLM" in message and "qwen3moe" in message
+
+
+def test_missing_config(writable_copy: Path, cache_dir: Path) -> None:
+    (writable_copy / "config.json").unlink()
+    assert "config.json" in load_error(writable_copy, cache_dir)
+
+
+def test_missing_path(tmp_path: Path, cache_dir: Path) -> None:
+    assert "does not exist" in load_error(tmp_path / "nowhere", cache_dir)
+
+
+def test_unknown_dtype(writable_copy: Path, cache_dir: Path) -> None:
+    with pytest.raises(CheckpointError, match="float16"):
+        load_model(writable_copy, dtype="float16", cache_dir=cache_dir, progress=False)
