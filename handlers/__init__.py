@@ -1,1 +1,50 @@
-"""handlers."""
+"""Hand-written handlers: one function per spec operation, named by its operationId.
+
+`generated/routes.py` calls `handlers.<operation_id in snake_case>`; a missing
+one is an error at generation and at import, never at request time.
+"""
+
+from handlers.banner import get_banner
+from handlers.docs import get_api_root, get_docs, get_docs_asset, get_openapi_document
+from handlers.health import get_health
+from handlers.metrics import get_metrics, get_prometheus_metrics
+from handlers.models import list_models, retrieve_model
+from handlers.pending import (
+    count_message_tokens,
+    count_response_input_tokens,
+    create_chat_completion,
+    create_completion,
+    create_embedding,
+    create_message,
+    create_rerank,
+    create_response,
+    detokenize,
+    tokenize,
+)
+from handlers.stored_responses import delete_response, get_response, list_input_items
+
+__all__ = [
+    "count_message_tokens",
+    "count_response_input_tokens",
+    "create_chat_completion",
+    "create_completion",
+    "create_embedding",
+    "create_message",
+    "create_rerank",
+    "create_response",
+    "delete_response",
+    "detokenize",
+    "get_api_root",
+    "get_banner",
+    "get_docs",
+    "get_docs_asset",
+    "get_health",
+    "get_metrics",
+    "get_openapi_document",
+    "get_prometheus_metrics",
+    "get_response",
+    "list_input_items",
+    "list_models",
+    "retrieve_model",
+    "tokenize",
+]

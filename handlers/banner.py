@@ -1,0 +1,36 @@
+"""`GET /`: the banner, as plain text: where to point each kind of client."""
+
+from __future__ import annotations
+
+from fastapi import Request
+from fastapi.responses import PlainTextResponse, Response
+
+from handlers.context import ServerContext, context
+
+
+def banner(server: ServerContext) -> str:
+    origin = f"http://127.0.0.1:{server.port}"
+    model = server.model
+    status = {
+        "loading": "loading (requests get 503 with Retry-After: 5 until it is ready)",
+        "serving": "ready",
+        "draining": "draining: finishing requests in flight, refusing new ones",
+        "dead": "stopped: " + ": ".join(model.failure or ("unknown", "")),
+    }[model.state]
+    lines = [
+        f"pooled serving {model.model_id} — {status}",
+        "",
+        f"  OpenAI base URL     {origin}/v1        (Chat Completions, Completions, Responses)",
+        f"  Anthropic base URL  {origin}           (Messages)",
+        f"  API reference       {origin}/v1/docs/",
+        f"  Health              {origin}/health",
+        "",
+        "Any model name is accepted and served by the loaded model.",
+        f"Try: curl {origin}/v1/chat/completions -H 'content-type: application/json' \\",
+        """       -d '{"model": "pooled", "messages": [{"role": "user", "content": "Hi"}]}'""",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+async def get_banner(request: Request) -> Response:
+    return PlainTextResponse(banner(context(request)))

@@ -1,0 +1,38 @@
+"""`GET /health`: the server's state for scripts; never needs the token.
+
+A caller without the token (when one is set) learns only that the process is up.
+"""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from generated import models
+from handlers.context import ServerContext, context
+
+
+def health(server: ServerContext) -> models.Health:
+    model = server.model
+    cause, reason = model.failure or (None, None)
+    ready = model.state == "serving"
+    return models.Health.model_validate(
+        {
+            "ok": model.state != "dead",
+            "state": model.state,
+            "ready": ready,
+            "model": model.model_id if ready else None,
+            "ctx": model.ctx,
+            "queue": server.counters.in_flight,
+            "served": server.counters.served,
+            "progress": model.progress,
+            "cause": cause,
+            "reason": reason,
+            "engine": None,
+        }
+    )
+
+
+async def get_health(request: Request) -> models.Health | models.HealthMinimal:
+    if not request.scope["state"].get("authorized", True):
+        return models.HealthMinimal(ok=True)
+    return health(context(request))

@@ -1,0 +1,61 @@
+"""`GET /v1/models` and `GET /v1/models/{model_id}` in OpenAI's or Anthropic's shape.
+
+Anthropic's shape answers a request with an `anthropic-version` header, or with
+`x-api-key` and no `Authorization` (how Anthropic's SDKs authenticate); the
+list is empty until the model is ready, as clients then know to wait.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from fastapi import Request
+
+from generated import models
+from handlers.context import ServerContext, context
+from handlers.errors import ApiError
+
+
+def wants_anthropic(request: Request) -> bool:
+    headers = request.headers
+    return "anthropic-version" in headers or ("x-api-key" in headers and "authorization" not in headers)
+
+
+def _openai_model(server: ServerContext) -> models.OpenAIModel:
+    return models.OpenAIModel(
+        id=server.model.model_id,
+        object="model",
+        created=server.created,
+        owned_by="pooled",
+        max_model_len=server.model.ctx or 1,
+        decode_lanes=server.model.decode_lanes,
+    )
+
+
+def _anthropic_model(server: ServerContext) -> models.AnthropicModelInfo:
+    return models.AnthropicModelInfo(
+        type="model",
+        id=server.model.model_id,
+        display_name=server.model.model_id,
+        created_at=datetime.fromtimestamp(server.created, UTC),
+        lifecycle="active",
+    )
+
+
+async def list_models(request: Request) -> models.OpenAIModelList | models.AnthropicModelList:
+    server = context(request)
+    ready = server.model.state == "serving"
+    if wants_anthropic(request):
+        entries = [_anthropic_model(server)] if ready else []
+        first = entries[0].id if entries else None
+        return models.AnthropicModelList(data=entries, has_more=False, first_id=first, last_id=first)
+    return models.OpenAIModelList(object="list", data=[_openai_model(server)] if ready else [])
+
+
+async def retrieve_model(request: Request, model_id: str) -> models.OpenAIModel | models.AnthropicModelInfo:
+    server = context(request)
+    if server.model.state != "serving" or model_id != server.model.model_id:
+        raise ApiError(
+            404, f"No model '{model_id}'; this server serves '{server.model.model_id}'.", code="model_not_found"
+        )
+    return _anthropic_model(server) if wants_anthropic(request) else _openai_model(server)

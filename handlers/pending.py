@@ -1,0 +1,40 @@
+"""Model routes whose engine part has not landed: each answers 501 in its API's shape.
+
+They still check readiness first, so a client sees the same 503/529 while the
+model loads that it will see once the route is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from handlers.availability import require_ready
+from handlers.errors import not_built
+
+ANTHROPIC_OVERLOADED = 529
+
+PendingHandler = Callable[..., Awaitable[Response]]
+
+
+def _pending(route: str, unavailable_status: int = 503) -> PendingHandler:
+    async def handler(request: Request, body: object, **params: object) -> Response:
+        require_ready(request, unavailable_status)
+        raise not_built(route)
+
+    handler.__name__ = route
+    return handler
+
+
+create_chat_completion = _pending("POST /v1/chat/completions")
+create_completion = _pending("POST /v1/completions")
+create_response = _pending("POST /v1/responses")
+count_response_input_tokens = _pending("POST /v1/responses/input_tokens")
+create_embedding = _pending("POST /v1/embeddings")
+create_rerank = _pending("POST /v1/rerank")
+tokenize = _pending("POST /v1/tokenize")
+detokenize = _pending("POST /v1/detokenize")
+create_message = _pending("POST /v1/messages", ANTHROPIC_OVERLOADED)
+count_message_tokens = _pending("POST /v1/messages/count_tokens", ANTHROPIC_OVERLOADED)

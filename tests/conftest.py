@@ -1,0 +1,49 @@
+"""Shared fixtures: the app with a stand-in model service, for tests of the HTTP layer alone.
+
+Tests of the engine and end-to-end tests use the real model; here the model
+side is a plain object whose state a test sets, which is all the HTTP layer
+reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from handlers.context import ModelState
+from pooled.app import build_app
+from pooled.settings import Settings
+
+BASE_URL = "http://127.0.0.1:8080"
+
+
+@dataclass
+class StubModel:
+    """The ModelService protocol with settable fields."""
+
+    state: ModelState = "serving"
+    model_id: str = "pooled/tiny-test"
+    ctx: int | None = 2048
+    progress: dict[str, Any] | None = None
+    failure: tuple[str, str] | None = None
+    decode_lanes: int = 4
+
+
+@pytest.fixture
+def model() -> StubModel:
+    return StubModel()
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings()
+
+
+@pytest.fixture
+def client(settings: Settings, model: StubModel) -> Iterator[TestClient]:
+    with TestClient(build_app(settings, model), base_url=BASE_URL, raise_server_exceptions=False) as test_client:
+        yield test_client

@@ -1,0 +1,82 @@
+"""`pooled serve` as a user runs it: a real process, the default model, real HTTP."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+STARTUP_TIMEOUT_S = 120
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pooled.cli", "serve", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            assert process.poll() is None, process.stdout.read().decode() if process.stdout else "exited"
+            try:
+                if httpx.get(f"{base}/health", timeout=2).json().get("ready"):
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the server did not become ready"
+            time.sleep(0.5)
+        yield base
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def test_health_reports_the_default_model(server: str) -> None:
+    health = httpx.get(f"{server}/health").json()
+    assert health["ok"] is True and health["ready"] is True
+    assert health["model"].startswith("pooled/smollm2-135m-instruct")
+    assert health["ctx"] == 8192
+
+
+def test_docs_and_document_are_served(server: str) -> None:
+    assert httpx.get(f"{server}/v1/docs/").status_code == 200
+    document = httpx.get(f"{server}/v1/openapi.json").json()
+    assert document["openapi"].startswith("3.1")
+    assert httpx.get(f"{server}/v1", follow_redirects=False).status_code == 307
+
+
+def test_banner_and_head(server: str) -> None:
+    banner = httpx.get(f"{server}/")
+    assert banner.headers["content-type"].startswith("text/plain")
+    assert f"{server}/v1" in banner.text and "Anthropic" in banner.text
+    head = httpx.head(f"{server}/")
+    assert head.status_code == 200 and head.content == b""
+
+
+def test_models_list_the_loaded_model(server: str) -> None:
+    listed = httpx.get(f"{server}/v1/models").json()
+    model_id = listed["data"][0]["id"]
+    assert httpx.get(f"{server}/v1/models/{model_id}").json()["id"] == model_id
+    anthropic = httpx.get(f"{server}/v1/models", headers={"anthropic-version": "2023-06-01"}).json()
+    assert anthropic["data"][0]["type"] == "model"
