@@ -211,10 +211,9 @@ class _Instrument(NodeTransformer):
 
     def visit_CallBlock(self, node: nodes.CallBlock) -> nodes.Node:
         # The compiler needs `call` to stay a Call node to pass `caller`; instrument only inside it.
-        call = self.generic_visit(node.call)
-        node.call = nodes.Const(None)
-        self.generic_visit(node)
-        node.call = call
+        self.generic_visit(node.call)
+        for field in ("args", "defaults", "body"):
+            setattr(node, field, [self.visit(child) for child in getattr(node, field)])
         return node
 
     def visit_Filter(self, node: nodes.Filter) -> nodes.Node:
@@ -229,7 +228,7 @@ class _Instrument(NodeTransformer):
     visit_Call = visit_Concat = visit_Add = visit_Mul = _measured
 
 
-def _filtered(node: nodes.Expr, filter_name: str) -> nodes.Filter:
+def _filtered(node: nodes.Node, filter_name: str) -> nodes.Filter:
     return nodes.Filter(node, filter_name, [], [], None, None, lineno=node.lineno)
 
 
@@ -290,7 +289,9 @@ def _strftime_now(date_format: str) -> str:
 def _environment() -> ImmutableSandboxedEnvironment:
     # trim_blocks/lstrip_blocks and the extensions match transformers, which templates are written for.
     environment = _BudgetedSandbox(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _GenerationTag])
-    environment.filters.update({"tojson": _tojson, _ITERATE_FILTER: _budgeted_iterate, _MEASURE_FILTER: _budgeted_measure})
+    environment.filters.update(
+        {"tojson": _tojson, _ITERATE_FILTER: _budgeted_iterate, _MEASURE_FILTER: _budgeted_measure}
+    )
     environment.globals.update({"raise_exception": _raise_exception, "strftime_now": _strftime_now})
     return environment
 

@@ -109,11 +109,10 @@ def _sentencepiece_bpe(metadata: Mapping[str, Any]) -> BackendTokenizer:
             fuse_unk=True,
         )
     )
-    steps = [normalizers.Replace(" ", "\u2581")]
-    if metadata.get("tokenizer.ggml.add_space_prefix", True):
-        steps.insert(0, normalizers.Prepend("\u2581"))
-    tokenizer.normalizer = normalizers.Sequence(steps)
-    strip_prefix = [decoders.Strip(" ", 1, 0)] if metadata.get("tokenizer.ggml.add_space_prefix", True) else []
+    space_prefix = bool(metadata.get("tokenizer.ggml.add_space_prefix", True))
+    prepend: list[normalizers.Normalizer] = [normalizers.Prepend("\u2581")] if space_prefix else []
+    tokenizer.normalizer = normalizers.Sequence([*prepend, normalizers.Replace(" ", "\u2581")])
+    strip_prefix: list[decoders.Decoder] = [decoders.Strip(" ", 1, 0)] if space_prefix else []
     tokenizer.decoder = decoders.Sequence(
         [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(), *strip_prefix]
     )
@@ -124,7 +123,7 @@ def _merges_from_scores(tokens: list[str], scores: list[float], vocab: dict[str,
     """SentencePiece BPE merges pieces in the order of the merged piece's score, best first."""
     candidates = [
         (-score, vocab[token[:cut]], vocab[token[cut:]], token[:cut], token[cut:])
-        for token, score in zip(tokens, scores)
+        for token, score in zip(tokens, scores, strict=True)
         for cut in range(1, len(token))
         if token[:cut] in vocab and token[cut:] in vocab
     ]
@@ -136,12 +135,16 @@ def _add_marked_tokens(tokenizer: BackendTokenizer, metadata: Mapping[str, Any])
     tokens = metadata["tokenizer.ggml.tokens"]
     types = metadata.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     tokenizer.add_special_tokens(
-        [AddedToken(t, special=True, normalized=False) for t, kind in zip(tokens, types) if kind == TOKEN_TYPE_CONTROL]
+        [
+            AddedToken(t, special=True, normalized=False)
+            for t, kind in zip(tokens, types, strict=True)
+            if kind == TOKEN_TYPE_CONTROL
+        ]
     )
     tokenizer.add_tokens(
         [
             AddedToken(t, special=False, normalized=False)
-            for t, kind in zip(tokens, types)
+            for t, kind in zip(tokens, types, strict=True)
             if kind == TOKEN_TYPE_USER_DEFINED
         ]
     )

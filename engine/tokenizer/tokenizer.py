@@ -58,7 +58,9 @@ class Tokenizer:
     @classmethod
     def from_gguf_metadata(cls, metadata: Mapping[str, Any]) -> "Tokenizer":
         eos = metadata.get("tokenizer.ggml.eos_token_id")
-        extra_stops = [metadata[k] for k in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id") if k in metadata]
+        extra_stops = [
+            metadata[k] for k in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id") if k in metadata
+        ]
         return cls(
             tokenizer_from_gguf(metadata),
             bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
@@ -76,8 +78,9 @@ class Tokenizer:
         eos_ids = _token_ids(_read_json(directory / "generation_config.json").get("eos_token_id"))
         eos_ids += _token_ids(_read_json(directory / "config.json").get("eos_token_id"))
         eos_text = _token_text(tokenizer_config.get("eos_token"))
-        if eos_text is not None and backend.token_to_id(eos_text) is not None:
-            eos_ids.insert(0, backend.token_to_id(eos_text))
+        eos_id = backend.token_to_id(eos_text) if eos_text is not None else None
+        if eos_id is not None:
+            eos_ids.insert(0, eos_id)
         bos_text = _token_text(tokenizer_config.get("bos_token"))
         return cls(
             backend,

@@ -55,7 +55,9 @@ def test_smollm2_tensors_have_hf_names_and_shapes(smollm2: RawCheckpoint) -> Non
         assert weights.shape == shape and weights.dtype == np.float32 and np.isfinite(weights).all()
 
 
-def _write_gguf(path: Path, arch: str, config: dict[str, int], tensors: dict[str, tuple[np.ndarray, GGMLQuantizationType]]) -> Path:
+def _write_gguf(
+    path: Path, arch: str, config: dict[str, int], tensors: dict[str, tuple[np.ndarray, GGMLQuantizationType]]
+) -> Path:
     writer = gguf.GGUFWriter(path, arch)
     writer.add_block_count(config["layers"])
     writer.add_embedding_length(config["hidden"])
@@ -79,7 +81,11 @@ def _write_gguf(path: Path, arch: str, config: dict[str, int], tensors: dict[str
 
 def _llama_cpp_permute(weights: np.ndarray, heads: int) -> np.ndarray:
     """What llama.cpp's converter does to llama q/k rows (see its `LlamaModel.permute`)."""
-    return weights.reshape(heads, 2, weights.shape[0] // heads // 2, *weights.shape[1:]).swapaxes(1, 2).reshape(weights.shape)
+    return (
+        weights.reshape(heads, 2, weights.shape[0] // heads // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
 
 
 def test_llama_q_and_k_rows_are_restored(tmp_path: Path) -> None:
@@ -119,7 +125,15 @@ def test_quantized_tensors_dequantize_and_moe_experts_split(
     path = _write_gguf(
         tmp_path / "moe.gguf",
         "qwen3moe",
-        {"layers": 1, "hidden": 256, "ffn": 512, "heads": 2, "kv_heads": 1, "qwen3moe.expert_count": 4, "qwen3moe.expert_used_count": 2},
+        {
+            "layers": 1,
+            "hidden": 256,
+            "ffn": 512,
+            "heads": 2,
+            "kv_heads": 1,
+            "qwen3moe.expert_count": 4,
+            "qwen3moe.expert_used_count": 2,
+        },
         {"blk.0.ffn_up_exps.weight": (experts, qtype)},
     )
     checkpoint = read_gguf(path)
@@ -155,5 +169,7 @@ def test_truncated_file_is_a_one_line_error(tmp_path: Path, size: int) -> None:
 
 def test_missing_file_and_unsupported_architecture(tmp_path: Path) -> None:
     _assert_one_line_error(tmp_path / "absent.gguf", "cannot open")
-    path = _write_gguf(tmp_path / "gpt2.gguf", "gpt2", {"layers": 1, "hidden": 8, "ffn": 8, "heads": 1, "kv_heads": 1}, {})
+    path = _write_gguf(
+        tmp_path / "gpt2.gguf", "gpt2", {"layers": 1, "hidden": 8, "ffn": 8, "heads": 1, "kv_heads": 1}, {}
+    )
     _assert_one_line_error(path, "architecture 'gpt2' is not supported")

@@ -60,10 +60,9 @@ def main(out_dir: Path) -> None:
     model.eval()
     cases = []
     for messages in CHATS:
-        prompt_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if isinstance(prompt_ids, dict) or hasattr(prompt_ids, "input_ids"):
-            prompt_ids = prompt_ids["input_ids"]
-        case = {"messages": messages, "prompt_ids": list(prompt_ids), **greedy_steps(model, list(prompt_ids))}
+        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prompt_ids: list[int] = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        case = {"messages": messages, "prompt_ids": prompt_ids, **greedy_steps(model, prompt_ids)}
         case["greedy_text"] = tokenizer.decode(case["greedy_ids"])
         cases.append(case)
         print(f"{messages[-1]['content'][:40]!r} -> {case['greedy_text']!r}")
