@@ -88,6 +88,8 @@ class ModelConfig:
     mlp_only_layers: tuple[int, ...] = ()
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    # Sliding-window attention is not implemented; within the window it equals full attention.
+    sliding_window: int | None = None
     # Longest sequence this server will run; equals the trained length unless `with_context` raised it.
     context_length: int = field(default=0)
 
@@ -107,6 +109,9 @@ class ModelConfig:
         rope_theta = d.get("rope_theta", rope_dict.get("rope_theta", 10000.0))
         attention_bias = bool(d.get("attention_bias", False))
         eos = d.get("eos_token_id")
+        window = d.get("sliding_window") if d.get("use_sliding_window", True) else None
+        if window and window < max_positions:
+            log.warning("sliding-window attention is not supported; the context is limited to the window (%d)", window)
         return cls(
             model_type=model_type,
             vocab_size=int(d["vocab_size"]),
@@ -132,7 +137,8 @@ class ModelConfig:
             mlp_only_layers=tuple(d.get("mlp_only_layers") or ()),
             bos_token_id=d.get("bos_token_id"),
             eos_token_ids=tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,)),
-            context_length=max_positions,
+            sliding_window=window,
+            context_length=min(max_positions, window or max_positions),
         )
 
     @property
@@ -159,6 +165,10 @@ def with_context(config: ModelConfig, ctx: int, rope_scaling: str | None) -> Mod
     The override replaces any scaling in the checkpoint with `rope_scaling` stretched by ctx / original
     length, where the original length is what the checkpoint was pre-trained on.
     """
+    if config.sliding_window and ctx > config.sliding_window:
+        raise CheckpointError(
+            f"--ctx {ctx} exceeds the sliding attention window {config.sliding_window}, which is not supported"
+        )
     trained = config.trained_context_length
     if rope_scaling is None:
         if ctx > trained:

@@ -228,9 +228,8 @@ class Attention(nn.Module):
         probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
         out = einsum("BKGTS,BSKH->BTKGH", probs, values, dtype=self.dtype).reshape(B, T, N, H)
         o_bias = ("embed",) if c.o_bias else None
-        return Projection("BTNH,NHD->BTD", (N, H, D), ("q_heads", "head_dim", "embed"), o_bias, self.dtype, name="o")(
-            out
-        ), cache
+        o = Projection("BTNH,NHD->BTD", (N, H, D), ("q_heads", "head_dim", "embed"), o_bias, self.dtype, name="o")
+        return o(out), cache
 
 
 class GatedMLP(nn.Module):
@@ -273,11 +272,10 @@ class MoE(nn.Module):
         top_probs, top_experts = jax.lax.top_k(probs, c.num_experts_per_tok)
         if c.norm_topk_prob:
             top_probs = top_probs / jnp.sum(top_probs, axis=-1, keepdims=True)
-        weights = jnp.einsum("BTk,BTkE->BTE", top_probs, jax.nn.one_hot(top_experts, E)).astype(self.dtype)
+        weights = jnp.einsum("BTX,BTXE->BTE", top_probs, jax.nn.one_hot(top_experts, E)).astype(self.dtype)
 
-        hidden = nn.silu(einsum("BTD,EDF->BTEF", x, gate, dtype=self.dtype)) * einsum(
-            "BTD,EDF->BTEF", x, up, dtype=self.dtype
-        )
+        gated = nn.silu(einsum("BTD,EDF->BTEF", x, gate, dtype=self.dtype))
+        hidden = gated * einsum("BTD,EDF->BTEF", x, up, dtype=self.dtype)
         return einsum("BTEF,EFD,BTE->BTD", hidden, down, weights, dtype=self.dtype)
 
 
@@ -329,4 +327,4 @@ class Transformer(nn.Module):
             logits = einsum("BTD,DV->BTV", x, lm_head, dtype=jnp.float32)
         if caches is None:
             return logits, None
-        return logits, tuple(layer_cache for layer_cache in new_caches if layer_cache is not None)
+        return logits, tuple(cast(LayerCache, layer_cache) for layer_cache in new_caches)

@@ -76,3 +76,12 @@ def test_registry() -> None:
     assert family_for_hf_config(TINY_MODELS["qwen2"]).name == "qwen2"
     with pytest.raises(CheckpointError, match=r"unknown architecture 'mamba' \(known: .*LlamaForCausalLM"):
         family_for("mamba")
+
+
+def test_sliding_window_limits_the_context() -> None:
+    mistral = ModelConfig.from_hf({**TINY_MODELS["llama_tied"], "sliding_window": 16})
+    assert mistral.context_length == 16
+    with pytest.raises(CheckpointError, match="sliding attention window 16"):
+        with_context(mistral, 32, None)
+    qwen2 = ModelConfig.from_hf({**TINY_MODELS["qwen2"], "sliding_window": 16, "use_sliding_window": False})
+    assert qwen2.context_length == 64
