@@ -7,6 +7,7 @@
    against the model, cast, place each tensor shard by shard, and write the cache entry.
 """
 
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,8 @@ from engine.families import Family, family_for_hf_config
 from engine.layers import LayerCache, init_layer_caches
 from engine.model import ForwardFn, abstract_params, make_forward
 from engine.sharding import make_mesh, place, shardings_for
+
+log = logging.getLogger(__name__)
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -96,10 +99,12 @@ def load_model(
     shardings = shardings_for(shapes, logical, mesh)
 
     if raw is None:
+        log.info("restoring prepared parameters from %s", cache.entry)
         target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
         params = cache.restore(target)
     else:
         params = _prepare(family.convert(raw.tensors, config), shapes, shardings, progress)
+        log.info("saving prepared parameters to %s", cache.entry)
         cache.save(params, meta)
 
     tokenizer_dir = meta["tokenizer_dir"]
