@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import jax
 import jax.numpy as jnp
@@ -47,10 +47,18 @@ class LoadedModel:
     chat_template: str | None
     from_cache: bool  # parameters were restored from the prepared cache
 
+    @overload
+    def forward(self, tokens: jax.Array, positions: jax.Array) -> tuple[jax.Array, None]: ...
+
+    @overload
+    def forward(
+        self, tokens: jax.Array, positions: jax.Array, kv_cache: Sequence[LayerCache]
+    ) -> tuple[jax.Array, tuple[LayerCache, ...]]: ...
+
     def forward(
         self, tokens: jax.Array, positions: jax.Array, kv_cache: Sequence[LayerCache] | None = None
     ) -> tuple[jax.Array, tuple[LayerCache, ...] | None]:
-        """Logits [B,T,V] float32 for tokens [B,T] at positions [B,T], and the updated cache."""
+        """Logits [B,T,V] float32 for tokens [B,T] at positions [B,T], and the updated cache (donated)."""
         return self.apply(self.params, tokens, positions, kv_cache)
 
     def init_kv_cache(self, batch: int, length: int) -> tuple[LayerCache, ...]:
@@ -77,13 +85,15 @@ def load_model(
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist")
     is_gguf = path.suffix == ".gguf"
+    if not is_gguf and not path.is_dir():
+        raise CheckpointError(f"{path} is neither a model directory nor a .gguf file")
     cache = PreparedCache(cache_root(cache_dir), fingerprint([path] if is_gguf else checkpoint_files(path), dtype))
     mesh = make_mesh(devices)
 
     meta = cache.lookup()
-    raw: RawCheckpoint | None = None
+    raw = _read(path, is_gguf) if meta is None else None
     if meta is None:
-        raw = _read(path, is_gguf)
+        assert raw is not None
         meta = {
             "hf_config": raw.hf_config,
             "tokenizer_dir": str(raw.tokenizer_dir) if raw.tokenizer_dir else None,
@@ -98,11 +108,9 @@ def load_model(
     shapes, logical = abstract_params(model)
     shardings = shardings_for(shapes, logical, mesh)
 
-    if raw is None:
-        log.info("restoring prepared parameters from %s", cache.entry)
-        target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
-        params = cache.restore(target)
-    else:
+    params = _restore(cache, shapes, shardings) if raw is None else None
+    if params is None:
+        raw = raw or _read(path, is_gguf)
         params = _prepare(family.convert(raw.tensors, config), shapes, shardings, progress)
         log.info("saving prepared parameters to %s", cache.entry)
         cache.save(params, meta)
@@ -127,9 +135,18 @@ def _read(path: Path, is_gguf: bool) -> RawCheckpoint:
         from engine.checkpoint.gguf_file import read_gguf  # gguf parsing is only needed for .gguf paths
 
         return read_gguf(path)
-    if not path.is_dir():
-        raise CheckpointError(f"{path} is neither a model directory nor a .gguf file")
     return read_safetensors_dir(path)
+
+
+def _restore(cache: PreparedCache, shapes: Any, shardings: Any) -> Any | None:
+    """Parameters from the cache entry, or None (and a warning) if the entry cannot be restored."""
+    log.info("restoring prepared parameters from %s", cache.entry)
+    target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
+    try:
+        return cache.restore(target)
+    except Exception as e:  # orbax raises many types for damaged entries; the checkpoint itself is still good
+        log.warning("ignoring unreadable prepared-parameter cache %s: %s", cache.entry, e)
+        return None
 
 
 def _prepare(parts: Iterator[tuple[str, Any]], shapes: Any, shardings: Any, progress: bool) -> dict[str, Any]:

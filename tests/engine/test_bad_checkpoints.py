@@ -70,3 +70,9 @@ def test_missing_path(tmp_path: Path, cache_dir: Path) -> None:
 def test_unknown_dtype(writable_copy: Path, cache_dir: Path) -> None:
     with pytest.raises(CheckpointError, match="float16"):
         load_model(writable_copy, dtype="float16", cache_dir=cache_dir, progress=False)
+
+
+def test_plain_file_that_is_not_gguf(tmp_path: Path, cache_dir: Path) -> None:
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"\0" * 16)
+    assert "neither a model directory nor a .gguf file" in load_error(weights, cache_dir)

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from engine.checkpoint.loader import load_model
-from engine.layers import LayerCache
 from engine.testing.tiny_checkpoints import TINY_MODELS
 
 
@@ -46,7 +45,7 @@ def test_cached_decode_matches_full_forward(
     expected = golden(name)
     tokens, positions = expected["tokens"], expected["positions"]
     model = load_model(tiny_checkpoint(name), cache_dir=cache_dir, progress=False)
-    kv_cache: tuple[LayerCache, ...] | None = model.init_kv_cache(batch=tokens.shape[0], length=16)
+    kv_cache = model.init_kv_cache(batch=tokens.shape[0], length=16)
     prefill = 8
     logits, kv_cache = model.forward(tokens[:, :prefill], positions[:, :prefill], kv_cache)
     steps = [logits]

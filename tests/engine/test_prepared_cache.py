@@ -1,6 +1,7 @@
 """The second load restores prepared parameters from the orbax cache without parsing the checkpoint."""
 
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -57,3 +58,15 @@ def test_fingerprint_depends_on_dtype_and_file_state(tmp_path: Path, tiny_checkp
     stat = weights.stat()
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     assert fingerprint(copied, "float32") != before
+
+
+def test_damaged_cache_entry_falls_back_to_the_checkpoint(
+    tiny_checkpoint: Callable[[str], Path], cache_dir: Path
+) -> None:
+    load_model(tiny_checkpoint("llama_tied"), cache_dir=cache_dir, progress=False)
+    (entry,) = cache_dir.iterdir()
+    shutil.rmtree(entry / "params")
+    (entry / "params").mkdir()
+    reloaded = load_model(tiny_checkpoint("llama_tied"), cache_dir=cache_dir, progress=False)
+    assert not reloaded.from_cache
+    assert load_model(tiny_checkpoint("llama_tied"), cache_dir=cache_dir, progress=False).from_cache
