@@ -1,7 +1,7 @@
 """Schemathesis fuzzes every operation of the served spec in-process against the ASGI app.
 
-Checks: no server error, only documented status codes and content types, and
-every response body matches its schema (response schemas are closed, so an
+Checks: no server error (but the documented 501 of an unbuilt route), only documented status codes, content types and
+headers, and every response body matches its schema (response schemas are closed, so an
 extra or missing field fails here).
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import schemathesis
 from hypothesis import HealthCheck, settings
-from schemathesis.specs.openapi.checks import (
+from schemathesis.checks import (
     content_type_conformance,
-    not_a_server_error,
+    response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -21,8 +21,23 @@ from pooled.settings import Settings
 from tests.conftest import BASE_URL, StubModel
 
 app = build_app(Settings(), StubModel())
-schema = schemathesis.openapi.from_asgi("/v1/openapi.json", app)
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+schema = schemathesis.openapi.from_asgi("/v1/openapi.json", app, headers={"host": "127.0.0.1:8080"})
+
+
+@schemathesis.check
+def no_server_error(ctx: schemathesis.CheckContext, response: schemathesis.Response, case: schemathesis.Case) -> None:
+    """Any 5xx fails, except the documented 501 of a route whose engine part is not built yet."""
+    if response.status_code >= 500 and response.status_code != 501:
+        raise AssertionError(f"server error {response.status_code}: {response.text[:500]}")
+
+
+CHECKS = [
+    no_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
 
 
 @schema.parametrize()

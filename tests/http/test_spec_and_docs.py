@@ -73,3 +73,11 @@ def test_docs_page_names_no_external_url(client: TestClient) -> None:
 
 def test_unknown_docs_asset_is_404(client: TestClient) -> None:
     assert client.get("/v1/docs/nope.js").status_code == 404
+
+
+def test_swagger_ui_renders_openapi_3_1() -> None:
+    # Swagger UI 4 refuses any `openapi` field but 3.0.x ("Unable to render this definition").
+    from swagger_ui_bundle import swagger_ui_path
+
+    major = int(re.search(r"swagger-ui-(\d+)\.", str(swagger_ui_path)).group(1))  # type: ignore[union-attr]
+    assert major >= 5

@@ -1,0 +1,1 @@
+"""Code generated from spec/ by tools/generate.py; do not edit."""

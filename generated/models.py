@@ -1,0 +1,2746 @@
+"""Pydantic models generated from spec/ by tools/generate.py (datamodel-code-generator); do not edit."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel
+from typing_extensions import TypeAliasType
+
+
+class AnthropicContentBlockDeltaEvent(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["content_block_delta"]
+    index: Annotated[int, Field(ge=0)]
+    delta: AnthropicTextDelta | AnthropicInputJsonDelta | AnthropicThinkingDelta | AnthropicSignatureDelta
+
+
+class AnthropicContentBlockParam(BaseModel):
+    """
+    One content block: `text`, `image`, `document`, `tool_use`, `tool_result`, `thinking` (sent back, with its `signature`, possibly empty), `redacted_thinking`, or server-tool blocks (accepted, sent to the model as text or dropped). One loose schema, since clients vary.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str
+    text: str | None = None
+    cache_control: dict[str, Any] | None = None
+    source: dict[str, Any] | None = None
+    id: str | None = None
+    """
+    A `tool_use` block's id.
+    """
+    name: str | None = None
+    input: Any | None = None
+    """
+    A `tool_use` block's input, a JSON object.
+    """
+    tool_use_id: str | None = None
+    """
+    The `tool_use` a `tool_result` answers.
+    """
+    content: str | list[AnthropicToolResultContentParam] | None = None
+    """
+    A `tool_result`'s content, a string or a list of blocks.
+    """
+    is_error: bool | None = None
+    thinking: str | None = None
+    signature: str | None = None
+    data: str | None = None
+    """
+    A `redacted_thinking` block's data.
+    """
+    citations: dict[str, Any] | list[dict[str, Any]] | None = None
+    title: str | None = None
+    context: str | None = None
+
+
+class AnthropicContentBlockStartEvent(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["content_block_start"]
+    index: Annotated[int, Field(ge=0)]
+    content_block: AnthropicTextBlock | AnthropicToolUseBlock | AnthropicThinkingBlock | AnthropicRedactedThinkingBlock
+
+
+class AnthropicContentBlockStopEvent(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["content_block_stop"]
+    index: Annotated[int, Field(ge=0)]
+
+
+class AnthropicCountTokensRequest(BaseModel):
+    """
+    The prompt parts of a Messages request; counts their tokens as the model would see them.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: str
+    messages: Annotated[list[AnthropicMessageParam], Field(min_length=1)]
+    system: str | list[AnthropicTextBlockParam] | None = None
+    """
+    The system prompt, a string or a list of text blocks (with `cache_control`, which is accepted and ignored).
+    """
+    tools: list[AnthropicToolParam] | None = None
+    tool_choice: AnthropicToolChoiceParam | None = None
+    thinking: AnthropicThinkingParam | None = None
+    context_management: dict[str, Any] | None = None
+    output_config: dict[str, Any] | None = None
+    mcp_servers: list[dict[str, Any]] | None = None
+
+
+class AnthropicCountTokensResponse(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    input_tokens: Annotated[int, Field(ge=0)]
+
+
+class AnthropicError(BaseModel):
+    """
+    The error inside an Anthropic-shaped error body.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal[
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+        "rate_limit_error",
+        "api_error",
+        "overloaded_error",
+        "timeout_error",
+    ]
+    message: str
+
+
+class AnthropicErrorResponse(BaseModel):
+    """
+    The body of every error answer on the Anthropic routes, and the payload of the `error` event of a Messages stream that fails after the 200 was sent.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["error"]
+    error: AnthropicError
+
+
+class AnthropicInputJsonDelta(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["input_json_delta"]
+    partial_json: str
+
+
+class AnthropicMessage(BaseModel):
+    """
+    The answer of a request without `stream`; also the `message` of `message_start` (with empty content and a null stop_reason).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    """
+    `msg_…`
+    """
+    type: Literal["message"]
+    role: Literal["assistant"]
+    content: list[AnthropicTextBlock | AnthropicToolUseBlock | AnthropicThinkingBlock | AnthropicRedactedThinkingBlock]
+    model: str
+    """
+    The served model's id, whatever the request named.
+    """
+    stop_reason: (
+        Literal[
+            "end_turn",
+            "max_tokens",
+            "stop_sequence",
+            "tool_use",
+            "pause_turn",
+            "refusal",
+            "model_context_window_exceeded",
+        ]
+        | None
+    )
+    stop_sequence: str | None
+    """
+    The stop sequence that ended generation, when `stop_reason` is `stop_sequence`.
+    """
+    usage: AnthropicUsage
+
+
+class AnthropicMessageDelta(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    stop_reason: (
+        Literal[
+            "end_turn",
+            "max_tokens",
+            "stop_sequence",
+            "tool_use",
+            "pause_turn",
+            "refusal",
+            "model_context_window_exceeded",
+        ]
+        | None
+    )
+    stop_sequence: str | None
+
+
+class AnthropicMessageDeltaEvent(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["message_delta"]
+    delta: AnthropicMessageDelta
+    usage: AnthropicMessageDeltaUsage
+
+
+class AnthropicMessageDeltaUsage(BaseModel):
+    """
+    Cumulative counts at the end of the message.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    output_tokens: Annotated[int, Field(ge=0)]
+    input_tokens: Annotated[int | None, Field(ge=0)] = None
+    cache_creation_input_tokens: Annotated[int | None, Field(ge=0)] = None
+    cache_read_input_tokens: Annotated[int | None, Field(ge=0)] = None
+
+
+class AnthropicMessageParam(BaseModel):
+    """
+    One message. `role` may be `system` (Claude Code's mid-conversation system messages); turns need not alternate, and the last message need not be the user's (an assistant last message is continued).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    role: Literal["user", "assistant", "system"]
+    content: str | list[AnthropicContentBlockParam]
+
+
+class AnthropicMessageStartEvent(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["message_start"]
+    message: AnthropicMessage
+
+
+class AnthropicMessageStopEvent(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["message_stop"]
+
+
+class AnthropicMessagesRequest(BaseModel):
+    """
+    A Messages request. Unknown fields (`context_management`, `output_config`, …) are accepted and ignored.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: str
+    """
+    Any string is accepted (e.g. `claude-opus-4-8`); the loaded model answers.
+    """
+    messages: Annotated[list[AnthropicMessageParam], Field(min_length=1)]
+    max_tokens: Annotated[int, Field(ge=1)]
+    """
+    Most tokens to generate. Values above the cap (and the room left in the context) are clamped, not refused (Claude Code sends 32000 or 64000).
+    """
+    system: str | list[AnthropicTextBlockParam] | None = None
+    """
+    The system prompt, a string or a list of text blocks (with `cache_control`, which is accepted and ignored).
+    """
+    stream: bool | None = None
+    """
+    Answer as server-sent events, each an `event:` line and a `data:` line.
+    """
+    temperature: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    top_k: Annotated[int | None, Field(ge=0)] = None
+    stop_sequences: list[str] | None = None
+    tools: list[AnthropicToolParam] | None = None
+    tool_choice: AnthropicToolChoiceParam | None = None
+    thinking: AnthropicThinkingParam | None = None
+    metadata: AnthropicMetadataParam | None = None
+    service_tier: str | None = None
+    context_management: dict[str, Any] | None = None
+    output_config: dict[str, Any] | None = None
+    container: str | dict[str, Any] | None = None
+    mcp_servers: list[dict[str, Any]] | None = None
+
+
+class AnthropicMetadataParam(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    user_id: str | None = None
+
+
+class AnthropicModelInfo(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["model"]
+    id: str
+    display_name: str
+    created_at: AwareDatetime
+    """
+    RFC 3339.
+    """
+    lifecycle: Literal["active"]
+    """
+    Needed by the strict types of recent Anthropic SDKs.
+    """
+
+
+class AnthropicModelList(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    data: list[AnthropicModelInfo]
+    has_more: bool
+    first_id: str | None
+    last_id: str | None
+
+
+class AnthropicPingEvent(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["ping"]
+
+
+class AnthropicRedactedThinkingBlock(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["redacted_thinking"]
+    data: str
+
+
+class AnthropicSignatureDelta(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["signature_delta"]
+    signature: str
+
+
+class AnthropicStreamEvent(
+    RootModel[
+        AnthropicMessageStartEvent
+        | AnthropicContentBlockStartEvent
+        | AnthropicContentBlockDeltaEvent
+        | AnthropicContentBlockStopEvent
+        | AnthropicMessageDeltaEvent
+        | AnthropicMessageStopEvent
+        | AnthropicPingEvent
+        | AnthropicErrorResponse
+    ]
+):
+    root: (
+        AnthropicMessageStartEvent
+        | AnthropicContentBlockStartEvent
+        | AnthropicContentBlockDeltaEvent
+        | AnthropicContentBlockStopEvent
+        | AnthropicMessageDeltaEvent
+        | AnthropicMessageStopEvent
+        | AnthropicPingEvent
+        | AnthropicErrorResponse
+    )
+    """
+    The JSON of one `data:` line of a Messages stream; an `event:` line with the same `type` comes before it. The order is message_start, then per block content_block_start, content_block_delta…, content_block_stop, then message_delta (stop_reason and usage) and message_stop. `ping` may come at any point (keep-alive while waiting); `error` ends a stream that fails after the 200.
+    """
+
+
+class AnthropicTextBlock(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["text"]
+    text: str
+
+
+class AnthropicTextBlockParam(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str | None = None
+    """
+    `text`.
+    """
+    text: str
+    cache_control: dict[str, Any] | None = None
+    citations: list[dict[str, Any]] | None = None
+
+
+class AnthropicTextDelta(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["text_delta"]
+    text: str
+
+
+class AnthropicThinkingBlock(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["thinking"]
+    thinking: str
+    signature: str
+    """
+    Opaque; pooled accepts its own (or an empty) signature back.
+    """
+
+
+class AnthropicThinkingDelta(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["thinking_delta"]
+    thinking: str
+
+
+class AnthropicThinkingParam(BaseModel):
+    """
+    `enabled` (with `budget_tokens`), `adaptive` (Claude Code; the model decides) or `disabled`. Turns the chat template's thinking on or off where it can; thinking comes back as `thinking` blocks.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: Annotated[int | None, Field(ge=0)] = None
+    """
+    Most tokens to spend thinking (Anthropic asks for at least 1024; pooled takes any).
+    """
+    display: str | None = None
+
+
+class AnthropicToolChoiceParam(BaseModel):
+    """
+    `auto`, `any` (some tool), `tool` (the one named), or `none`.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class AnthropicToolParam(BaseModel):
+    """
+    A tool: a client tool `{name, description, input_schema}` (no `type`, or `type: "custom"`), or a server tool with a versioned `type` (accepted and not offered to the model).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str | None = None
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    cache_control: dict[str, Any] | None = None
+
+
+class AnthropicToolResultContentParam(BaseModel):
+    """
+    A block inside a `tool_result` (`text`, `image`, `document`, …).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str
+    text: str | None = None
+    source: dict[str, Any] | None = None
+    cache_control: dict[str, Any] | None = None
+
+
+class AnthropicToolUseBlock(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["tool_use"]
+    id: str
+    """
+    `toolu_…`
+    """
+    name: str
+    input: dict[str, Any]
+
+
+class AnthropicUsage(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    input_tokens: Annotated[int, Field(ge=0)]
+    """
+    Prompt tokens not read from the prefix cache.
+    """
+    output_tokens: Annotated[int, Field(ge=0)]
+    cache_creation_input_tokens: Annotated[int | None, Field(ge=0)]
+    cache_read_input_tokens: Annotated[int | None, Field(ge=0)]
+    """
+    Prompt tokens served from the prefix cache.
+    """
+
+
+class ChatChoiceLogprobs(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    content: list[ChatTokenLogprob] | None
+    refusal: list[ChatTokenLogprob] | None
+
+
+class ChatCompletion(BaseModel):
+    """
+    The answer of a request without `stream`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    """
+    `chatcmpl-…`
+    """
+    object: Literal["chat.completion"]
+    created: int
+    """
+    Unix time in seconds.
+    """
+    model: str
+    """
+    The served model's id (as `/v1/models` lists it), whatever the request named.
+    """
+    choices: list[ChatCompletionChoice]
+    usage: CompletionUsage
+    system_fingerprint: str | None
+
+
+class ChatCompletionChoice(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    index: Annotated[int, Field(ge=0)]
+    message: ChatCompletionMessage
+    logprobs: ChatChoiceLogprobs | None
+    finish_reason: Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
+    """
+    `stop` (end of turn or a stop string), `length` (max tokens or the context), `tool_calls`.
+    """
+
+
+class ChatCompletionChunk(BaseModel):
+    """
+    One `data:` line of a streamed answer. The first chunk's delta has `role`; the last choice chunk has a `finish_reason`; with `stream_options.include_usage` a final chunk has empty `choices` and `usage`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[ChatCompletionChunkChoice]
+    usage: CompletionUsage | None = None
+    system_fingerprint: str | None = None
+
+
+class ChatCompletionChunkChoice(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    index: Annotated[int, Field(ge=0)]
+    delta: ChatCompletionChunkDelta
+    logprobs: ChatChoiceLogprobs | None = None
+    finish_reason: Literal["stop", "length", "tool_calls", "content_filter", "function_call"] | None
+
+
+class ChatCompletionChunkDelta(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    """
+    Non-standard (vLLM/DeepSeek style); a piece of the reasoning text.
+    """
+    refusal: str | None = None
+    tool_calls: list[ChatCompletionChunkToolCall] | None = None
+
+
+class ChatCompletionChunkFunctionCall(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ChatCompletionChunkToolCall(BaseModel):
+    """
+    A piece of a tool call; the first piece of a call has `id`, `type` and `function.name`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    index: Annotated[int, Field(ge=0)]
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: ChatCompletionChunkFunctionCall | None = None
+
+
+class ChatCompletionCustomCall(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    name: str
+    input: str
+
+
+class ChatCompletionCustomToolCall(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    type: Literal["custom"]
+    custom: ChatCompletionCustomCall
+
+
+class ChatCompletionFunctionCall(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    name: str
+    arguments: str
+    """
+    The arguments as a JSON string.
+    """
+
+
+class ChatCompletionFunctionToolCall(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    """
+    `call_…`
+    """
+    type: Literal["function"]
+    function: ChatCompletionFunctionCall
+
+
+class ChatCompletionMessage(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    role: Literal["assistant"]
+    content: str | None
+    refusal: str | None
+    tool_calls: list[ChatCompletionFunctionToolCall | ChatCompletionCustomToolCall] | None = None
+    reasoning_content: str | None = None
+    """
+    Non-standard (vLLM/DeepSeek style); the model's reasoning (thinking) text, apart from `content`.
+    """
+
+
+class ChatCompletionRequest(BaseModel):
+    """
+    A Chat Completions request. Unknown fields are accepted and ignored. Sampling runs on the device.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: str | None = None
+    """
+    Any string is accepted; the loaded model answers. The answer's `model` is the served model's id.
+    """
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    max_tokens: Annotated[int | None, Field(ge=1)] = None
+    """
+    Deprecated alias of `max_completion_tokens`. Values above the cap (and the room left in the context) are clamped, not refused.
+    """
+    max_completion_tokens: Annotated[int | None, Field(ge=1)] = None
+    """
+    Most tokens to generate. Values above the cap (and the room left in the context) are clamped, not refused.
+    """
+    temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
+    top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    top_k: Annotated[int | None, Field(ge=-1)] = None
+    """
+    Extension (vLLM). Sample from the k most likely tokens; 0 or -1 means all.
+    """
+    min_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    """
+    Extension (vLLM). Drop tokens less likely than `min_p` times the most likely one.
+    """
+    repetition_penalty: Annotated[float | None, Field(gt=0.0)] = None
+    """
+    Extension (vLLM). Multiplicative penalty on tokens already in the prompt or output; 1 is off.
+    """
+    frequency_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
+    presence_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
+    n: Annotated[int | None, Field(ge=1, le=128)] = None
+    """
+    Choices to generate. Each choice is one decode lane; more than the engine's decode lanes is a 400.
+    """
+    stream: bool | None = None
+    """
+    Answer as server-sent events of `chat.completion.chunk` objects, ended by `data: [DONE]`.
+    """
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    """
+    Up to 16 strings where generation stops (more are clamped to the first 16); each at most 1,024 bytes and 4,096 bytes in all, else 400. The stop string is not part of the output.
+    """
+    seed: int | None = None
+    """
+    Makes sampling reproducible. Without it each request draws its own seed.
+    """
+    logprobs: bool | None = None
+    """
+    Return the log probability of each output token. Not allowed with `stream` (400).
+    """
+    top_logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
+    """
+    With `logprobs`, also return this many most likely tokens at each position.
+    """
+    logit_bias: dict[str, LogitBiasAdditionalProperty] | None = None
+    tools: list[ChatTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | ChatNamedToolChoice | None = None
+    """
+    `none`, `auto` or `required`, or an object naming one tool (`{"type": "function", "function": {"name": …}}`, `{"type": "custom", "custom": {"name": …}}`) or `{"type": "allowed_tools", …}`.
+    """
+    parallel_tool_calls: bool | None = None
+    response_format: ChatResponseFormat | None = None
+    reasoning_effort: str | None = None
+    """
+    Accepted (`none`, `minimal`, `low`, `medium`, `high`, `xhigh`, …); `none` turns thinking off where the chat template can.
+    """
+    chat_template_kwargs: dict[str, Any] | None = None
+    """
+    Extension (vLLM). Extra variables for the chat template, e.g. `{"enable_thinking": false}`.
+    """
+    user: str | None = None
+    metadata: dict[str, Any] | None = None
+    store: bool | None = None
+    """
+    Accepted and ignored; chat completions are never stored.
+    """
+    service_tier: str | None = None
+    """
+    Accepted and ignored.
+    """
+    prompt_cache_key: str | None = None
+    """
+    Accepted and ignored; the prefix cache is automatic.
+    """
+    safety_identifier: str | None = None
+    verbosity: str | None = None
+    modalities: list[str] | None = None
+    functions: list[dict[str, Any]] | None = None
+    """
+    Deprecated; accepted as function tools.
+    """
+    function_call: str | dict[str, Any] | None = None
+    """
+    Deprecated; accepted as `tool_choice`.
+    """
+
+
+class ChatContentPart(BaseModel):
+    """
+    One part of a message's content: `text`, `image_url`, `input_audio`, `file` or `refusal`. Image parts are a 400 when the served model has no vision front end.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str
+    text: str | None = None
+    image_url: dict[str, Any] | None = None
+    input_audio: dict[str, Any] | None = None
+    file: dict[str, Any] | None = None
+    refusal: str | None = None
+
+
+class ChatCustomCallParam(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    name: str | None = None
+    input: str | None = None
+
+
+class ChatCustomToolDefinition(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    name: str
+    description: str | None = None
+    format: dict[str, Any] | None = None
+
+
+class ChatFunctionCallParam(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    name: str | None = None
+    arguments: str | None = None
+    """
+    The arguments as a JSON string (as the model produced them).
+    """
+
+
+class ChatFunctionDefinition(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+    """
+    Accepted; with `strict` true the arguments are constrained to the schema where the engine can.
+    """
+
+
+class ChatJsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    name: str | None = None
+    description: str | None = None
+    schema_: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
+    strict: bool | None = None
+
+
+class ChatMessage(BaseModel):
+    """
+    One message of the conversation. One schema for every role, since clients vary: content may be a string, an array of parts, or null/empty next to `tool_calls`; assistant messages may carry `reasoning_content` back.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[ChatContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ChatMessageToolCallParam] | None = None
+    tool_call_id: str | None = None
+    """
+    On a `tool` message, the id of the call it answers.
+    """
+    reasoning_content: str | None = None
+    """
+    Non-standard (vLLM/DeepSeek); an assistant message's reasoning, sent back by clients.
+    """
+    reasoning: str | None = None
+    """
+    Non-standard alias of `reasoning_content`.
+    """
+    refusal: str | None = None
+    function_call: dict[str, Any] | None = None
+    """
+    Deprecated assistant function call.
+    """
+
+
+class ChatMessageToolCallParam(BaseModel):
+    """
+    A tool call on an assistant message sent back by the client (`function` or `custom`).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: str | None = None
+    type: str | None = None
+    function: ChatFunctionCallParam | None = None
+    custom: ChatCustomCallParam | None = None
+    index: int | None = None
+
+
+class ChatNamedToolChoice(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str
+    function: dict[str, Any] | None = None
+    custom: dict[str, Any] | None = None
+    allowed_tools: dict[str, Any] | None = None
+
+
+class ChatResponseFormat(BaseModel):
+    """
+    `{"type": "text"}`, `{"type": "json_object"}`, or `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`; JSON output is constrained on the device. A schema the engine cannot constrain to is a 400.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: ChatJsonSchemaFormat | None = None
+
+
+class ChatTokenLogprob(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[ChatTopLogprob]
+
+
+class ChatTool(BaseModel):
+    """
+    A tool the model may call. `function` tools are served; `custom` (free-form input) tools too. Other types are accepted and ignored.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str
+    """
+    `function` or `custom`.
+    """
+    function: ChatFunctionDefinition | None = None
+    custom: ChatCustomToolDefinition | None = None
+
+
+class ChatTopLogprob(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class Completion(BaseModel):
+    """
+    The answer of a request without `stream`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    """
+    `cmpl-…`
+    """
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: CompletionUsage
+    system_fingerprint: str | None
+
+
+class CompletionChoice(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    index: Annotated[int, Field(ge=0)]
+    text: str
+    logprobs: CompletionLogprobs | None
+    finish_reason: Literal["stop", "length", "content_filter"]
+
+
+class CompletionChunk(BaseModel):
+    """
+    One `data:` line of a streamed completion.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChunkChoice]
+    usage: CompletionUsage | None = None
+    system_fingerprint: str | None = None
+
+
+class CompletionChunkChoice(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    index: Annotated[int, Field(ge=0)]
+    text: str
+    logprobs: CompletionLogprobs | None
+    finish_reason: Literal["stop", "length", "content_filter"] | None
+
+
+class CompletionLogprobs(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    """
+    Null for the first prompt token under `echo` (it has no context).
+    """
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
+class CompletionRequest(BaseModel):
+    """
+    A text completion request. Unknown fields are accepted and ignored.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: str | None = None
+    """
+    Any string is accepted; the loaded model answers.
+    """
+    prompt: str | list[str] | list[int] | list[list[int]]
+    """
+    The prompt: a string, an array of strings (one completion each), an array of token ids, or an array of token-id arrays. An empty prompt is a 400.
+    """
+    suffix: str | None = None
+    """
+    Text that comes after the completion (fill-in-the-middle). Accepted; pooled may answer 400 where it cannot honour it.
+    """
+    max_tokens: Annotated[int | None, Field(ge=0)] = None
+    """
+    Most tokens to generate (default 16). Values above the cap are clamped, not refused.
+    """
+    temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
+    top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    top_k: Annotated[int | None, Field(ge=-1)] = None
+    """
+    Extension (vLLM). 0 or -1 means all tokens.
+    """
+    min_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    """
+    Extension (vLLM).
+    """
+    repetition_penalty: Annotated[float | None, Field(gt=0.0)] = None
+    """
+    Extension (vLLM); 1 is off.
+    """
+    frequency_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
+    presence_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
+    n: Annotated[int | None, Field(ge=1, le=128)] = None
+    """
+    Completions per prompt. More than the engine's decode lanes is a 400.
+    """
+    best_of: Annotated[int | None, Field(ge=0, le=20)] = None
+    """
+    Accepted; pooled may answer 400 for a value other than 1 or `n`.
+    """
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    """
+    Up to 16 strings where generation stops (more are clamped to the first 16); each at most 1,024 bytes and 4,096 bytes in all, else 400. The stop string is not part of the output.
+    """
+    seed: int | None = None
+    logprobs: Annotated[int | None, Field(ge=0, le=5)] = None
+    """
+    Return the log probabilities of this many most likely tokens at each position. Not allowed with `stream` (400).
+    """
+    echo: bool | None = None
+    """
+    Put the prompt before the completion in `text`.
+    """
+    logit_bias: dict[str, LogitBiasAdditionalProperty] | None = None
+    user: str | None = None
+
+
+class CompletionTokensDetails(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    reasoning_tokens: Annotated[int, Field(ge=0)]
+    """
+    Completion tokens spent on reasoning (thinking) text.
+    """
+
+
+class CompletionUsage(BaseModel):
+    """
+    Token counts of one request.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    prompt_tokens: Annotated[int, Field(ge=0)]
+    completion_tokens: Annotated[int, Field(ge=0)]
+    total_tokens: Annotated[int, Field(ge=0)]
+    prompt_tokens_details: PromptTokensDetails
+    completion_tokens_details: CompletionTokensDetails | None = None
+
+
+class CreateResponseRequest(BaseModel):
+    """
+    A Responses request. Unknown fields (e.g. Codex's `client_metadata`) are accepted and ignored. `input` may be absent when `previous_response_id` names a stored response.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: str | None = None
+    """
+    Any string is accepted; the loaded model answers.
+    """
+    input: str | list[ResponseInputItemParam] | None = None
+    """
+    A string (one user message), or a list of input items.
+    """
+    instructions: str | None = None
+    """
+    A system message put before the input. Not carried over from `previous_response_id`.
+    """
+    previous_response_id: str | None = None
+    """
+    A response this process stored; its input and output come before `input`. Unknown or expired is a 400 with code `previous_response_not_found` and param `previous_response_id`.
+    """
+    tools: list[ResponseToolParam] | None = None
+    tool_choice: Literal["none", "auto", "required"] | ResponseToolChoiceObjectParam | None = None
+    """
+    `none`, `auto` or `required`, or an object naming one tool (`{"type": "function", "name": …}`, `{"type": "custom", "name": …}`, `{"type": "allowed_tools", …}`).
+    """
+    parallel_tool_calls: bool | None = None
+    max_output_tokens: Annotated[int | None, Field(ge=1)] = None
+    """
+    Most tokens to generate, reasoning included. Values above the cap (and the room left in the context) are clamped, not refused.
+    """
+    max_tool_calls: Annotated[int | None, Field(ge=0)] = None
+    temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
+    top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    top_logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
+    reasoning: ResponseReasoningParam | None = None
+    text: ResponseTextParam | None = None
+    store: bool | None = None
+    """
+    Store the response in memory (default true) for `previous_response_id` and GET. Stored responses are dropped after an hour unused, or when the store is full.
+    """
+    stream: bool | None = None
+    """
+    Answer as server-sent events (`event:` and `data:` lines), ending with `response.completed`, `response.incomplete` or `response.failed`.
+    """
+    stream_options: ResponseStreamOptionsParam | None = None
+    include: list[str] | None = None
+    """
+    Accepted (e.g. `reasoning.encrypted_content`); pooled has nothing extra to include.
+    """
+    metadata: dict[str, str] | None = None
+    """
+    String pairs, echoed on the Response.
+    """
+    truncation: str | None = None
+    """
+    `disabled` (default) or `auto`. Accepted; a prompt over the context is a 400 either way.
+    """
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    """
+    Accepted and ignored; the prefix cache is automatic.
+    """
+    prompt_cache_retention: str | None = None
+    service_tier: str | None = None
+    background: bool | None = None
+    """
+    Accepted; background mode is not served, so true is a 400.
+    """
+    prompt: dict[str, Any] | None = None
+    """
+    Prompt templates are not served; accepted only as null.
+    """
+    conversation: str | dict[str, Any] | None = None
+    """
+    Conversations are not served; accepted only as null.
+    """
+    context_management: list[dict[str, Any]] | None = None
+    """
+    Accepted and ignored.
+    """
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: str | None = None
+    tokens: list[int]
+    """
+    Token ids; an id outside the vocabulary is a 400.
+    """
+
+
+class DetokenizeResponse(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    prompt: str
+
+
+class EmbeddingObject(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    object: Literal["embedding"]
+    index: Annotated[int, Field(ge=0)]
+    embedding: list[float] | str
+    """
+    The vector, or with `encoding_format` `base64` its float32 bytes in base64.
+    """
+
+
+class EmbeddingRequest(BaseModel):
+    """
+    An embeddings request. Served by an embedding encoder, or by a decoder whose family has an embedding pass.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: str | None = None
+    """
+    Any string is accepted; the loaded model answers.
+    """
+    input: str | list[str] | list[int] | list[list[int]]
+    """
+    A string, an array of strings, an array of token ids, or an array of token-id arrays. Empty input is a 400.
+    """
+    encoding_format: Literal["float", "base64"] | None = None
+    """
+    `float` (default) or `base64` (little-endian float32, base64-encoded).
+    """
+    dimensions: Annotated[int | None, Field(ge=1)] = None
+    """
+    Truncate each embedding to this many dimensions (then re-normalise). More than the model has is a 400.
+    """
+    user: str | None = None
+
+
+class EmbeddingResponse(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    object: Literal["list"]
+    data: list[EmbeddingObject]
+    model: str
+    usage: EmbeddingUsage
+
+
+class EmbeddingUsage(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    prompt_tokens: Annotated[int, Field(ge=0)]
+    total_tokens: Annotated[int, Field(ge=0)]
+
+
+class Health(BaseModel):
+    """
+    The full status, for scripts. Given when the server has no token, or the caller sent it.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    ok: bool
+    """
+    The process answers and its engine is not dead.
+    """
+    state: Literal["loading", "serving", "draining", "dead"]
+    """
+    `loading` (the model is being read, compiled or warmed up), `serving`, `draining` (a shutdown lets in-flight requests finish), `dead` (the engine thread has ended; see `cause` and `reason`).
+    """
+    ready: bool
+    """
+    The model is loaded and can answer.
+    """
+    model: str | None
+    """
+    The id `/v1/models` lists, or null before the model is known.
+    """
+    ctx: Annotated[int | None, Field(ge=1)]
+    """
+    The context the server runs, in tokens, or null before it is settled.
+    """
+    queue: Annotated[int, Field(ge=0)]
+    """
+    Requests waiting or running.
+    """
+    served: Annotated[int, Field(ge=0)]
+    """
+    Requests answered since start.
+    """
+    progress: HealthProgress | None
+    """
+    While loading, how far it got; null otherwise.
+    """
+    cause: str | None
+    """
+    When dead, what ended the engine (`panicked`, `fault`, …); null otherwise.
+    """
+    reason: str | None
+    """
+    When dead, a sentence saying why; null otherwise.
+    """
+    engine: HealthEngine | None
+    """
+    The engine plan it settled on; null while loading.
+    """
+
+
+class HealthEngine(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    decode_lanes: Annotated[int, Field(ge=1)]
+    """
+    Requests (or choices) decoded at once.
+    """
+    buckets: list[int]
+    """
+    The prefill lengths compiled ahead, in tokens.
+    """
+    compiles_after_startup: Annotated[int, Field(ge=0)]
+    """
+    XLA compilations since serving began (should stay 0).
+    """
+    kv_pages: HealthKvPages
+
+
+class HealthKvPages(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    total: Annotated[int, Field(ge=0)]
+    used: Annotated[int, Field(ge=0)]
+
+
+class HealthMinimal(BaseModel):
+    """
+    What a caller without the token gets when the server has one.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    ok: Literal[True]
+
+
+class HealthProgress(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    stage: str
+    """
+    e.g. `reading`, `compiling`, `warmup`.
+    """
+    done: Annotated[int, Field(ge=0)]
+    total: Annotated[int | None, Field(ge=0)]
+    """
+    Null when not known yet.
+    """
+
+
+LogitBiasAdditionalProperty = TypeAliasType("LogitBiasAdditionalProperty", Annotated[float, Field(ge=-100.0, le=100.0)])
+
+
+class Metrics(BaseModel):
+    """
+    Counters, gauges and histogram summaries as JSON, named as vLLM names them. `requests_running` and `requests_served_total` (counted by the HTTP layer) are always present; the other fields listed are present once the engine reports them. More (e.g. histogram summaries such as time to first token) may be added without notice.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    requests_running: Annotated[int, Field(ge=0)]
+    requests_waiting: Annotated[int | None, Field(ge=0)] = None
+    requests_refused_total: Annotated[int | None, Field(ge=0)] = None
+    """
+    Requests refused with 429/503/529 (queue full, engine full, not ready).
+    """
+    requests_served_total: Annotated[int, Field(ge=0)]
+    prompt_tokens_total: Annotated[int | None, Field(ge=0)] = None
+    generation_tokens_total: Annotated[int | None, Field(ge=0)] = None
+    prefix_cache_queries_total: Annotated[int | None, Field(ge=0)] = None
+    """
+    Prompt tokens looked up in the prefix cache.
+    """
+    prefix_cache_hits_total: Annotated[int | None, Field(ge=0)] = None
+    """
+    Prompt tokens found in the prefix cache.
+    """
+    kv_cache_usage_perc: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    """
+    Fraction of KV cache pages in use, 0 to 1 (named as vLLM names it).
+    """
+    compiles_after_startup_total: Annotated[int | None, Field(ge=0)] = None
+
+
+class OpenAIError(BaseModel):
+    """
+    The error inside an OpenAI-shaped error body.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    message: str
+    """
+    A sentence for humans saying what went wrong.
+    """
+    type: str
+    """
+    The error class, e.g. `invalid_request_error`, `authentication_error`, `permission_error`, `not_found_error`, `rate_limit_error`, `server_error`, `engine_full`, `not_implemented`.
+    """
+    param: str | None
+    """
+    The request field the error is about, or null.
+    """
+    code: str | None
+    """
+    A machine-readable code, e.g. `context_length_exceeded`, `engine_full`, `not_implemented`, `model_not_found`, or null.
+    """
+
+
+class OpenAIErrorResponse(BaseModel):
+    """
+    The body of every error answer on the OpenAI routes, and the payload of the error chunk that ends a Chat Completions or Completions stream that fails after the 200 was sent (no `data: [DONE]` follows it).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    error: OpenAIError
+
+
+class ChatCompletionStreamPayload(RootModel[ChatCompletionChunk | OpenAIErrorResponse]):
+    root: ChatCompletionChunk | OpenAIErrorResponse
+    """
+    The JSON of one `data:` line of a Chat Completions stream: a chunk, or an error object that ends a stream failing after the 200 (no `data: [DONE]` follows an error). A stream that succeeds ends with the line `data: [DONE]`, which is not JSON.
+    """
+
+
+class CompletionStreamPayload(RootModel[CompletionChunk | OpenAIErrorResponse]):
+    root: CompletionChunk | OpenAIErrorResponse
+    """
+    The JSON of one `data:` line of a Completions stream: a chunk, or an error object that ends a stream failing after the 200. A stream that succeeds ends with `data: [DONE]`, which is not JSON.
+    """
+
+
+class OpenAIModel(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    """
+    `pooled/<name>`
+    """
+    object: Literal["model"]
+    created: int
+    """
+    Unix time in seconds when the model was loaded.
+    """
+    owned_by: str
+    max_model_len: Annotated[int, Field(ge=1)]
+    """
+    Extension (vLLM). The context the server runs, in tokens.
+    """
+    decode_lanes: Annotated[int, Field(ge=1)]
+    """
+    Extension. How many requests (or choices) the engine decodes at once.
+    """
+
+
+class OpenAIModelList(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    object: Literal["list"]
+    data: list[OpenAIModel]
+    """
+    The loaded model; empty until it is ready.
+    """
+
+
+class OpenApiDocument(BaseModel):
+    """
+    The OpenAPI 3.1 document of this server (this spec, bundled).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+
+
+class PromptTokensDetails(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    cached_tokens: Annotated[int, Field(ge=0)]
+    """
+    Prompt tokens served from the prefix cache.
+    """
+
+
+class RerankDocument(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    text: str
+
+
+class RerankDocumentParam(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    text: str
+
+
+class RerankRequest(BaseModel):
+    """
+    A rerank request, in the vLLM/Jina/Cohere shape. Served by a cross-encoder, or a model whose family has a scoring pass.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: str | None = None
+    """
+    Any string is accepted; the loaded model answers.
+    """
+    query: str
+    documents: list[str | RerankDocumentParam]
+    """
+    The documents to score against the query; strings, or objects with `text` (Cohere/Jina).
+    """
+    top_n: Annotated[int | None, Field(ge=1)] = None
+    """
+    Return only the n best results (all when absent; more than the documents is all).
+    """
+    return_documents: bool | None = None
+    """
+    Include each document's text in its result (default true).
+    """
+
+
+class RerankResponse(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    """
+    `rerank-…`
+    """
+    model: str
+    results: list[RerankResult]
+    """
+    Best first.
+    """
+    usage: RerankUsage
+
+
+class RerankResult(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    index: Annotated[int, Field(ge=0)]
+    """
+    The document's position in the request.
+    """
+    relevance_score: float
+    document: RerankDocument | None = None
+
+
+class RerankUsage(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    total_tokens: Annotated[int, Field(ge=0)]
+
+
+class ResponseCompletedEvent(BaseModel):
+    """
+    Last event of a finished response: status `completed`, the full output and `usage`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.completed"]
+    response: ResponseObject
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseContentPartAddedEvent(BaseModel):
+    """
+    A content part of a message (or reasoning) item starts, empty.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.content_part.added"]
+    item_id: str
+    output_index: Annotated[int, Field(ge=0)]
+    content_index: Annotated[int, Field(ge=0)]
+    part: ResponseOutputText | ResponseOutputRefusal | ResponseReasoningText
+    """
+    A content part as the content_part events carry it.
+    """
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseContentPartDoneEvent(BaseModel):
+    """
+    A content part is complete.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.content_part.done"]
+    item_id: str
+    output_index: Annotated[int, Field(ge=0)]
+    content_index: Annotated[int, Field(ge=0)]
+    part: ResponseOutputText | ResponseOutputRefusal | ResponseReasoningText
+    """
+    A content part as the content_part events carry it.
+    """
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseCreatedEvent(BaseModel):
+    """
+    First event: the response, `in_progress`, with empty output.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.created"]
+    response: ResponseObject
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseCustomToolCall(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    """
+    `ctc_…`
+    """
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    namespace: str | None = None
+    input: str
+    """
+    The free-form input the model produced.
+    """
+
+
+class ResponseCustomToolCallInputDeltaEvent(BaseModel):
+    """
+    A piece of a custom tool call's input.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.custom_tool_call_input.delta"]
+    item_id: str
+    output_index: Annotated[int, Field(ge=0)]
+    delta: str
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseCustomToolCallInputDoneEvent(BaseModel):
+    """
+    A custom tool call's whole input.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.custom_tool_call_input.done"]
+    item_id: str
+    output_index: Annotated[int, Field(ge=0)]
+    input: str
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseCustomToolCallOutputItem(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    type: Literal["custom_tool_call_output"]
+    call_id: str
+    output: str | list[ResponseInputText | ResponseInputImage | ResponseInputFile]
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class ResponseDeleted(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    object: Literal["response"]
+    deleted: Literal[True]
+
+
+class ResponseErrorEvent(BaseModel):
+    """
+    An error after the 200 was sent; a `response.failed` event follows it.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["error"]
+    code: str | None
+    message: str
+    param: str | None
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseErrorInfo(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    code: str
+    """
+    e.g. `server_error`, `rate_limit_exceeded`, `invalid_prompt`.
+    """
+    message: str
+
+
+class ResponseFailedEvent(BaseModel):
+    """
+    Last event of a response that failed after the 200: status `failed`, with `error`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.failed"]
+    response: ResponseObject
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseFunctionCallArgumentsDeltaEvent(BaseModel):
+    """
+    A piece of a function call's arguments.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.function_call_arguments.delta"]
+    item_id: str
+    output_index: Annotated[int, Field(ge=0)]
+    delta: str
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseFunctionCallArgumentsDoneEvent(BaseModel):
+    """
+    A function call's whole arguments.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.function_call_arguments.done"]
+    item_id: str
+    output_index: Annotated[int, Field(ge=0)]
+    name: str
+    arguments: str
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseFunctionCallOutputItem(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | list[ResponseInputText | ResponseInputImage | ResponseInputFile]
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
+class ResponseFunctionToolCall(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    """
+    `fc_…`
+    """
+    type: Literal["function_call"]
+    call_id: str
+    """
+    `call_…`; a `function_call_output` item answers it.
+    """
+    name: str
+    namespace: str | None = None
+    """
+    The `namespace` tool the function belongs to, when it came from one.
+    """
+    arguments: str
+    """
+    The arguments as a JSON string.
+    """
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
+class ResponseInProgressEvent(BaseModel):
+    """
+    Second event: the same response.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.in_progress"]
+    response: ResponseObject
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseIncompleteDetails(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    reason: Literal["max_output_tokens", "content_filter"]
+
+
+class ResponseIncompleteEvent(BaseModel):
+    """
+    Last event of a response cut short (max_output_tokens or the context): status `incomplete`, with `incomplete_details` and `usage`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.incomplete"]
+    response: ResponseObject
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseInputContentParam(BaseModel):
+    """
+    One content part: `input_text`, `input_image`, `input_file`, `output_text` and `refusal` (on assistant messages sent back), `reasoning_text` and `summary_text` (in reasoning items sent back).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str
+    text: str | None = None
+    refusal: str | None = None
+    image_url: str | None = None
+    file_id: str | None = None
+    file_data: str | None = None
+    file_url: str | None = None
+    filename: str | None = None
+    detail: str | None = None
+    annotations: list[dict[str, Any]] | None = None
+    logprobs: list[dict[str, Any]] | None = None
+
+
+class ResponseInputFile(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["input_file"]
+    file_id: str | None = None
+    file_data: str | None = None
+    file_url: str | None = None
+    filename: str | None = None
+
+
+class ResponseInputImage(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["input_image"]
+    image_url: str | None
+    file_id: str | None
+    detail: Literal["low", "high", "auto", "original"]
+
+
+class ResponseInputItemList(BaseModel):
+    """
+    A page of a stored response's input items.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    object: Literal["list"]
+    data: list[
+        ResponseInputMessageItem
+        | ResponseOutputMessage
+        | ResponseFunctionToolCall
+        | ResponseFunctionCallOutputItem
+        | ResponseCustomToolCall
+        | ResponseCustomToolCallOutputItem
+        | ResponseReasoningItem
+    ]
+    first_id: str | None
+    """
+    The first item's id; null when `data` is empty.
+    """
+    last_id: str | None
+    """
+    The last item's id; null when `data` is empty.
+    """
+    has_more: bool
+
+
+class ResponseInputItemParam(BaseModel):
+    """
+    One input item. One loose schema for every item type, since clients vary: messages with or without `type`/`id`/`status` (roles `user`, `assistant`, `system`, `developer`; content a string or a list of parts), and items the server sent earlier echoed back (`function_call`, `function_call_output`, `custom_tool_call`, `custom_tool_call_output`, `reasoning`). An item without `type` is a message.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str | None = None
+    """
+    `message` when absent.
+    """
+    id: str | None = None
+    status: str | None = None
+    role: Literal["user", "assistant", "system", "developer"] | None = None
+    content: str | list[ResponseInputContentParam] | None = None
+    call_id: str | None = None
+    name: str | None = None
+    namespace: str | None = None
+    arguments: str | None = None
+    input: str | None = None
+    """
+    A `custom_tool_call`'s free-form input.
+    """
+    output: str | list[ResponseInputContentParam] | None = None
+    """
+    A `function_call_output` or `custom_tool_call_output`'s output.
+    """
+    summary: list[ResponseInputContentParam] | None = None
+    """
+    A `reasoning` item's summary parts.
+    """
+    encrypted_content: str | None = None
+
+
+class ResponseInputMessageItem(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    type: Literal["message"]
+    role: Literal["user", "system", "developer"]
+    status: Literal["in_progress", "completed", "incomplete"]
+    content: list[ResponseInputText | ResponseInputImage | ResponseInputFile]
+
+
+class ResponseInputText(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["input_text"]
+    text: str
+
+
+class ResponseInputTokens(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    object: Literal["response.input_tokens"]
+    input_tokens: Annotated[int, Field(ge=0)]
+
+
+class ResponseInputTokensDetails(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    cached_tokens: Annotated[int, Field(ge=0)]
+    """
+    Input tokens served from the prefix cache.
+    """
+    cache_write_tokens: Annotated[int, Field(ge=0)]
+    """
+    Always 0 (the strict SDK types need the field).
+    """
+
+
+class ResponseInputTokensRequest(BaseModel):
+    """
+    The parts of a Responses request that make up the prompt; counts its tokens without generating.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: str | None = None
+    input: str | list[ResponseInputItemParam] | None = None
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    tools: list[ResponseToolParam] | None = None
+    tool_choice: Literal["none", "auto", "required"] | ResponseToolChoiceObjectParam | None = None
+    """
+    `none`, `auto` or `required`, or an object naming one tool (`{"type": "function", "name": …}`, `{"type": "custom", "name": …}`, `{"type": "allowed_tools", …}`).
+    """
+    parallel_tool_calls: bool | None = None
+    reasoning: ResponseReasoningParam | None = None
+    text: ResponseTextParam | None = None
+    truncation: str | None = None
+    conversation: str | dict[str, Any] | None = None
+
+
+class ResponseLogprob(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    token: str
+    logprob: float
+    bytes: list[int]
+    top_logprobs: list[ResponseTopLogprob]
+
+
+class ResponseNamespaceMemberParam(BaseModel):
+    """
+    A tool inside a `namespace` tool (not nested further).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str | None = None
+    name: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+    format: dict[str, Any] | None = None
+
+
+class ResponseObject(BaseModel):
+    """
+    A model response (OpenAI's `Response`), as answered, streamed in lifecycle events, and stored.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    """
+    `resp_…`
+    """
+    object: Literal["response"]
+    created_at: int
+    """
+    Unix time in seconds.
+    """
+    completed_at: int | None = None
+    status: Literal["completed", "failed", "in_progress", "cancelled", "queued", "incomplete"]
+    error: ResponseErrorInfo | None
+    incomplete_details: ResponseIncompleteDetails | None
+    instructions: str | None
+    max_output_tokens: int | None = None
+    max_tool_calls: int | None = None
+    model: str
+    """
+    The served model's id, whatever the request named.
+    """
+    output: list[ResponseOutputMessage | ResponseFunctionToolCall | ResponseCustomToolCall | ResponseReasoningItem]
+    parallel_tool_calls: bool
+    previous_response_id: str | None = None
+    reasoning: ResponseReasoningConfig | None = None
+    store: bool | None = None
+    temperature: float | None
+    top_p: float | None
+    top_logprobs: int | None = None
+    text: ResponseTextConfig | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any]
+    """
+    The request's `tool_choice`, as given (`auto` by default).
+    """
+    tools: list[dict[str, Any]]
+    """
+    The request's tools, as given.
+    """
+    truncation: str | None = None
+    usage: ResponseUsage | None
+    """
+    Token counts; null until the response is finished.
+    """
+    user: str | None = None
+    metadata: dict[str, str] | None
+    background: bool | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+
+
+class ResponseOutputItemAddedEvent(BaseModel):
+    """
+    An output item starts (status `in_progress`, empty content).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.output_item.added"]
+    output_index: Annotated[int, Field(ge=0)]
+    item: ResponseOutputMessage | ResponseFunctionToolCall | ResponseCustomToolCall | ResponseReasoningItem
+    """
+    One item of a response's output.
+    """
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseOutputItemDoneEvent(BaseModel):
+    """
+    An output item is complete.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.output_item.done"]
+    output_index: Annotated[int, Field(ge=0)]
+    item: ResponseOutputMessage | ResponseFunctionToolCall | ResponseCustomToolCall | ResponseReasoningItem
+    """
+    One item of a response's output.
+    """
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseOutputMessage(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    """
+    `msg_…`
+    """
+    type: Literal["message"]
+    role: Literal["assistant"]
+    status: Literal["in_progress", "completed", "incomplete"]
+    content: list[ResponseOutputText | ResponseOutputRefusal]
+
+
+class ResponseOutputRefusal(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["refusal"]
+    refusal: str
+
+
+class ResponseOutputText(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["output_text"]
+    text: str
+    annotations: list[dict[str, Any]]
+    """
+    Always empty.
+    """
+    logprobs: list[ResponseLogprob]
+    """
+    Empty unless `top_logprobs` (or `include` of `message.output_text.logprobs`) asked for them.
+    """
+
+
+class ResponseOutputTextDeltaEvent(BaseModel):
+    """
+    A piece of output text.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.output_text.delta"]
+    item_id: str
+    output_index: Annotated[int, Field(ge=0)]
+    content_index: Annotated[int, Field(ge=0)]
+    delta: str
+    logprobs: list[ResponseLogprob]
+    """
+    Empty unless logprobs were asked for.
+    """
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseOutputTextDoneEvent(BaseModel):
+    """
+    The whole output text of a part.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.output_text.done"]
+    item_id: str
+    output_index: Annotated[int, Field(ge=0)]
+    content_index: Annotated[int, Field(ge=0)]
+    text: str
+    logprobs: list[ResponseLogprob]
+    """
+    Empty unless logprobs were asked for.
+    """
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseOutputTokensDetails(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    reasoning_tokens: Annotated[int, Field(ge=0)]
+
+
+class ResponseReasoningConfig(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    effort: str | None
+    summary: str | None
+
+
+class ResponseReasoningItem(BaseModel):
+    """
+    The model's reasoning (thinking) text, as `content` parts; `summary` is empty (no summariser).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    """
+    `rs_…`
+    """
+    type: Literal["reasoning"]
+    summary: list[ResponseSummaryText]
+    content: list[ResponseReasoningText] | None = None
+    encrypted_content: str | None
+    """
+    Always null.
+    """
+    status: Literal["in_progress", "completed", "incomplete"] | None = None
+
+
+class ResponseReasoningParam(BaseModel):
+    """
+    `effort` `none` turns thinking off where the chat template can; `summary` is accepted (reasoning comes back as `reasoning_text`, not summarised).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    effort: str | None = None
+    summary: str | None = None
+    generate_summary: str | None = None
+
+
+class ResponseReasoningSummaryPartAddedEvent(BaseModel):
+    """
+    A reasoning summary part starts.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.reasoning_summary_part.added"]
+    item_id: str
+    output_index: Annotated[int, Field(ge=0)]
+    summary_index: Annotated[int, Field(ge=0)]
+    part: ResponseSummaryText
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseReasoningSummaryPartDoneEvent(BaseModel):
+    """
+    A reasoning summary part is complete.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.reasoning_summary_part.done"]
+    item_id: str
+    output_index: Annotated[int, Field(ge=0)]
+    summary_index: Annotated[int, Field(ge=0)]
+    part: ResponseSummaryText
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseReasoningSummaryTextDeltaEvent(BaseModel):
+    """
+    A piece of reasoning summary text.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.reasoning_summary_text.delta"]
+    item_id: str
+    output_index: Annotated[int, Field(ge=0)]
+    summary_index: Annotated[int, Field(ge=0)]
+    delta: str
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseReasoningSummaryTextDoneEvent(BaseModel):
+    """
+    The whole text of a reasoning summary part.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.reasoning_summary_text.done"]
+    item_id: str
+    output_index: Annotated[int, Field(ge=0)]
+    summary_index: Annotated[int, Field(ge=0)]
+    text: str
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseReasoningText(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class ResponseReasoningTextDeltaEvent(BaseModel):
+    """
+    A piece of reasoning text.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.reasoning_text.delta"]
+    item_id: str
+    output_index: Annotated[int, Field(ge=0)]
+    content_index: Annotated[int, Field(ge=0)]
+    delta: str
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseReasoningTextDoneEvent(BaseModel):
+    """
+    The whole reasoning text of a part.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.reasoning_text.done"]
+    item_id: str
+    output_index: Annotated[int, Field(ge=0)]
+    content_index: Annotated[int, Field(ge=0)]
+    text: str
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseRefusalDeltaEvent(BaseModel):
+    """
+    A piece of refusal text.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.refusal.delta"]
+    item_id: str
+    output_index: Annotated[int, Field(ge=0)]
+    content_index: Annotated[int, Field(ge=0)]
+    delta: str
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseRefusalDoneEvent(BaseModel):
+    """
+    The whole refusal text.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["response.refusal.done"]
+    item_id: str
+    output_index: Annotated[int, Field(ge=0)]
+    content_index: Annotated[int, Field(ge=0)]
+    refusal: str
+    sequence_number: Annotated[int, Field(ge=0)]
+    """
+    The event's position in the stream, from 0.
+    """
+
+
+class ResponseStreamEvent(
+    RootModel[
+        ResponseCreatedEvent
+        | ResponseInProgressEvent
+        | ResponseCompletedEvent
+        | ResponseIncompleteEvent
+        | ResponseFailedEvent
+        | ResponseOutputItemAddedEvent
+        | ResponseOutputItemDoneEvent
+        | ResponseContentPartAddedEvent
+        | ResponseContentPartDoneEvent
+        | ResponseOutputTextDeltaEvent
+        | ResponseOutputTextDoneEvent
+        | ResponseRefusalDeltaEvent
+        | ResponseRefusalDoneEvent
+        | ResponseFunctionCallArgumentsDeltaEvent
+        | ResponseFunctionCallArgumentsDoneEvent
+        | ResponseCustomToolCallInputDeltaEvent
+        | ResponseCustomToolCallInputDoneEvent
+        | ResponseReasoningTextDeltaEvent
+        | ResponseReasoningTextDoneEvent
+        | ResponseReasoningSummaryPartAddedEvent
+        | ResponseReasoningSummaryPartDoneEvent
+        | ResponseReasoningSummaryTextDeltaEvent
+        | ResponseReasoningSummaryTextDoneEvent
+        | ResponseErrorEvent
+    ]
+):
+    root: (
+        ResponseCreatedEvent
+        | ResponseInProgressEvent
+        | ResponseCompletedEvent
+        | ResponseIncompleteEvent
+        | ResponseFailedEvent
+        | ResponseOutputItemAddedEvent
+        | ResponseOutputItemDoneEvent
+        | ResponseContentPartAddedEvent
+        | ResponseContentPartDoneEvent
+        | ResponseOutputTextDeltaEvent
+        | ResponseOutputTextDoneEvent
+        | ResponseRefusalDeltaEvent
+        | ResponseRefusalDoneEvent
+        | ResponseFunctionCallArgumentsDeltaEvent
+        | ResponseFunctionCallArgumentsDoneEvent
+        | ResponseCustomToolCallInputDeltaEvent
+        | ResponseCustomToolCallInputDoneEvent
+        | ResponseReasoningTextDeltaEvent
+        | ResponseReasoningTextDoneEvent
+        | ResponseReasoningSummaryPartAddedEvent
+        | ResponseReasoningSummaryPartDoneEvent
+        | ResponseReasoningSummaryTextDeltaEvent
+        | ResponseReasoningSummaryTextDoneEvent
+        | ResponseErrorEvent
+    )
+    """
+    The JSON of one `data:` line of a Responses stream. Each is preceded by an `event:` line with its `type`. A text answer streams created, in_progress, output_item.added, content_part.added, output_text.delta…, output_text.done, content_part.done, output_item.done, completed; no `data: [DONE]` follows.
+    """
+
+
+class ResponseStreamOptionsParam(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    include_obfuscation: bool | None = None
+    """
+    Accepted and ignored (pooled never pads events).
+    """
+
+
+class ResponseSummaryText(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["summary_text"]
+    text: str
+
+
+class ResponseTextConfig(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    format: ResponseTextFormat
+    verbosity: str | None = None
+
+
+class ResponseTextFormat(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    description: str | None = None
+    schema_: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
+    strict: bool | None = None
+
+
+class ResponseTextFormatParam(BaseModel):
+    """
+    `{"type": "text"}`, `{"type": "json_object"}` or `{"type": "json_schema", "name", "schema", "strict"}`; JSON output is constrained on the device.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    description: str | None = None
+    schema_: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
+    strict: bool | None = None
+
+
+class ResponseTextParam(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    format: ResponseTextFormatParam | None = None
+    verbosity: str | None = None
+
+
+class ResponseToolChoiceObjectParam(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str
+    name: str | None = None
+    mode: str | None = None
+    tools: list[dict[str, Any]] | None = None
+
+
+class ResponseToolParam(BaseModel):
+    """
+    A tool. `function` and `custom` (free-form input, e.g. Codex's `apply_patch` with a grammar format) are served; `namespace` groups function tools, which are served under their names; other types (`web_search`, `tool_search`, …) are accepted and not offered to the model.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str
+    name: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+    format: dict[str, Any] | None = None
+    tools: list[ResponseNamespaceMemberParam] | None = None
+    """
+    A `namespace` tool's member tools.
+    """
+
+
+class ResponseTopLogprob(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class ResponseUsage(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    input_tokens: Annotated[int, Field(ge=0)]
+    input_tokens_details: ResponseInputTokensDetails
+    output_tokens: Annotated[int, Field(ge=0)]
+    output_tokens_details: ResponseOutputTokensDetails
+    total_tokens: Annotated[int, Field(ge=0)]
+
+
+class StreamOptions(BaseModel):
+    """
+    Options for a streamed answer; only with `stream` true.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    include_usage: bool | None = None
+    """
+    Send one more chunk before `data: [DONE]` with `usage` set and no choices; every other chunk has `usage` null.
+    """
+    include_obfuscation: bool | None = None
+    """
+    Accepted and ignored (pooled never pads chunks).
+    """
+    continuous_usage_stats: bool | None = None
+    """
+    vLLM extension; accepted and ignored.
+    """
+
+
+class TokenizeChatRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: str | None = None
+    messages: list[ChatMessage]
+    add_generation_prompt: bool | None = True
+    """
+    End with the template's opening of an assistant turn.
+    """
+    continue_final_message: bool | None = False
+    """
+    Leave the last (assistant) message open, to be continued.
+    """
+    add_special_tokens: bool | None = False
+    """
+    Add special tokens on top of the template's (the template usually has them).
+    """
+    tools: list[ChatTool] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    return_token_strs: bool | None = None
+
+
+class TokenizeCompletionRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: str | None = None
+    prompt: str
+    add_special_tokens: bool | None = True
+    """
+    Add the tokenizer's special tokens (e.g. BOS).
+    """
+    return_token_strs: bool | None = None
+    """
+    Also return each token's text.
+    """
+
+
+class TokenizeRequest(RootModel[TokenizeCompletionRequest | TokenizeChatRequest]):
+    root: TokenizeCompletionRequest | TokenizeChatRequest
+    """
+    Either a prompt to tokenize as is, or chat messages to render with the chat template first.
+    """
+
+
+class TokenizeResponse(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    count: Annotated[int, Field(ge=0)]
+    max_model_len: Annotated[int, Field(ge=1)]
+    """
+    The context the server runs, in tokens.
+    """
+    tokens: list[int]
+    token_strs: list[str] | None = None
