@@ -53,3 +53,16 @@ def test_cached_decode_matches_full_forward(
         logits, kv_cache = model.forward(tokens[:, t : t + 1], positions[:, t : t + 1], kv_cache)
         steps.append(logits)
     np.testing.assert_allclose(np.concatenate(steps, axis=1), expected["logits"], atol=1e-4, rtol=0)
+
+
+def test_context_extension_through_load_model(
+    tiny_checkpoint: Callable[[str], Path], cache_dir: Path, golden: Callable[[str], dict]
+) -> None:
+    expected = golden("llama_tied")
+    model = load_model(
+        tiny_checkpoint("llama_tied"), cache_dir=cache_dir, progress=False, context_length=256, rope_scaling="yarn"
+    )
+    assert model.config.context_length == 256 and model.config.rope_scaling.factor == 4.0
+    logits, _ = model.forward(expected["tokens"], expected["positions"])
+    assert np.isfinite(np.asarray(logits)).all()
+    assert not np.allclose(np.asarray(logits), expected["logits"], atol=1e-2)  # YaRN really changed the rotation
