@@ -128,6 +128,15 @@ def test_instruction_budget(tokenizer: Tokenizer, source: str) -> None:
         "{% set ns = namespace(s='xx') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
         "{{ (messages[0].content ~ messages[0].content) | replace('h', 'hhhhhhhh') }}",
         "{{ 10 ** 100000000 }}",
+        "{{ 'x' | center(10000000000) }}",
+        "{{ 'x'.ljust(10000000000) }}",
+        "{{ '%9999999999s' % 'x' }}",
+        "{{ '{:>9999999999}'.format('x') }}",
+        "{{ messages[0].content.replace('h', messages[0].content) }}",
+        "{{ (messages[0].content | list) | join(messages[0].content) }}",
+        "{{ messages[0].content.join(messages[0].content | list) }}",
+        "{{ messages | tojson(indent=1000) }}",
+        "{{ ('a\n' * 3000) | indent(1000) }}",
     ],
 )
 def test_output_size_budget(tokenizer: Tokenizer, source: str) -> None:
