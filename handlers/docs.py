@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from fastapi import Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from swagger_ui_bundle import swagger_ui_path
 
+import generated
 from handlers.errors import ApiError
 
 DOCS_PATH = "/v1/docs/"
@@ -49,7 +49,7 @@ window.ui = SwaggerUIBundle({
 
 @cache
 def openapi_document() -> dict[str, Any]:
-    text = resources.files("generated").joinpath("openapi.json").read_text(encoding="utf-8")
+    text = (Path(generated.__file__).parent / "openapi.json").read_text(encoding="utf-8")
     document: dict[str, Any] = json.loads(text)
     return document
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -23,10 +24,12 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[str]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
+    # The installed entry point, run from elsewhere: what a user runs, not the source tree.
     process = subprocess.Popen(
-        [sys.executable, "-m", "pooled.cli", "serve", "--port", str(port)],
+        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port)],
+        cwd=tmp_path_factory.mktemp("cwd"),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
