@@ -1,0 +1,131 @@
+"""The seam between the engine and the request handlers: token ids in, token ids out.
+
+The engine never sees text, chat templates or JSON. A handler turns a request into a
+`GenerationRequest`, calls `Engine.submit(request, sink)` and receives `EngineEvent`s on `sink`
+(called on the engine thread, so the sink must be cheap and thread-safe). Per row, the events are
+zero or more `Tokens` followed by exactly one `Finished`; a `Failed` ends the whole request instead.
+`submit` raises `QueueFull`, `RequestRefused` or `EngineUnavailable` synchronously, so a refusal
+never reaches the sink.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import numpy as np
+
+MAX_TOKENS_CAP = 32768
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0  # 0 = greedy
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0
+    min_p: float = 0.0
+    # HF/vLLM semantics (divide positive logits, multiply negative) over prompt+output tokens.
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0  # OpenAI semantics over output tokens
+    frequency_penalty: float = 0.0  # OpenAI semantics over output tokens
+    logit_bias: Mapping[int, float] = field(default_factory=dict)  # token id -> bias (-100 bans)
+    # None: drawn from the OS; with a seed a row is reproducible alone or batched.
+    seed: int | None = None
+    # None: no logprobs; k >= 0: logprob of each chosen token plus its top-k alternatives.
+    logprobs: int | None = None
+    ignore_eos: bool = False
+
+
+class Constraint(Protocol):
+    """Guided decoding for one row (built by handlers, e.g. from llguidance); host-side."""
+
+    def fill_mask(self, out: np.ndarray) -> None:
+        """Write the allowed-token bitmask, int32[ceil(V/32)] (bit i of word w allows 32*w + i)."""
+        ...
+
+    def accept(self, token_id: int) -> None:
+        """Advance by the chosen token."""
+        ...
+
+    def is_finished(self) -> bool:
+        """Grammar complete: the row ends with reason "stop"."""
+        ...
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt_ids: tuple[int, ...]
+    sampling: SamplingParams
+    max_tokens: int  # the engine clamps it to the context left and to MAX_TOKENS_CAP
+    n: int = 1  # rows sharing the prompt's KV pages; n > decode lanes is refused
+    # Besides the model's own EOS/end-of-turn ids (unless ignore_eos).
+    stop_token_ids: frozenset[int] = frozenset()
+    constraint: Callable[[], Constraint] | None = None  # a factory: one Constraint per row
+    # time.monotonic() after which the request ends with reason "timeout".
+    deadline: float | None = None
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]  # (token id, logprob) best first, len == SamplingParams.logprobs
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    cached_prompt_tokens: int  # prompt tokens served from the prefix cache (not prefilled)
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """One or more new tokens of one row."""
+
+    row: int
+    token_ids: tuple[int, ...]
+    logprobs: tuple[TokenLogprob, ...] | None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """One row is done; after all n rows finish, no more events for the request."""
+
+    row: int
+    reason: Literal["stop", "length", "cancelled", "timeout"]
+    stop_token_id: int | None  # the token that stopped it (not included in Tokens), if any
+    usage: Usage  # this row's completion tokens; prompt counts are the request's
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The whole request failed; no more events follow."""
+
+    kind: Literal["refused", "unavailable", "fault"]  # → HTTP 400 / 503 / 500
+    message: str
+
+
+EngineEvent = Tokens | Finished | Failed
+
+
+class QueueFull(Exception):
+    """Raised by submit(): the wait queue (max_queue) is full."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__(f"engine full; retry after {retry_after_s} s")
+        self.retry_after_s = retry_after_s
+
+
+class RequestRefused(Exception):
+    """Raised by submit(): invalid on its face (prompt over the context, n > lanes, empty prompt)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class EngineUnavailable(Exception):
+    """Raised by submit(): not serving (loading, draining, dead)."""
