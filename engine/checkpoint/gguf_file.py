@@ -98,7 +98,7 @@ _Transform = Callable[[np.ndarray], np.ndarray]
 def read_gguf(path: Path) -> RawCheckpoint:
     """Open `path`; raise `CheckpointError` if it is not a complete GGUF file of a supported model."""
     reader = _open_reader(path)
-    metadata = {key: field.contents() for key, field in reader.fields.items()}
+    metadata = _metadata(reader)
     hf_config = _hf_config(metadata, {tensor.name for tensor in reader.tensors}, path)
     return RawCheckpoint(
         hf_config=hf_config,
@@ -108,6 +108,15 @@ def read_gguf(path: Path) -> RawCheckpoint:
         chat_template=metadata.get("tokenizer.chat_template"),
         gguf_metadata=metadata,
     )
+
+
+def read_gguf_metadata(path: Path, prefix: str = "") -> dict[str, Any]:
+    """The metadata entries whose keys start with `prefix` (e.g. "tokenizer."), without tensors."""
+    return _metadata(_open_reader(path), prefix)
+
+
+def _metadata(reader: GGUFReader, prefix: str = "") -> dict[str, Any]:
+    return {key: field.contents() for key, field in reader.fields.items() if key.startswith(prefix)}
 
 
 class GGUFTensors(Mapping[str, np.ndarray]):

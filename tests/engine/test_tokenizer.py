@@ -5,8 +5,8 @@ import json
 from pathlib import Path
 
 import pytest
-from gguf import GGUFReader
 
+from engine.checkpoint.gguf_file import read_gguf_metadata
 from engine.tokenizer import IncrementalDetokenizer, Tokenizer
 from engine.tokenizer.gguf_vocab import tokenizer_from_gguf
 
@@ -19,13 +19,12 @@ CASES = GOLDEN["cases"]
 
 @pytest.fixture(scope="module")
 def metadata() -> dict:
-    reader = GGUFReader(SMOLLM2_GGUF)
-    return {key: field.contents() for key, field in reader.fields.items() if key.startswith("tokenizer.")}
+    return read_gguf_metadata(SMOLLM2_GGUF, prefix="tokenizer.")
 
 
 @pytest.fixture(scope="module")
-def tokenizer(metadata: dict) -> Tokenizer:
-    return Tokenizer.from_gguf_metadata(metadata)
+def tokenizer() -> Tokenizer:
+    return Tokenizer.from_gguf_file(SMOLLM2_GGUF)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[repr(c["text"][:24]) for c in CASES])
