@@ -94,12 +94,17 @@ _BLOCK_NAME = re.compile(r"blk\.(?P<layer>\d+)\.(?P<part>\w+)\.(?P<suffix>weight
 
 _Transform = Callable[[np.ndarray], np.ndarray]
 
+# Llama 3.1+ GGUFs carry their rope scaling as one divisor per rotary frequency in this tensor.
+ROPE_FACTORS_TENSOR = "rope_freqs.weight"
+# The pre-extension context llama.cpp's converter assumes for Llama 3 scaling; the file does not record it.
+LLAMA3_ORIGINAL_CONTEXT = 8192
+
 
 def read_gguf(path: Path) -> RawCheckpoint:
     """Open `path`; raise `CheckpointError` if it is not a complete GGUF file of a supported model."""
     reader = _open_reader(path)
     metadata = _metadata(reader)
-    hf_config = _hf_config(metadata, {tensor.name for tensor in reader.tensors}, path)
+    hf_config = _hf_config(metadata, {tensor.name: tensor for tensor in reader.tensors}, path)
     return RawCheckpoint(
         hf_config=hf_config,
         tensors=GGUFTensors(reader.tensors, hf_config, path),
@@ -133,6 +138,8 @@ class GGUFTensors(Mapping[str, np.ndarray]):
             self._add(tensor, hf_config, path)
 
     def _add(self, tensor: ReaderTensor, hf_config: dict, path: Path) -> None:
+        if tensor.name == ROPE_FACTORS_TENSOR:  # part of the config, not a weight
+            return
         if tensor.name in _GLOBAL_TENSORS:
             self._entries[_GLOBAL_TENSORS[tensor.name]] = (tensor, None, None)
             return
@@ -189,15 +196,12 @@ def _open_reader(path: Path) -> GGUFReader:
         raise CheckpointError(f"{path}: truncated or corrupt GGUF file ({detail})") from error
 
 
-def _hf_config(metadata: dict[str, Any], tensor_names: set[str], path: Path) -> dict:
+def _hf_config(metadata: dict[str, Any], tensors: Mapping[str, ReaderTensor], path: Path) -> dict:
     arch = metadata.get("general.architecture")
     if arch not in HF_ARCHITECTURES:
         raise CheckpointError(
             f"{path}: GGUF architecture {arch!r} is not supported; supported: {', '.join(HF_ARCHITECTURES)}"
         )
-    if "rope_freqs.weight" in tensor_names:
-        # Llama 3.1+ stores its rope scaling as per-frequency factors that HF configs cannot express.
-        raise CheckpointError(f"{path}: per-frequency rope factors (rope_freqs.weight) are not supported yet")
     architecture, model_type = HF_ARCHITECTURES[arch]
     config: dict[str, Any] = {"architectures": [architecture], "model_type": model_type}
     for gguf_key, hf_key in _ARCH_CONFIG_KEYS.items():
@@ -210,11 +214,16 @@ def _hf_config(metadata: dict[str, Any], tensor_names: set[str], path: Path) -> 
     config.setdefault("head_dim", config["hidden_size"] // config["num_attention_heads"])
     config.setdefault("rope_theta", 10000.0)
     config.setdefault("vocab_size", len(metadata.get("tokenizer.ggml.tokens", ())))
-    config["tie_word_embeddings"] = "output.weight" not in tensor_names
+    config["tie_word_embeddings"] = "output.weight" not in tensors
     if model_type == "qwen3_moe":
         # llama.cpp always renormalises the chosen experts' weights for this family.
         config["norm_topk_prob"] = True
-    rope_scaling = _rope_scaling(metadata, arch, path)
+    if ROPE_FACTORS_TENSOR in tensors:
+        factors = np.array(dequantize(tensors[ROPE_FACTORS_TENSOR].data, tensors[ROPE_FACTORS_TENSOR].tensor_type))
+        rotary_dim = metadata.get(f"{arch}.rope.dimension_count", config["head_dim"])
+        rope_scaling = _llama3_rope_scaling(factors, config["rope_theta"], rotary_dim, path)
+    else:
+        rope_scaling = _rope_scaling(metadata, arch, path)
     if rope_scaling is not None:
         config["rope_scaling"] = rope_scaling
     return config
@@ -229,4 +238,35 @@ def _rope_scaling(metadata: dict[str, Any], arch: str, path: Path) -> dict | Non
     scaling: dict[str, Any] = {"rope_type": kind, "factor": metadata[f"{arch}.rope.scaling.factor"]}
     if f"{arch}.rope.scaling.original_context_length" in metadata:
         scaling["original_max_position_embeddings"] = metadata[f"{arch}.rope.scaling.original_context_length"]
+    return scaling
+
+
+def _llama3_rope_scaling(factors: np.ndarray, base: float, rotary_dim: int, path: Path) -> dict | None:
+    """The HF `llama3` rope parameters that produce llama.cpp's per-frequency divisors.
+
+    Between the two cut-off wavelengths the divisor is 1 / ((1 - s) / factor + s) with
+    s = (original / wavelength - low) / (high - low), linear in 1 / wavelength: a straight-line fit
+    over those frequencies gives `low` and `high` for the assumed original context.
+    """
+    factor = float(factors.max())
+    if factor <= 1.0:
+        return None
+    wavelength = 2 * np.pi * base ** (np.arange(0, rotary_dim, 2) / rotary_dim)
+    medium = (factors > 1.0 + 1e-6) & (factors < factor * (1 - 1e-6))
+    if wavelength.shape != factors.shape or medium.sum() < 2:
+        raise CheckpointError(f"{path}: {ROPE_FACTORS_TENSOR} does not follow Llama 3 rope scaling")
+    smooth = (1 / factors[medium] - 1 / factor) / (1 - 1 / factor)
+    slope, intercept = np.polyfit(1 / wavelength[medium], smooth, 1)
+    span = LLAMA3_ORIGINAL_CONTEXT / slope
+    low = float(-intercept * span)
+    scaling = {
+        "rope_type": "llama3",
+        "factor": factor,
+        "low_freq_factor": low,
+        "high_freq_factor": float(low + span),
+        "original_max_position_embeddings": LLAMA3_ORIGINAL_CONTEXT,
+    }
+    ramp = np.clip((LLAMA3_ORIGINAL_CONTEXT / wavelength - low) / span, 0.0, 1.0)
+    if not np.allclose(1 / ((1 - ramp) / factor + ramp), factors, rtol=1e-4):
+        raise CheckpointError(f"{path}: {ROPE_FACTORS_TENSOR} does not follow Llama 3 rope scaling")
     return scaling

@@ -1,6 +1,7 @@
 """read_gguf: the bundled SmolLM2 file, tiny GGUFs written here, and broken files."""
 
 import importlib.util
+import math
 from pathlib import Path
 
 import gguf
@@ -56,7 +57,7 @@ def test_smollm2_tensors_have_hf_names_and_shapes(smollm2: RawCheckpoint) -> Non
 
 
 def _write_gguf(
-    path: Path, arch: str, config: dict[str, int], tensors: dict[str, tuple[np.ndarray, GGMLQuantizationType]]
+    path: Path, arch: str, config: dict[str, int | float], tensors: dict[str, tuple[np.ndarray, GGMLQuantizationType]]
 ) -> Path:
     writer = gguf.GGUFWriter(path, arch)
     writer.add_block_count(config["layers"])
@@ -68,7 +69,7 @@ def _write_gguf(
     writer.add_context_length(64)
     for key, value in config.items():
         if key.startswith(f"{arch}."):
-            writer.add_uint32(key, value)
+            (writer.add_float32 if isinstance(value, float) else writer.add_uint32)(key, value)
     for name, (array, qtype) in tensors.items():
         data = array if qtype == GGMLQuantizationType.F32 else gguf.quants.quantize(array, qtype)
         writer.add_tensor(name, data, raw_dtype=qtype)
@@ -105,6 +106,47 @@ def test_llama_q_and_k_rows_are_restored(tmp_path: Path) -> None:
     np.testing.assert_array_equal(checkpoint.tensors["model.layers.0.self_attn.q_proj.weight"], q)
     np.testing.assert_array_equal(checkpoint.tensors["model.layers.0.self_attn.k_proj.weight"], k)
     assert checkpoint.hf_config["tie_word_embeddings"] is False and "lm_head.weight" in checkpoint.tensors
+
+
+def _llama3_rope_factors(base: float, dim: int, factor: float, low: float, high: float, original: int) -> np.ndarray:
+    """llama.cpp's converter: one divisor per rotary frequency (see its `LlamaModel.generate_extra_tensors`)."""
+    wavelengths = 2 * math.pi * base ** (np.arange(0, dim, 2) / dim)
+    divisors = []
+    for wavelength in wavelengths:
+        if wavelength < original / high:
+            divisors.append(1.0)
+        elif wavelength > original / low:
+            divisors.append(factor)
+        else:
+            smooth = (original / wavelength - low) / (high - low)
+            divisors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(divisors, np.float32)
+
+
+@pytest.mark.parametrize(("factor", "low", "high"), [(8.0, 1.0, 4.0), (32.0, 1.0, 4.0), (16.0, 2.0, 8.0)])
+def test_llama3_rope_factors_become_rope_scaling(tmp_path: Path, factor: float, low: float, high: float) -> None:
+    divisors = _llama3_rope_factors(500000.0, 128, factor, low, high, 8192)
+    path = _write_gguf(
+        tmp_path / "llama3.gguf",
+        "llama",
+        {
+            "layers": 1,
+            "hidden": 32,
+            "ffn": 64,
+            "heads": 4,
+            "kv_heads": 2,
+            "llama.rope.dimension_count": 128,
+            "llama.rope.freq_base": 500000.0,
+        },
+        {"rope_freqs.weight": (divisors, GGMLQuantizationType.F32)},
+    )
+    checkpoint = read_gguf(path)
+    scaling = checkpoint.hf_config["rope_scaling"]
+    assert scaling["rope_type"] == "llama3" and scaling["original_max_position_embeddings"] == 8192
+    assert scaling["factor"] == factor
+    assert scaling["low_freq_factor"] == pytest.approx(low, rel=1e-3)
+    assert scaling["high_freq_factor"] == pytest.approx(high, rel=1e-3)
+    assert "rope_freqs.weight" not in checkpoint.tensors and len(checkpoint.tensors) == 0
 
 
 @pytest.mark.parametrize(
