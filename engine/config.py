@@ -173,7 +173,7 @@ def with_context(config: ModelConfig, ctx: int, rope_scaling: str | None) -> Mod
     if rope_scaling is None:
         if ctx > trained:
             raise CheckpointError(
-                f"--ctx {ctx} exceeds the trained context {trained}; pass a RoPE scaling override "
+                f"--ctx {ctx} exceeds the trained context {trained}; pass --rope-scaling "
                 f"({', '.join(CONTEXT_EXTENSION_KINDS)}) to extend it"
             )
         return replace(config, context_length=ctx)

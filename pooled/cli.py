@@ -11,7 +11,7 @@ import uvicorn
 
 from pooled import settings as settings_module
 from pooled.app import build_app
-from pooled.loading import load_model
+from pooled.loading import load_serving
 from pooled.model_host import ModelHost, ModelNotFound, resolve_model_path
 
 log = logging.getLogger("pooled")
@@ -31,7 +31,7 @@ def serve(settings: settings_module.Settings) -> int:
     except ModelNotFound as error:
         log.error("%s", error)
         return 2
-    host = ModelHost(settings, path, load_model)
+    host = ModelHost(settings, path, load_serving)
     app = build_app(settings, host)
     host.start()
     log.info("listening on http://%s:%d (model %s loading)", settings.host, settings.port, host.model_id)

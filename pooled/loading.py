@@ -1,31 +1,68 @@
-"""The load step that `ModelHost` runs on its thread: checkpoint → ready model."""
+"""The load step that `ModelHost` runs on its thread: checkpoint → model, tokenizer, template.
+
+The weight dtype `auto` resolves per backend: float32 on the CPU (XLA's CPU
+backend ran the batch-1 decode step several times slower with bf16 weights; see
+docs/BENCHMARKS.md) and bfloat16 on accelerators.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+import jax
+
 from engine.checkpoint.errors import CheckpointError
+from engine.checkpoint.loader import LoadedModel, load_model
+from engine.tokenizer import ChatTemplate, Tokenizer
 from pooled.model_host import LoadResult
 from pooled.settings import Settings
 
 
-def _trained_context(path: Path) -> int:
-    if path.is_dir():
-        config_path = path / "config.json"
-        if not config_path.is_file():
-            raise CheckpointError(f"{path}: no config.json in the safetensors directory")
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    else:
-        from engine.checkpoint.gguf_file import read_gguf
+@dataclass(frozen=True)
+class LoadedServing:
+    """Everything the HTTP side serves from, once loaded."""
 
-        config = read_gguf(path).hf_config
-    return int(config["max_position_embeddings"])
+    model: LoadedModel
+    tokenizer: Tokenizer
+    chat_template: ChatTemplate | None
 
 
-def load_model(path: Path, settings: Settings, report: Callable[[str, int, int], None]) -> LoadResult:
-    report("reading checkpoint", 0, 1)
-    trained = _trained_context(path)
-    report("reading checkpoint", 1, 1)
-    return LoadResult(ctx=settings.ctx or trained, handle=None)
+def resolve_dtype(requested: str, backend: str) -> str:
+    if requested != "auto":
+        return requested
+    return "float32" if backend == "cpu" else "bfloat16"
+
+
+def _devices(count: int | None) -> list[jax.Device]:
+    devices = jax.devices()
+    if count is None:
+        return devices
+    if not 1 <= count <= len(devices):
+        raise CheckpointError(f"--devices {count} asked for, but this machine has {len(devices)}")
+    return devices[:count]
+
+
+def _tokenizer(model: LoadedModel) -> Tokenizer:
+    if model.source.suffix == ".gguf":
+        return Tokenizer.from_gguf_file(model.source)
+    if model.tokenizer_dir is None:
+        raise CheckpointError(f"{model.source}: no tokenizer.json next to the weights")
+    return Tokenizer.from_directory(model.tokenizer_dir)
+
+
+def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int], None]) -> LoadResult:
+    report("loading weights", 0, 2)
+    model = load_model(
+        path,
+        dtype=resolve_dtype(settings.dtype, jax.default_backend()),
+        devices=_devices(settings.devices),
+        context_length=settings.ctx,
+        rope_scaling=settings.rope_scaling,
+    )
+    report("loading tokenizer", 1, 2)
+    tokenizer = _tokenizer(model)
+    template = ChatTemplate(model.chat_template, tokenizer) if model.chat_template else None
+    report("ready", 2, 2)
+    return LoadResult(ctx=model.config.context_length, handle=LoadedServing(model, tokenizer, template))

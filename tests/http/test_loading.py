@@ -1,0 +1,44 @@
+"""The server's load step on the default model: context, rope scaling, dtype, clear refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.checkpoint.errors import CheckpointError
+from pooled.loading import LoadedServing, load_serving, resolve_dtype
+from pooled.model_host import default_model_path
+from pooled.settings import Settings
+
+
+def load(tmp_path: Path, **overrides: object) -> tuple[int, LoadedServing]:
+    settings = Settings(**overrides)  # type: ignore[arg-type]
+    result = load_serving(default_model_path(), settings, lambda stage, done, total: None)
+    assert isinstance(result.handle, LoadedServing)
+    return result.ctx, result.handle
+
+
+def test_default_context_is_the_trained_length(tmp_path: Path) -> None:
+    ctx, serving = load(tmp_path)
+    assert ctx == 8192
+    assert serving.chat_template is not None
+    assert serving.tokenizer.encode("Hello") != []
+
+
+def test_context_beyond_training_needs_rope_scaling(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="--rope-scaling"):
+        load(tmp_path, ctx=32768)
+    ctx, _ = load(tmp_path, ctx=32768, rope_scaling="yarn")
+    assert ctx == 32768
+
+
+def test_auto_dtype_per_backend() -> None:
+    assert resolve_dtype("auto", "cpu") == "float32"
+    assert resolve_dtype("auto", "gpu") == "bfloat16"
+    assert resolve_dtype("bfloat16", "cpu") == "bfloat16"
+
+
+def test_too_many_devices_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="--devices 64"):
+        load(tmp_path, devices=64)
