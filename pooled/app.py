@@ -16,11 +16,15 @@ from pooled.guards import Guards
 from pooled.settings import Settings
 
 
-def build_app(settings: Settings, model: ModelService) -> ASGIApp:
+def server_context(settings: Settings, model: ModelService) -> ServerContext:
+    """The state handlers share: the model, the response store, the request counters."""
+    responses = ResponseStore(settings.stored_responses, settings.stored_responses_bytes, settings.stored_response_idle)
+    return ServerContext(model=model, port=settings.port, created=int(time.time()), responses=responses)
+
+
+def build_app(settings: Settings, server: ServerContext) -> ASGIApp:
     """The served app; FastAPI's own schema and docs are off, as the spec is served instead."""
     app = FastAPI(title="pooled", openapi_url=None, docs_url=None, redoc_url=None)
-    responses = ResponseStore(settings.stored_responses, settings.stored_responses_bytes, settings.stored_response_idle)
-    server = ServerContext(model=model, port=settings.port, created=int(time.time()), responses=responses)
     app.state.context = server
     app.include_router(router)
     errors.install(app)

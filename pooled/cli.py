@@ -10,9 +10,10 @@ from collections.abc import Sequence
 import uvicorn
 
 from pooled import settings as settings_module
-from pooled.app import build_app
+from pooled.app import build_app, server_context
 from pooled.loading import load_serving
 from pooled.model_host import ModelHost, ModelNotFound, resolve_model_path
+from pooled.server import DrainingServer
 
 log = logging.getLogger("pooled")
 
@@ -32,10 +33,11 @@ def serve(settings: settings_module.Settings) -> int:
         log.error("%s", error)
         return 2
     host = ModelHost(settings, path, load_serving)
-    app = build_app(settings, host)
+    context = server_context(settings, host)
+    config = uvicorn.Config(build_app(settings, context), host=settings.host, port=settings.port, log_level="info")
     host.start()
     log.info("listening on http://%s:%d (model %s loading)", settings.host, settings.port, host.model_id)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", timeout_graceful_shutdown=30)
+    DrainingServer(config, host, context.counters, settings.drain_grace).run()
     return 0
 
 

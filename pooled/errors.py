@@ -18,37 +18,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import Scope
 
-from handlers.errors import ApiError
+from handlers.errors import ApiError, anthropic_error_body, openai_error_body
 
 log = logging.getLogger(__name__)
-
-OPENAI_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "invalid_request_error",
-    429: "rate_limit_error",
-    500: "server_error",
-    501: "not_implemented_error",
-    503: "service_unavailable_error",
-    504: "timeout_error",
-}
-ANTHROPIC_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    501: "api_error",
-    503: "overloaded_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
 
 NOT_SERVED = {
     "/v1/responses/compact": "Response compaction is not served by pooled; Codex falls back to summarising itself.",
@@ -81,20 +53,8 @@ def error_response(
     headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     """The error answer for `scope`'s path, in that API's shape."""
-    if is_anthropic(scope):
-        body: dict[str, object] = {
-            "type": "error",
-            "error": {"type": ANTHROPIC_TYPES.get(status, "api_error"), "message": message},
-        }
-    else:
-        body = {
-            "error": {
-                "message": message,
-                "type": OPENAI_TYPES.get(status, "server_error"),
-                "param": param,
-                "code": code,
-            }
-        }
+    error = ApiError(status, message, code, param)
+    body = anthropic_error_body(error) if is_anthropic(scope) else openai_error_body(error)
     return JSONResponse(body, status_code=status, headers=dict(headers or {}))
 
 

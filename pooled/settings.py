@@ -80,6 +80,9 @@ class Settings:
     )
     stored_responses_bytes: int = setting(64 * MIB, int, "Bytes of stored responses kept in memory, at most.")
     stored_response_idle: float = setting(3600.0, float, "Seconds a stored response is kept after its last use.")
+    drain_grace: float = setting(
+        30.0, float, "Seconds a shutdown (SIGTERM/SIGINT) lets requests in flight finish before exiting."
+    )
     request_timeout: float = setting(
         300.0, float, "Seconds a request may take before it is answered 504 and its lane freed."
     )

@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from handlers.context import ModelState
-from pooled.app import build_app
+from pooled.app import build_app, server_context
 from pooled.settings import Settings
 
 BASE_URL = "http://127.0.0.1:8080"
@@ -45,5 +45,5 @@ def settings() -> Settings:
 
 @pytest.fixture
 def client(settings: Settings, model: StubModel) -> Iterator[TestClient]:
-    with TestClient(build_app(settings, model), base_url=BASE_URL, raise_server_exceptions=False) as test_client:
+    with TestClient(build_app(settings, server_context(settings, model)), base_url=BASE_URL, raise_server_exceptions=False) as test_client:
         yield test_client

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from pooled.app import build_app
+from pooled.app import build_app, server_context
 from pooled.settings import Settings
 from tests.conftest import BASE_URL, StubModel
 
@@ -17,7 +17,8 @@ CHAT_BODY = {"messages": [{"role": "user", "content": "Hi"}]}
 
 
 def make_client(**overrides: object) -> TestClient:
-    return TestClient(build_app(Settings(**overrides), StubModel()), base_url=BASE_URL)  # type: ignore[arg-type]
+    settings = Settings(**overrides)  # type: ignore[arg-type]
+    return TestClient(build_app(settings, server_context(settings, StubModel())), base_url=BASE_URL)
 
 
 @pytest.fixture

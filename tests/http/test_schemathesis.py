@@ -16,11 +16,11 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from pooled.app import build_app
+from pooled.app import build_app, server_context
 from pooled.settings import Settings
 from tests.conftest import BASE_URL, StubModel
 
-app = build_app(Settings(), StubModel())
+app = build_app(Settings(), server_context(Settings(), StubModel()))
 schema = schemathesis.openapi.from_asgi("/v1/openapi.json", app, headers={"host": "127.0.0.1:8080"})
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -23,8 +24,14 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@dataclass
+class Served:
+    base: str
+    process: subprocess.Popen[bytes]
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     port = free_port()
     # The installed entry point, run from elsewhere: what a user runs, not the source tree.
     process = subprocess.Popen(
@@ -46,13 +53,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 pass
             assert time.monotonic() < deadline, "the server did not become ready"
             time.sleep(0.5)
-        yield base
+        yield Served(base, process)
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        if process.poll() is None:
             process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def server(served: Served) -> str:
+    return served.base
 
 
 def test_health_reports_the_default_model(server: str) -> None:
@@ -83,3 +93,9 @@ def test_models_list_the_loaded_model(server: str) -> None:
     assert httpx.get(f"{server}/v1/models/{model_id}").json()["id"] == model_id
     anthropic = httpx.get(f"{server}/v1/models", headers={"anthropic-version": "2023-06-01"}).json()
     assert anthropic["data"][0]["type"] == "model"
+
+
+def test_sigterm_drains_and_exits_zero(served: Served) -> None:
+    # Runs last in this module: it stops the shared server.
+    served.process.send_signal(signal.SIGTERM)
+    assert served.process.wait(timeout=30) == 0
