@@ -8,7 +8,6 @@ docs/BENCHMARKS.md) and bfloat16 on accelerators.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import jax
@@ -16,17 +15,8 @@ import jax
 from engine.checkpoint.errors import CheckpointError
 from engine.checkpoint.loader import LoadedModel, load_model
 from engine.tokenizer import ChatTemplate, Tokenizer
-from pooled.model_host import LoadResult
+from pooled.model_host import Loaded
 from pooled.settings import Settings
-
-
-@dataclass(frozen=True)
-class LoadedServing:
-    """Everything the HTTP side serves from, once loaded."""
-
-    model: LoadedModel
-    tokenizer: Tokenizer
-    chat_template: ChatTemplate | None
 
 
 def resolve_dtype(requested: str, backend: str) -> str:
@@ -52,7 +42,7 @@ def _tokenizer(model: LoadedModel) -> Tokenizer:
     return Tokenizer.from_directory(model.tokenizer_dir)
 
 
-def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int], None]) -> LoadResult:
+def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int], None]) -> Loaded:
     report("loading weights", 0, 2)
     model = load_model(
         path,
@@ -65,4 +55,4 @@ def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int
     tokenizer = _tokenizer(model)
     template = ChatTemplate(model.chat_template, tokenizer) if model.chat_template else None
     report("ready", 2, 2)
-    return LoadResult(ctx=model.config.context_length, handle=LoadedServing(model, tokenizer, template))
+    return Loaded(ctx=model.config.context_length, tokenizer=tokenizer, chat_template=template, engine=None)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from handlers.context import ModelState
+from engine.tokenizer import ChatTemplate, Tokenizer
+from handlers.context import GenerationEngine, ModelState
 from pooled.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -54,14 +55,16 @@ def model_id_for(path: Path) -> str:
 
 
 @dataclass(frozen=True)
-class LoadResult:
-    """What a finished load tells the host."""
+class Loaded:
+    """What a finished load hands the host: everything the HTTP side serves from."""
 
     ctx: int
-    handle: Any
+    tokenizer: Tokenizer
+    chat_template: ChatTemplate | None
+    engine: GenerationEngine | None
 
 
-Loader = Callable[[Path, Settings, Callable[[str, int, int], None]], LoadResult]
+Loader = Callable[[Path, Settings, Callable[[str, int, int], None]], Loaded]
 
 
 class ModelHost:
@@ -73,7 +76,7 @@ class ModelHost:
         self._progress: dict[str, Any] | None = {"stage": "starting", "done": 0, "total": 1}
         self._failure: tuple[str, str] | None = None
         self._ctx: int | None = settings.ctx
-        self.handle: Any = None
+        self._loaded: Loaded | None = None
 
     @property
     def state(self) -> ModelState:
@@ -99,6 +102,18 @@ class ModelHost:
     def decode_lanes(self) -> int:
         return self.settings.decode_lanes
 
+    @property
+    def engine(self) -> GenerationEngine | None:
+        return self._loaded.engine if self._loaded else None
+
+    @property
+    def tokenizer(self) -> Tokenizer | None:
+        return self._loaded.tokenizer if self._loaded else None
+
+    @property
+    def chat_template(self) -> ChatTemplate | None:
+        return self._loaded.chat_template if self._loaded else None
+
     def start(self) -> None:
         threading.Thread(target=self._load, name="pooled-load", daemon=True).start()
 
@@ -111,14 +126,14 @@ class ModelHost:
 
     def _load(self) -> None:
         try:
-            result = self.loader(self.path, self.settings, self._report)
+            loaded = self.loader(self.path, self.settings, self._report)
         except Exception as error:  # the load thread must end in a state, never silently
             log.error("loading %s failed: %s", self.path, error)
             self._failure = ("fault", str(error).splitlines()[0] if str(error) else type(error).__name__)
             self._state = "dead"
             return
-        self.handle = result.handle
-        self._ctx = result.ctx
+        self._loaded = loaded
+        self._ctx = loaded.ctx
         self._progress = None
         if self._state == "loading":
             self._state = "serving"

@@ -31,6 +31,9 @@ class StubModel:
     progress: dict[str, Any] | None = None
     failure: tuple[str, str] | None = None
     decode_lanes: int = 4
+    engine: Any = None
+    tokenizer: Any = None
+    chat_template: Any = None
 
 
 @pytest.fixture

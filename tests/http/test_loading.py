@@ -7,16 +7,15 @@ from pathlib import Path
 import pytest
 
 from engine.checkpoint.errors import CheckpointError
-from pooled.loading import LoadedServing, load_serving, resolve_dtype
-from pooled.model_host import default_model_path
+from pooled.loading import load_serving, resolve_dtype
+from pooled.model_host import Loaded, default_model_path
 from pooled.settings import Settings
 
 
-def load(tmp_path: Path, **overrides: object) -> tuple[int, LoadedServing]:
+def load(tmp_path: Path, **overrides: object) -> tuple[int, Loaded]:
     settings = Settings(**overrides)  # type: ignore[arg-type]
-    result = load_serving(default_model_path(), settings, lambda stage, done, total: None)
-    assert isinstance(result.handle, LoadedServing)
-    return result.ctx, result.handle
+    loaded = load_serving(default_model_path(), settings, lambda stage, done, total: None)
+    return loaded.ctx, loaded
 
 
 def test_default_context_is_the_trained_length(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pooled.model_host import LoadResult, ModelHost, ModelNotFound, default_model_path, model_id_for, resolve_model_path
+from pooled.model_host import Loaded, ModelHost, ModelNotFound, default_model_path, model_id_for, resolve_model_path
 from pooled.settings import Settings
 
 
@@ -20,21 +20,23 @@ def wait_until_settled(host: ModelHost) -> None:
 def test_successful_load_serves_with_the_loaded_context(tmp_path: Path) -> None:
     release = threading.Event()
 
-    def loader(path: Path, settings: Settings, report) -> LoadResult:  # type: ignore[no-untyped-def]
+    tokenizer = object()
+
+    def loader(path: Path, settings: Settings, report) -> Loaded:  # type: ignore[no-untyped-def]
         report("weights", 1, 2)
         release.wait(5)
-        return LoadResult(ctx=4096, handle="engine")
+        return Loaded(ctx=4096, tokenizer=tokenizer, chat_template=None, engine=None)  # type: ignore[arg-type]
 
     host = ModelHost(Settings(), tmp_path, loader)
     host.start()
     assert host.state == "loading"
     release.set()
     wait_until_settled(host)
-    assert (host.state, host.ctx, host.handle, host.progress) == ("serving", 4096, "engine", None)
+    assert (host.state, host.ctx, host.tokenizer, host.progress) == ("serving", 4096, tokenizer, None)
 
 
 def test_failed_load_is_dead_with_the_reason(tmp_path: Path) -> None:
-    def loader(path: Path, settings: Settings, report) -> LoadResult:  # type: ignore[no-untyped-def]
+    def loader(path: Path, settings: Settings, report) -> Loaded:  # type: ignore[no-untyped-def]
         raise ValueError("tensor blk.0.attn_q.weight is missing\nmore detail")
 
     host = ModelHost(Settings(), tmp_path, loader)
