@@ -60,6 +60,8 @@ _ARCH_CONFIG_KEYS = {
     "vocab_size": "vocab_size",
 }
 
+_REQUIRED_ARCH_KEYS = ("embedding_length", "block_count", "attention.head_count", "attention.layer_norm_rms_epsilon")
+
 _TOKEN_ID_KEYS = {
     "tokenizer.ggml.bos_token_id": "bos_token_id",
     "tokenizer.ggml.eos_token_id": "eos_token_id",
@@ -103,7 +105,7 @@ LLAMA3_ORIGINAL_CONTEXT = 8192
 def read_gguf(path: Path) -> RawCheckpoint:
     """Open `path`; raise `CheckpointError` if it is not a complete GGUF file of a supported model."""
     reader = _open_reader(path)
-    metadata = _metadata(reader)
+    metadata = _metadata(reader, path)
     hf_config = _hf_config(metadata, {tensor.name: tensor for tensor in reader.tensors}, path)
     return RawCheckpoint(
         hf_config=hf_config,
@@ -117,11 +119,14 @@ def read_gguf(path: Path) -> RawCheckpoint:
 
 def read_gguf_metadata(path: Path, prefix: str = "") -> dict[str, Any]:
     """The metadata entries whose keys start with `prefix` (e.g. "tokenizer."), without tensors."""
-    return _metadata(_open_reader(path), prefix)
+    return _metadata(_open_reader(path), path, prefix)
 
 
-def _metadata(reader: GGUFReader, prefix: str = "") -> dict[str, Any]:
-    return {key: field.contents() for key, field in reader.fields.items() if key.startswith(prefix)}
+def _metadata(reader: GGUFReader, path: Path, prefix: str = "") -> dict[str, Any]:
+    try:
+        return {key: field.contents() for key, field in reader.fields.items() if key.startswith(prefix)}
+    except (ValueError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{path}: corrupt GGUF metadata ({' '.join(str(error).split())})") from error
 
 
 class GGUFTensors(Mapping[str, np.ndarray]):
@@ -157,7 +162,8 @@ class GGUFTensors(Mapping[str, np.ndarray]):
     def __getitem__(self, name: str) -> np.ndarray:
         tensor, expert, transform = self._entries[name]
         data = tensor.data if expert is None else tensor.data[expert]
-        weights = np.array(dequantize(data, tensor.tensor_type), dtype=np.float32)
+        # F32 tensors stay read-only views of the memory-mapped file; other types are decoded copies.
+        weights = np.asarray(dequantize(data, tensor.tensor_type), dtype=np.float32)
         return weights if transform is None else transform(weights)
 
     def __iter__(self) -> Iterator[str]:
@@ -202,6 +208,9 @@ def _hf_config(metadata: dict[str, Any], tensors: Mapping[str, ReaderTensor], pa
         raise CheckpointError(
             f"{path}: GGUF architecture {arch!r} is not supported; supported: {', '.join(HF_ARCHITECTURES)}"
         )
+    missing = [f"{arch}.{key}" for key in _REQUIRED_ARCH_KEYS if f"{arch}.{key}" not in metadata]
+    if missing:
+        raise CheckpointError(f"{path}: GGUF metadata lacks {', '.join(missing)}")
     architecture, model_type = HF_ARCHITECTURES[arch]
     config: dict[str, Any] = {"architectures": [architecture], "model_type": model_type}
     for gguf_key, hf_key in _ARCH_CONFIG_KEYS.items():

@@ -201,7 +201,7 @@ def test_corrupt_header_is_a_one_line_error(tmp_path: Path) -> None:
     _assert_one_line_error(corrupt, "not a GGUF file")
 
 
-@pytest.mark.parametrize("size", [0, 2, 100, 3_000_000, 90_000_000])
+@pytest.mark.parametrize("size", [0, 2, 100, 1_000_000, 3_000_000])  # header, metadata, tensor data
 def test_truncated_file_is_a_one_line_error(tmp_path: Path, size: int) -> None:
     truncated = tmp_path / "truncated.gguf"
     with open(SMOLLM2_GGUF, "rb") as source:
@@ -215,3 +215,13 @@ def test_missing_file_and_unsupported_architecture(tmp_path: Path) -> None:
         tmp_path / "gpt2.gguf", "gpt2", {"layers": 1, "hidden": 8, "ffn": 8, "heads": 1, "kv_heads": 1}, {}
     )
     _assert_one_line_error(path, "architecture 'gpt2' is not supported")
+
+
+def test_missing_hyperparameters_are_named(tmp_path: Path) -> None:
+    writer = gguf.GGUFWriter(tmp_path / "bare.gguf", "qwen2")
+    writer.add_block_count(1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    _assert_one_line_error(tmp_path / "bare.gguf", "lacks qwen2.embedding_length, qwen2.attention.head_count")
