@@ -97,7 +97,8 @@ class ChatTemplate:
         except TemplateError:
             raise
         except Exception as error:  # a template is untrusted code: anything it raises is its own failure
-            raise TemplateError(f"chat template failed: {type(error).__name__}: {error}") from error
+            detail = " ".join(str(error).split())
+            raise TemplateError(f"chat template failed: {type(error).__name__}: {detail}") from error
         return "".join(chunks)
 
     def _tokenize(self, rendered: str) -> list[int]:

@@ -38,7 +38,8 @@ _BPE_SPLITS: dict[str, tuple[str, bool]] = {
     "deepseek-r1-qwen": (_QWEN2_SPLIT, False),
 }
 
-# Pre-tokenizer names whose split is GPT-2's, optionally with each digit on its own.
+# Pre-tokenizer names whose split is GPT-2's, optionally with each digit on its own. Files older
+# than `tokenizer.ggml.pre` ("default") get GPT-2's split too, as transformers gives them.
 _GPT2_SPLITS = {"default": False, "gpt2": False, "smollm": True, "starcoder": True}
 
 
