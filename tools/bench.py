@@ -1,0 +1,331 @@
+"""`make bench`: pooled and llama.cpp's llama-server on the same GGUF, in one run.
+
+    python tools/bench.py                       # both servers, default model, writes docs/BENCHMARKS.md
+    python tools/bench.py --only pooled         # one server
+    python tools/bench.py --base-url URL        # an already running OpenAI-compatible server, printed only
+
+Each server is started, measured and stopped in turn, so they never compete for
+the CPU; keep the machine otherwise quiet (llama-server with 2 threads collapses
+when anything else loads it). Measured over `/v1/completions` streams with a
+fixed output length (`ignore_eos`), so both servers do the same work:
+
+- TTFT at ~128, ~1k and ~3k prompt tokens (each prompt new to the server);
+- TTFT of a resent ~1k conversation plus one turn (prefix reuse);
+- single-stream decode tokens/s;
+- aggregate output tokens/s and p50/p99 request latency at 1/4/16/32 streams;
+- peak RSS of the server process;
+- a roofline: the decode step's bytes moved over the machine's measured memory
+  bandwidth gives the ceiling a batch-1 step can reach.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from engine.tokenizer import Tokenizer  # noqa: E402
+from pooled.model_host import default_model_path  # noqa: E402
+
+PROMPT_SIZES = (128, 1024, 3072)
+CONCURRENCY = (1, 4, 16, 32)
+DECODE_TOKENS = 128
+CONCURRENT_TOKENS = 64
+READY_TIMEOUT_S = 900
+FILLER = (
+    "The history of computing is a story of abstractions layered on abstractions, each one hiding "
+    "the details below it so that people can think about bigger problems. "
+)
+
+
+@dataclass
+class StreamResult:
+    ttft_s: float
+    total_s: float
+    tokens: int
+    text: str
+
+
+@dataclass
+class Report:
+    name: str
+    ttft_s: dict[int, float] = field(default_factory=dict)
+    resent_ttft_s: float = 0.0
+    decode_tps: float = 0.0
+    aggregate_tps: dict[int, float] = field(default_factory=dict)
+    latency_p50_s: dict[int, float] = field(default_factory=dict)
+    latency_p99_s: dict[int, float] = field(default_factory=dict)
+    peak_rss_mib: float = 0.0
+    bytes_per_step: int = 0
+
+
+def make_prompt(tokenizer: Tokenizer, size: int, salt: str) -> str:
+    """A prompt of about `size` tokens that starts with `salt`, so no two share a cached prefix."""
+    text = f"[{salt}] "
+    while len(tokenizer.encode(text)) < size:
+        text += FILLER
+    ids = tokenizer.encode(text)[:size]
+    return tokenizer.decode(ids)
+
+
+async def stream_completion(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> StreamResult:
+    body = {
+        "model": "bench",
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "ignore_eos": True,
+    }
+    start = time.perf_counter()
+    first: float | None = None
+    tokens = 0
+    pieces: list[str] = []
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if not chunk.get("choices"):
+                continue
+            text = chunk["choices"][0].get("text", "")
+            if text:
+                first = first or time.perf_counter()
+                tokens += 1
+                pieces.append(text)
+    end = time.perf_counter()
+    return StreamResult((first or end) - start, end - start, tokens, "".join(pieces))
+
+
+def peak_rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    line = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
+def memory_bandwidth_gbs() -> float:
+    """Best of a few large copies: bytes read plus bytes written per second."""
+    source = np.ones(256 * 1024 * 1024 // 8)
+    target = np.empty_like(source)
+    best = 0.0
+    for _ in range(5):
+        start = time.perf_counter()
+        np.copyto(target, source)
+        best = max(best, 2 * source.nbytes / (time.perf_counter() - start))
+    return best / 1e9
+
+
+async def measure(name: str, base_url: str, tokenizer: Tokenizer, pid: int | None) -> Report:
+    report = Report(name)
+    async with httpx.AsyncClient(base_url=base_url, timeout=600) as client:
+        await stream_completion(client, make_prompt(tokenizer, 64, "warm-up"), 8)
+        for size in PROMPT_SIZES:
+            result = await stream_completion(client, make_prompt(tokenizer, size, f"ttft-{size}"), 4)
+            report.ttft_s[size] = result.ttft_s
+        conversation = make_prompt(tokenizer, 1024, "resent")
+        first = await stream_completion(client, conversation, 32)
+        resent = conversation + first.text + "\n\nUser: And what came after that?\nAssistant:"
+        report.resent_ttft_s = (await stream_completion(client, resent, 4)).ttft_s
+        single = await stream_completion(client, make_prompt(tokenizer, 32, "decode"), DECODE_TOKENS)
+        report.decode_tps = (single.tokens - 1) / (single.total_s - single.ttft_s)
+        for streams in CONCURRENCY:
+            prompts = [make_prompt(tokenizer, 32, f"c{streams}-{i}") for i in range(streams)]
+            start = time.perf_counter()
+            results = await asyncio.gather(*(stream_completion(client, p, CONCURRENT_TOKENS) for p in prompts))
+            wall = time.perf_counter() - start
+            latencies = sorted(r.total_s for r in results)
+            report.aggregate_tps[streams] = sum(r.tokens for r in results) / wall
+            report.latency_p50_s[streams] = statistics.median(latencies)
+            report.latency_p99_s[streams] = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+    if pid is not None:
+        report.peak_rss_mib = peak_rss_mib(pid)
+    return report
+
+
+@contextmanager
+def running(command: list[str], base_url: str, ready_path: str) -> Iterator[subprocess.Popen[bytes]]:
+    log = open(REPO / ".cache" / f"bench-{Path(command[0]).name}.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{command[0]} exited with {process.returncode}; see {log.name}")
+            try:
+                response = httpx.get(base_url + ready_path, timeout=2)
+                health = response.json() if response.status_code == 200 else {}
+                # pooled says {"ready": true}; llama-server says {"status": "ok"} (503 while loading).
+                if health and health.get("ready", True) and health.get("status", "ok") == "ok":
+                    break
+            except (httpx.TransportError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{command[0]} was not ready after {READY_TIMEOUT_S} s")
+            time.sleep(1)
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+def pooled_command(model: Path, port: int, extra: list[str]) -> list[str]:
+    return [str(Path(sys.executable).parent / "pooled"), "serve", "--model", str(model), "--port", str(port), *extra]
+
+
+def llama_command(binary: Path, model: Path, port: int, threads: int, slots: int, ctx: int) -> list[str]:
+    return [
+        str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
+        "-np", str(slots), "-c", str(slots * ctx), "--no-webui",
+    ]  # fmt: skip
+
+
+def ratio(ours: float, theirs: float) -> str:
+    return f"{ours / theirs:.2f}×" if theirs else "n/a"
+
+
+def markdown(reports: list[Report], bandwidth: float, command: str) -> str:
+    compared = len(reports) == 2
+    lines = [
+        f"## Run: {', '.join(r.name for r in reports)}",
+        "",
+        "Written by `make bench` (`tools/bench.py`); every figure below was measured by that run.",
+        "",
+        f"- Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+        f"- Machine: {platform.machine()}, {os.cpu_count()} cores ({_cpu_name()}), "
+        f"{_memory_gib():.0f} GiB; measured memory bandwidth {bandwidth:.1f} GB/s (numpy copy, read+write)",
+        f"- Command: `{command}`",
+        f"- Workload: `/v1/completions` streams, temperature 0, `ignore_eos`; decode {DECODE_TOKENS} tokens; "
+        f"{CONCURRENT_TOKENS} tokens per concurrent stream",
+        "",
+        "| metric | "
+        + " | ".join(r.name for r in reports)
+        + (" | pooled / llama-server |" if len(reports) == 2 else ""),
+        "| --- | " + " | ".join("---" for _ in reports) + (" | --- |" if len(reports) == 2 else ""),
+    ]
+
+    def row(label: str, values: list[float], fmt: str, higher_is_better: bool) -> None:
+        cells = " | ".join(format(v, fmt) for v in values)
+        extra = ""
+        if compared:
+            extra = " | " + (ratio(values[0], values[1]) if higher_is_better else ratio(values[1], values[0]))
+        lines.append(f"| {label} | {cells}{extra} |")
+
+    for size in PROMPT_SIZES:
+        row(f"TTFT, {size}-token prompt (s)", [r.ttft_s[size] for r in reports], ".2f", False)
+    row("TTFT, resent 1k conversation + one turn (s)", [r.resent_ttft_s for r in reports], ".2f", False)
+    row("single-stream decode (tokens/s)", [r.decode_tps for r in reports], ".1f", True)
+    for streams in CONCURRENCY:
+        row(f"aggregate decode, {streams} streams (tokens/s)", [r.aggregate_tps[streams] for r in reports], ".1f", True)
+        row(f"p50 latency, {streams} streams (s)", [r.latency_p50_s[streams] for r in reports], ".2f", False)
+        row(f"p99 latency, {streams} streams (s)", [r.latency_p99_s[streams] for r in reports], ".2f", False)
+    row("peak RSS (MiB)", [r.peak_rss_mib for r in reports], ".0f", False)
+    lines += ["", "Ratios are speed-ups (above 1× means pooled is better), for latencies and TTFT too.", ""]
+    lines += ["### Roofline (batch-1 decode)", ""]
+    for report in reports:
+        if report.bytes_per_step:
+            ceiling = bandwidth * 1e9 / report.bytes_per_step
+            lines.append(
+                f"- {report.name}: ~{report.bytes_per_step / 1e6:.0f} MB read per decode step → ceiling "
+                f"{ceiling:.0f} tokens/s at {bandwidth:.1f} GB/s; measured {report.decode_tps:.1f} "
+                f"({100 * report.decode_tps / ceiling:.0f} % of the roofline)"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def write_section(path: Path, name: str, text: str) -> None:
+    """Replace this run's marked section of the page, keeping every other section as it was."""
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    block = f"{start}\n{text}{end}\n"
+    page = path.read_text(encoding="utf-8") if path.exists() else ""
+    if start in page and end in page:
+        before, rest = page.split(start, 1)
+        page = before + block + rest.split(end, 1)[1].lstrip("\n")
+    else:
+        page = page + ("\n" if page else "") + block
+    path.write_text(page, encoding="utf-8")
+
+
+def _cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def _memory_gib() -> float:
+    first = Path("/proc/meminfo").read_text().splitlines()[0]
+    return int(first.split()[1]) / 1024 / 1024
+
+
+def pooled_bytes_per_step(model: Path) -> int:
+    """Weights read once per decode step at float32; a tied embedding is read once, as the output matrix."""
+    from gguf import GGUFReader
+
+    return 4 * sum(int(tensor.n_elements) for tensor in GGUFReader(model).tensors)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, default=None, help="GGUF file (default: the bundled SmolLM2)")
+    parser.add_argument("--only", choices=("pooled", "llama-server"), help="measure one server")
+    parser.add_argument("--base-url", help="measure an already running server and print the figures only")
+    parser.add_argument("--threads", type=int, default=2, help="llama-server threads")
+    parser.add_argument("--slots", type=int, default=32, help="llama-server parallel slots")
+    parser.add_argument("--pooled-args", default="", help="extra flags for pooled serve")
+    parser.add_argument("--write", type=Path, default=REPO / "docs" / "BENCHMARKS.md")
+    parser.add_argument("--section", default="main", help="which marked section of --write this run replaces")
+    args = parser.parse_args()
+    model = args.model or default_model_path()
+    tokenizer = Tokenizer.from_gguf_file(model)
+    (REPO / ".cache").mkdir(exist_ok=True)
+
+    if args.base_url:
+        print(json.dumps(asyncio.run(measure("server", args.base_url, tokenizer, None)).__dict__, indent=2))
+        return 0
+
+    reports = []
+    if args.only in (None, "pooled"):
+        url = "http://127.0.0.1:8091"
+        with running(pooled_command(model, 8091, args.pooled_args.split()), url, "/health") as process:
+            report = asyncio.run(measure("pooled", url, tokenizer, process.pid))
+        report.bytes_per_step = pooled_bytes_per_step(model)
+        reports.append(report)
+    if args.only in (None, "llama-server"):
+        binary = Path(subprocess.check_output([str(REPO / "tools" / "build_llama_server.sh")], text=True).strip())
+        url = "http://127.0.0.1:8092"
+        command = llama_command(binary, model, 8092, args.threads, args.slots, 4096)
+        with running(command, url, "/health") as process:
+            report = asyncio.run(measure("llama-server", url, tokenizer, process.pid))
+        report.bytes_per_step = model.stat().st_size
+        reports.append(report)
+    bandwidth = memory_bandwidth_gbs()
+    text = markdown(reports, bandwidth, "make bench" + (f" ARGS='--only {args.only}'" if args.only else ""))
+    write_section(args.write, args.section, text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
