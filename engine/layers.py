@@ -30,6 +30,40 @@ class LayerCache:
     v: Array  # [B, S, K, H]
 
 
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class PagedLayerCache:
+    """Paged key/value cache of one layer: a pool of fixed-size pages shared by every row.
+
+    A row's block table lists its pages in order, so position p lives in slot p % page_size of page
+    block_table[p // page_size]. Page 0 is never handed to a row: padding writes land there.
+    """
+
+    k: Array  # [P, page_size, K, H]
+    v: Array  # [P, page_size, K, H]
+
+
+def init_paged_caches(config: ModelConfig, pages: int, page_size: int, dtype: jnp.dtype) -> tuple[PagedLayerCache, ...]:
+    shape = (pages, page_size, config.num_kv_heads, config.head_dim)
+    return tuple(PagedLayerCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.num_layers))
+
+
+def _paged_write_and_gather(
+    cache: PagedLayerCache, k: Array, v: Array, positions: Array, block_tables: Array
+) -> tuple[PagedLayerCache, Array, Array]:
+    """Writes k/v [B,T,K,H] at `positions` through the block tables [B,M]; returns every row's
+    keys and values [B, M*page_size, K, H] in position order."""
+    page_size = cache.k.shape[1]
+    rows = jnp.arange(positions.shape[0])[:, None]
+    pages = block_tables[rows, positions // page_size]
+    slots = positions % page_size
+    cache = PagedLayerCache(cache.k.at[pages, slots].set(k), cache.v.at[pages, slots].set(v))
+    B, M = block_tables.shape
+    keys = cache.k[block_tables].reshape(B, M * page_size, *cache.k.shape[2:])
+    values = cache.v[block_tables].reshape(B, M * page_size, *cache.v.shape[2:])
+    return cache, keys, values
+
+
 def init_layer_caches(config: ModelConfig, batch: int, length: int, dtype: jnp.dtype) -> tuple[LayerCache, ...]:
     shape = (batch, length, config.num_kv_heads, config.head_dim)
     return tuple(LayerCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.num_layers))
@@ -190,14 +224,23 @@ def apply_rope(x: Array, positions: Array, inv_freq: Array, scale: float) -> Arr
 # --- Blocks -------------------------------------------------------------------------------------
 
 
+AnyCache = LayerCache | PagedLayerCache
+
+
 class Attention(nn.Module):
-    """Grouped-query causal self-attention; writes into and reads from `cache` when given."""
+    """Grouped-query causal self-attention; writes into and reads from `cache` when given.
+
+    A paged cache needs the rows' block tables [B,M]. A single-token query (decode) computes its
+    scores as a broadcast multiply-and-sum: on XLA CPU that was ~4x faster than the batched einsum.
+    """
 
     config: ModelConfig
     dtype: jnp.dtype = jnp.float32
 
     @nn.compact
-    def __call__(self, x: Array, positions: Array, cache: LayerCache | None) -> tuple[Array, LayerCache | None]:
+    def __call__(
+        self, x: Array, positions: Array, cache: AnyCache | None, block_tables: Array | None = None
+    ) -> tuple[Array, AnyCache | None]:
         c = self.config
         D, N, K, H, G = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.queries_per_kv_head
         bias_q = ("q_heads", "head_dim") if c.qkv_bias else None
@@ -215,18 +258,30 @@ class Attention(nn.Module):
         if cache is None:
             keys, values, key_positions = k, v, positions
         else:
-            rows = jnp.arange(x.shape[0])[:, None]
-            cache = LayerCache(cache.k.at[rows, positions].set(k), cache.v.at[rows, positions].set(v))
-            keys, values = cache.k, cache.v
+            if isinstance(cache, PagedLayerCache):
+                assert block_tables is not None, "a paged cache needs block tables"
+                cache, keys, values = _paged_write_and_gather(cache, k, v, positions, block_tables)
+            else:
+                rows = jnp.arange(x.shape[0])[:, None]
+                cache = LayerCache(cache.k.at[rows, positions].set(k), cache.v.at[rows, positions].set(v))
+                keys, values = cache.k, cache.v
             key_positions = jnp.broadcast_to(jnp.arange(keys.shape[1]), (x.shape[0], keys.shape[1]))
 
         B, T = x.shape[:2]
-        q = q.reshape(B, T, K, G, H)
-        scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, keys, preferred_element_type=jnp.float32) / math.sqrt(H)
         causal = key_positions[:, None, :] <= positions[:, :, None]  # [B, T, S]
-        scores = jnp.where(causal[:, None, None], scores, _MASKED)
-        probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
-        out = einsum("BKGTS,BSKH->BTKGH", probs, values, dtype=self.dtype).reshape(B, T, N, H)
+        if T == 1:
+            q1 = q.reshape(B, 1, K, G, H)[:, 0].astype(jnp.float32)
+            scores = jnp.sum(q1[:, None] * keys.astype(jnp.float32)[:, :, :, None, :], axis=-1) / math.sqrt(H)
+            scores = jnp.where(causal[:, 0, :, None, None], scores, _MASKED)  # [B, S, K, G]
+            probs = jax.nn.softmax(scores, axis=1)
+            attended = jnp.sum(probs[..., None] * values.astype(jnp.float32)[:, :, :, None, :], axis=1)
+            out = attended.astype(self.dtype).reshape(B, T, N, H)
+        else:
+            q = q.reshape(B, T, K, G, H)
+            scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, keys, preferred_element_type=jnp.float32) / math.sqrt(H)
+            scores = jnp.where(causal[:, None, None], scores, _MASKED)
+            probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
+            out = einsum("BKGTS,BSKH->BTKGH", probs, values, dtype=self.dtype).reshape(B, T, N, H)
         o_bias = ("embed",) if c.o_bias else None
         o = Projection("BTNH,NHD->BTD", (N, H, D), ("q_heads", "head_dim", "embed"), o_bias, self.dtype, name="o")
         return o(out), cache
@@ -285,10 +340,15 @@ class DecoderLayer(nn.Module):
     dtype: jnp.dtype = jnp.float32
 
     @nn.compact
-    def __call__(self, x: Array, positions: Array, cache: LayerCache | None) -> tuple[Array, LayerCache | None]:
+    def __call__(
+        self, x: Array, positions: Array, cache: AnyCache | None, block_tables: Array | None = None
+    ) -> tuple[Array, AnyCache | None]:
         c = self.config
         attended, cache = Attention(c, self.dtype, name="attn")(
-            RMSNorm(c.hidden_size, c.rms_norm_eps, "embed", self.dtype, name="attn_norm")(x), positions, cache
+            RMSNorm(c.hidden_size, c.rms_norm_eps, "embed", self.dtype, name="attn_norm")(x),
+            positions,
+            cache,
+            block_tables,
         )
         x = x + attended
         normed = RMSNorm(c.hidden_size, c.rms_norm_eps, "embed", self.dtype, name="mlp_norm")(x)
@@ -301,24 +361,35 @@ class DecoderLayer(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Embedding, decoder layers, final norm and output head; returns float32 logits [B,T,V]."""
+    """Embedding, decoder layers, final norm and output head; returns float32 logits [B,T,V].
+
+    With `logits_at` [B] only that query index of each row goes through the output head (logits
+    [B,1,V]): a prefill chunk or decode step needs one row of logits, not T.
+    """
 
     config: ModelConfig
     dtype: jnp.dtype = jnp.float32
 
     @nn.compact
     def __call__(
-        self, tokens: Array, positions: Array, caches: Sequence[LayerCache] | None = None
-    ) -> tuple[Array, tuple[LayerCache, ...] | None]:
+        self,
+        tokens: Array,
+        positions: Array,
+        caches: Sequence[AnyCache] | None = None,
+        block_tables: Array | None = None,
+        logits_at: Array | None = None,
+    ) -> tuple[Array, tuple[AnyCache, ...] | None]:
         c = self.config
         embed = Embedding(c.vocab_size, c.hidden_size, self.dtype, name="embed")
         x = embed(tokens)
         new_caches = []
         for i in range(c.num_layers):
             x, layer_cache = DecoderLayer(c, c.is_moe_layer(i), self.dtype, name=f"layer_{i}")(
-                x, positions, None if caches is None else caches[i]
+                x, positions, None if caches is None else caches[i], block_tables
             )
             new_caches.append(layer_cache)
+        if logits_at is not None:
+            x = x[jnp.arange(x.shape[0]), logits_at][:, None]
         x = RMSNorm(c.hidden_size, c.rms_norm_eps, "embed", self.dtype, name="final_norm")(x)
         if c.tie_word_embeddings:
             logits = embed.attend(x)
@@ -327,4 +398,4 @@ class Transformer(nn.Module):
             logits = einsum("BTD,DV->BTV", x, lm_head, dtype=jnp.float32)
         if caches is None:
             return logits, None
-        return logits, tuple(cast(LayerCache, layer_cache) for layer_cache in new_caches)
+        return logits, tuple(cast(AnyCache, layer_cache) for layer_cache in new_caches)

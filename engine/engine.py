@@ -1,0 +1,705 @@
+"""The serving engine: continuous batching over a paged KV cache, on one engine thread.
+
+Request path (after JetStream's orchestrator):
+
+1. A handler calls `submit(request, sink)` on any thread. Requests invalid on their face are
+   refused there (`RequestRefused`), a full queue raises `QueueFull`, a draining or dead engine
+   `EngineUnavailable`; otherwise the request joins the inbox and the engine thread is woken.
+2. The engine thread is the only one that touches the device, the page pool and the rows. Each
+   iteration it takes the inbox and pending cancels, ends rows past their deadline, admits waiting
+   requests while lanes and pages allow (reusing prefix-cached pages), runs at most one prefill
+   chunk, then one decode step for every decoding row (which also samples, on the device), and
+   sends each row's new token or finish to the request's sink.
+3. When there is nothing to do, the engine thread waits on the condition variable; `submit`,
+   `cancel`, `drain` and `shutdown` notify it. Nothing polls.
+
+Threads: handler threads call `submit`, `cancel`, `stats`, `drain`; they take `_lock` briefly and
+never wait on the device. The engine thread holds `_lock` only to exchange the inbox/cancels and
+to update counters, never across a device call or a sink call (a sink may call `cancel`).
+
+A request's n rows share its prompt's KV pages: the prompt but its last token is prefilled once;
+each row then feeds the last prompt token as its first decode input, so each samples its own first
+token. When pages run out, the most recently admitted row is preempted: its pages are released and
+it waits at the front of the queue to be recomputed (its full pages usually survive in the prefix
+cache), never dropped.
+"""
+
+import logging
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from engine.api import (
+    MAX_TOKENS_CAP,
+    Constraint,
+    EngineEvent,
+    EngineUnavailable,
+    Failed,
+    Finished,
+    GenerationRequest,
+    QueueFull,
+    RequestRefused,
+    TokenLogprob,
+    Tokens,
+    Usage,
+)
+from engine.checkpoint.loader import DTYPES, LoadedModel
+from engine.compile_watch import CompileWatch
+from engine.engine_config import EngineConfig
+from engine.kv_pages import NULL_PAGE, PagePool, page_hashes
+from engine.layers import init_paged_caches
+from engine.metrics import (
+    E2E_BUCKETS,
+    ITL_BUCKETS,
+    TTFT_BUCKETS,
+    Bucket,
+    EngineStats,
+    LatencyHistogram,
+)
+from engine.sampling import Sampled
+from engine.step import LaneState, RowParams, StepFunctions
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[[EngineEvent], None]
+Report = Callable[[str, int, int], None]  # (what, done, total)
+FinishReason = Literal["stop", "length", "cancelled", "timeout"]
+# Logit-bias entries per row, padded to this many (OpenAI allows up to 300).
+LOGIT_BIAS_SLOTS = 300
+# Retry-After (seed 004): an overdue oldest request expects a lane one average hold from now, capped.
+OVERDUE_RETRY_CAP_S = 15
+HOLD_SMOOTHING = 1 / 8
+
+
+@dataclass(eq=False)
+class _Request:
+    id: int
+    request: GenerationRequest
+    sink: Sink
+    max_tokens: int
+    stop_ids: frozenset[int]
+    submitted: float
+    rows: list["_Row"] = field(default_factory=list)
+    admitted: float | None = None
+    cached_prompt_tokens: int = 0
+    first_token_at: float | None = None
+    rows_unfinished: int = 0
+
+
+@dataclass(eq=False)
+class _Row:
+    request: _Request
+    index: int
+    tokens: list[int]  # prompt + output so far
+    seed: int
+    constraint: Constraint | None
+    generated: int = 0
+    lane: int | None = None
+    pages: list[int] = field(default_factory=list)
+    named_pages: int = 0  # leading full pages already named in the prefix cache
+    admitted_seq: int = 0  # admission order, for choosing preemption victims
+    last_token_at: float = 0.0
+    done: bool = False
+
+
+@dataclass(eq=False)
+class _Prefill:
+    """Rows sharing one prompt whose KV (all but the last token) is being written chunk by chunk."""
+
+    rows: list[_Row]
+    tokens: list[int]
+    pages: list[int]
+    next_position: int
+
+
+def _power_of_two_buckets(smallest: int, largest: int) -> list[int]:
+    sizes, size = [], max(1, smallest)
+    while size < largest:
+        sizes.append(size)
+        size *= 2
+    return [*sizes, largest]
+
+
+class Engine:
+    """One engine thread, one queue. submit/cancel/stats are thread-safe and never block on the device."""
+
+    def __init__(self, model: LoadedModel, config: EngineConfig, pages: int) -> None:
+        c = model.config
+        self.config = config
+        self.vocab_size = c.vocab_size
+        self.max_context = config.max_context or c.context_length or c.max_position_embeddings
+        self.decode_lanes = config.decode_lanes
+        self.eos_token_ids = frozenset(c.eos_token_ids) | config.stop_token_ids
+        self.state: Literal["serving", "draining", "dead"] = "serving"
+        self.failure: tuple[str, str] | None = None
+
+        self._model = model
+        self._page_size = config.page_size
+        self._pool = PagePool(pages, config.page_size)
+        self._steps = StepFunctions(model.family.model(c, DTYPES[model.dtype]))
+        lanes = config.decode_lanes
+        # Placed like the step outputs (replicated on the model's mesh), so the first real step
+        # finds the start-up compile instead of compiling again for a different input placement.
+        replicated = NamedSharding(model.mesh, PartitionSpec())
+        self._kv = jax.device_put(init_paged_caches(c, pages, config.page_size, DTYPES[model.dtype]), replicated)
+        self._lane_state = jax.device_put(
+            LaneState(jnp.zeros((lanes + 1, c.vocab_size), bool), jnp.zeros((lanes + 1, c.vocab_size), jnp.int32)),
+            replicated,
+        )
+        self._pages_per_row = math.ceil(self.max_context / config.page_size)
+        self._widths = _power_of_two_buckets(config.min_page_bucket, self._pages_per_row + 1)
+        self._row_buckets = _power_of_two_buckets(1, lanes)
+        self._mask_words = math.ceil(c.vocab_size / 32)
+        self._block_tables = np.zeros((lanes + 1, self._pages_per_row + 1), np.int32)
+        self._row_params = self._empty_row_params(lanes + 1)
+        self._buckets: list[Bucket] = []
+
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        # Shared with submitters under _lock:
+        self._inbox: deque[_Request] = deque()
+        self._cancels: dict[int, FinishReason] = {}
+        self._pending_requests = 0  # submitted, not yet holding lanes
+        self._pending_rows = 0
+        self._free_lane_count = lanes
+        self._running: dict[int, _Request] = {}
+        self._next_id = 0
+        self._average_hold: float | None = None
+        self._stopping = False
+        self._counters = dict.fromkeys(
+            ("prefix_queries", "prefix_hits", "prompt_tokens", "generation_tokens", "preemptions", "refusals"), 0
+        )
+        self._ttft = LatencyHistogram(TTFT_BUCKETS)
+        self._itl = LatencyHistogram(ITL_BUCKETS)
+        self._e2e = LatencyHistogram(E2E_BUCKETS)
+        # Engine thread only:
+        self._free_lanes = list(range(lanes - 1, -1, -1))
+        self._waiting: deque[list[_Row]] = deque()
+        self._prefill: _Prefill | None = None
+        self._decoding: list[_Row] = []
+        self._admissions = 0
+        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+        self._compiles = CompileWatch(self._thread)
+
+    # --- construction -----------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, model: LoadedModel, config: EngineConfig, report: Report) -> "Engine":
+        """Allocates the KV page pool and compiles every shape bucket (reporting progress), then starts the thread."""
+        max_context = config.max_context or model.config.context_length or model.config.max_position_embeddings
+        pages_per_row = math.ceil(max_context / config.page_size)
+        pages = _pool_pages(model, config, pages_per_row)
+        # Every lane may need a private copy of a shared partial page; one row must always fit alone.
+        if pages < pages_per_row + config.decode_lanes + 1:
+            raise ValueError(
+                f"KV pool of {pages} pages cannot hold one full-context row ({pages_per_row} pages) "
+                f"plus {config.decode_lanes} lanes; raise the KV memory or lower max_context"
+            )
+        engine = cls(model, config, pages)
+        engine._compile_all(report)
+        engine._thread.start()
+        return engine
+
+    def _compile_all(self, report: Report) -> None:
+        plan = [Bucket("prefill", 1, self.config.prefill_chunk, w) for w in self._widths]
+        plan += [Bucket("decode", b, 1, w) for b in self._row_buckets for w in self._widths]
+        plan += [Bucket("reset_lane", 1, self.max_context, 0), Bucket("copy_page", 1, self._page_size, 0)]
+        for done, bucket in enumerate(plan):
+            report(f"compiling {bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}", done, len(plan))
+            self._run_bucket(bucket)
+        report("compiled", len(plan), len(plan))
+        jax.block_until_ready(self._kv)
+        self._buckets = plan
+
+    def _run_bucket(self, bucket: Bucket) -> None:
+        """Runs one bucket on padding (null page, spare lane), which compiles it and changes nothing real."""
+        if bucket.kind == "prefill":
+            tokens = np.zeros((1, bucket.tokens), np.int32)
+            positions = np.full((1, bucket.tokens), (bucket.pages - 1) * self._page_size, np.int32)
+            self._kv = self._steps.prefill(self._model.params, self._kv, tokens, positions, np.zeros((1, bucket.pages), np.int32))
+        elif bucket.kind == "decode":
+            lane_ids = np.full(bucket.rows, self.decode_lanes, np.int32)
+            self._decode_call(np.zeros(bucket.rows, np.int32), np.zeros(bucket.rows, np.int32), lane_ids, bucket.pages)
+        elif bucket.kind == "reset_lane":
+            self._reset_lane(self.decode_lanes, [], [])
+        else:
+            self._kv = self._steps.copy_page(self._kv, np.int32(NULL_PAGE), np.int32(NULL_PAGE))
+
+    # --- public, any thread -----------------------------------------------------------------
+
+    def submit(self, request: GenerationRequest, sink: Sink) -> int:
+        prompt_length = len(request.prompt_ids)
+        if prompt_length == 0:
+            raise RequestRefused("invalid_prompt", "the prompt is empty")
+        if prompt_length >= self.max_context:
+            raise RequestRefused(
+                "context_length_exceeded",
+                f"the prompt has {prompt_length} tokens; this model's context is {self.max_context} tokens "
+                f"and at least one must be left for the output",
+            )
+        if not 1 <= request.n <= self.decode_lanes:
+            raise RequestRefused("invalid_n", f"n is {request.n}; this engine decodes at most {self.decode_lanes} rows")
+        if request.max_tokens < 1:
+            raise RequestRefused("invalid_max_tokens", f"max_tokens is {request.max_tokens}; it must be at least 1")
+        max_tokens = min(request.max_tokens, MAX_TOKENS_CAP, self.max_context - prompt_length)
+        stop_ids = request.stop_token_ids | (frozenset() if request.sampling.ignore_eos else self.eos_token_ids)
+        with self._lock:
+            if self.state != "serving":
+                raise EngineUnavailable(f"the engine is {self.state}")
+            starts_now = self._pending_rows + request.n <= self._free_lane_count
+            if not starts_now and self._pending_requests >= self.config.max_queue:
+                self._counters["refusals"] += 1
+                raise QueueFull(self._retry_after_locked())
+            self._next_id += 1
+            entry = _Request(self._next_id, request, sink, max_tokens, stop_ids, time.monotonic())
+            self._pending_requests += 1
+            self._pending_rows += request.n
+            self._inbox.append(entry)
+            self._wake.notify()
+            return entry.id
+
+    def cancel(self, request_id: int) -> None:
+        with self._lock:
+            self._cancels.setdefault(request_id, "cancelled")
+            self._wake.notify()
+
+    def drain(self) -> None:
+        """Refuses new requests (EngineUnavailable); in-flight ones finish."""
+        with self._lock:
+            if self.state == "serving":
+                self.state = "draining"
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Blocks until no request is in flight (or the engine is dead); False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while self.state != "dead" and (self._running or self._pending_requests):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._wake.wait(left)
+            return True
+
+    def shutdown(self) -> None:
+        """Cancels everything in flight and stops the engine thread."""
+        with self._lock:
+            if self.state == "serving":
+                self.state = "draining"
+            self._stopping = True
+            self._wake.notify_all()
+        self._thread.join()
+        self._compiles.close()
+
+    def stats(self) -> EngineStats:
+        with self._lock:
+            total, used = self._pool.total, self._pool.used
+            return EngineStats(
+                state=self.state,
+                decode_lanes=self.decode_lanes,
+                requests_running=len(self._running),
+                requests_waiting=self._pending_requests,
+                kv_pages_total=total,
+                kv_pages_used=used,
+                kv_cache_usage=used / total,
+                prefix_cache_queries=self._counters["prefix_queries"],
+                prefix_cache_hits=self._counters["prefix_hits"],
+                prompt_tokens=self._counters["prompt_tokens"],
+                generation_tokens=self._counters["generation_tokens"],
+                preemptions=self._counters["preemptions"],
+                refusals=self._counters["refusals"],
+                time_to_first_token=self._ttft.snapshot(),
+                inter_token_latency=self._itl.snapshot(),
+                e2e_latency=self._e2e.snapshot(),
+                compiles_after_startup=self._compiles.count,
+                buckets=tuple(self._buckets),
+            )
+
+    def _retry_after_locked(self) -> int:
+        """Seconds until a lane is expected to free (seed 004), including the one-second margin."""
+        if self._average_hold is None:
+            return 1
+        now = time.monotonic()
+        admitted = [r.admitted for r in self._running.values() if r.admitted is not None]
+        expected_free = min(admitted, default=now) + self._average_hold
+        if expected_free >= now:
+            return min(max(math.ceil(expected_free - now), 1), 59) + 1
+        return min(max(math.ceil(self._average_hold), 1), OVERDUE_RETRY_CAP_S) + 1
+
+    # --- the engine thread ------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    while not (self._inbox or self._cancels or self._stopping or self._busy()):
+                        self._wake.wait()
+                    if self._stopping:
+                        in_flight = [*self._in_flight(), *self._inbox]
+                        self._cancels.update({entry.id: "cancelled" for entry in in_flight})
+                    inbox, self._inbox = self._inbox, deque()
+                    cancels, self._cancels = self._cancels, {}
+                    stopping = self._stopping
+                self._iterate(inbox, cancels)
+                if stopping and not self._busy():
+                    return
+        except Exception as error:  # the engine thread must never die silently: fail every request
+            self._die(error)
+
+    def _busy(self) -> bool:
+        return bool(self._waiting or self._prefill or self._decoding)
+
+    def _iterate(self, inbox: deque[_Request], cancels: dict[int, FinishReason]) -> None:
+        for entry in inbox:
+            self._waiting.append(self._new_rows(entry))
+        now = time.monotonic()
+        for entry in self._in_flight():
+            deadline = entry.request.deadline
+            if deadline is not None and now >= deadline:
+                cancels.setdefault(entry.id, "timeout")
+        if cancels:
+            self._end_requests(cancels)
+        self._admit()
+        if self._prefill is not None:
+            self._prefill_chunk(self._prefill)
+        if self._decoding:
+            self._decode_step()
+
+    def _in_flight(self) -> list[_Request]:
+        requests = {row.request for unit in self._waiting for row in unit}
+        requests.update(row.request for row in self._decoding)
+        if self._prefill is not None:
+            requests.update(row.request for row in self._prefill.rows)
+        return list(requests)
+
+    def _new_rows(self, entry: _Request) -> list[_Row]:
+        sampling, prompt = entry.request.sampling, list(entry.request.prompt_ids)
+        factory = entry.request.constraint
+        for index in range(entry.request.n):
+            seed = int.from_bytes(os.urandom(4)) if sampling.seed is None else hash((sampling.seed, index))
+            entry.rows.append(_Row(entry, index, list(prompt), seed & 0xFFFFFFFF, factory() if factory else None))
+        entry.rows_unfinished = entry.request.n
+        return list(entry.rows)
+
+    # --- admission and prefill --------------------------------------------------------------
+
+    def _admit(self) -> None:
+        while self._prefill is None and self._waiting and len(self._free_lanes) >= len(self._waiting[0]):
+            unit = self._waiting[0]
+            tokens = unit[0].tokens
+            cacheable = page_hashes(tokens[:-1], self._page_size)
+            pages = self._pool.lookup(cacheable)
+            needed = math.ceil((len(tokens) - 1) / self._page_size) - len(pages)
+            fresh = [p for p in (self._pool.allocate() for _ in range(needed)) if p is not None]
+            if len(fresh) < needed:
+                self._pool.release(pages + fresh)
+                return
+            self._waiting.popleft()
+            entry = unit[0].request
+            now = time.monotonic()
+            first_admission = entry.admitted is None
+            with self._lock:
+                self._free_lane_count -= len(unit)
+                if first_admission:
+                    entry.admitted = now
+                    entry.cached_prompt_tokens = len(pages) * self._page_size
+                    self._pending_requests -= 1
+                    self._pending_rows -= len(unit)
+                    self._running[entry.id] = entry
+                    self._counters["prompt_tokens"] += len(tokens)
+                    self._counters["prefix_queries"] += len(tokens)
+                    self._counters["prefix_hits"] += entry.cached_prompt_tokens
+            for row in unit:
+                row.lane = self._free_lanes.pop()
+                self._admissions += 1
+                row.admitted_seq = self._admissions
+            self._prefill = _Prefill(unit, tokens, pages + fresh, len(pages) * self._page_size)
+
+    def _prefill_chunk(self, prefill: _Prefill) -> None:
+        end = min(prefill.next_position + self.config.prefill_chunk, len(prefill.tokens) - 1)
+        if end > prefill.next_position:
+            chunk = prefill.tokens[prefill.next_position : end]
+            width = self._width_for(len(prefill.pages))
+            padding = (width - 1) * self._page_size  # the always-null last column
+            tokens = np.zeros((1, self.config.prefill_chunk), np.int32)
+            positions = np.full((1, self.config.prefill_chunk), padding, np.int32)
+            tokens[0, : len(chunk)] = chunk
+            positions[0, : len(chunk)] = np.arange(prefill.next_position, end)
+            table = np.zeros((1, width), np.int32)
+            table[0, : len(prefill.pages)] = prefill.pages
+            self._kv = self._steps.prefill(self._model.params, self._kv, tokens, positions, table)
+            prefill.next_position = end
+        if end == len(prefill.tokens) - 1:
+            self._prefill = None
+            self._start_decoding(prefill)
+
+    def _start_decoding(self, prefill: _Prefill) -> None:
+        """Gives each row the shared prompt pages; rows after the first copy a partial last page."""
+        full_pages = (len(prefill.tokens) - 1) // self._page_size
+        for row in prefill.rows:
+            pages = list(prefill.pages)
+            if row is not prefill.rows[0]:
+                for page in pages[:full_pages]:
+                    self._pool.hold(page)
+                if len(pages) > full_pages:
+                    copy = self._pool.allocate()
+                    if copy is None:
+                        self._pool.release(pages[:full_pages])
+                        self._preempt(row)
+                        continue
+                    self._kv = self._steps.copy_page(self._kv, np.int32(pages[-1]), np.int32(copy))
+                    pages[-1] = copy
+            row.pages = pages
+            self._name_full_pages(row, len(prefill.tokens) - 1)
+            self._set_lane(row)
+            self._decoding.append(row)
+
+    def _set_lane(self, row: _Row) -> None:
+        """Writes the row's block table and sampling parameters into its lane's host tables."""
+        assert row.lane is not None
+        lane, sampling = row.lane, row.request.request.sampling
+        self._block_tables[lane] = NULL_PAGE
+        self._block_tables[lane, : len(row.pages)] = row.pages
+        p = self._row_params
+        p.temperature[lane] = sampling.temperature
+        p.top_k[lane] = sampling.top_k
+        p.top_p[lane] = sampling.top_p
+        p.min_p[lane] = sampling.min_p
+        p.repetition_penalty[lane] = sampling.repetition_penalty
+        p.presence_penalty[lane] = sampling.presence_penalty
+        p.frequency_penalty[lane] = sampling.frequency_penalty
+        p.bias_ids[lane] = 0
+        p.bias_values[lane] = 0.0
+        bias = list(sampling.logit_bias.items())[:LOGIT_BIAS_SLOTS]
+        p.bias_ids[lane, : len(bias)] = [token for token, _ in bias]
+        p.bias_values[lane, : len(bias)] = [value for _, value in bias]
+        p.allowed[lane] = -1
+        p.seed[lane] = row.seed
+        penalised = (sampling.repetition_penalty, sampling.presence_penalty, sampling.frequency_penalty) != (1.0, 0.0, 0.0)
+        if penalised:
+            prompt_length = len(row.request.request.prompt_ids)
+            self._reset_lane(lane, row.tokens[:prompt_length], row.tokens[prompt_length:])
+
+    def _reset_lane(self, lane: int, prompt: list[int], output: list[int]) -> None:
+        padded_prompt = np.full(self.max_context, -1, np.int32)
+        padded_output = np.full(self.max_context, -1, np.int32)
+        padded_prompt[: len(prompt)] = prompt
+        padded_output[: len(output)] = output
+        self._lane_state = self._steps.reset_lane(self._lane_state, np.int32(lane), padded_prompt, padded_output)
+
+    def _empty_row_params(self, lanes: int) -> RowParams:
+        def zeros(dtype: type, *shape: int) -> np.ndarray:
+            return np.zeros((lanes, *shape), dtype)
+
+        return RowParams(
+            temperature=zeros(np.float32),
+            top_k=zeros(np.int32),
+            top_p=np.ones(lanes, np.float32),
+            min_p=zeros(np.float32),
+            repetition_penalty=np.ones(lanes, np.float32),
+            presence_penalty=zeros(np.float32),
+            frequency_penalty=zeros(np.float32),
+            bias_ids=zeros(np.int32, LOGIT_BIAS_SLOTS),
+            bias_values=zeros(np.float32, LOGIT_BIAS_SLOTS),
+            allowed=np.full((lanes, self._mask_words), -1, np.int32),
+            seed=zeros(np.uint32),
+            counter=zeros(np.int32),
+        )
+
+    def _width_for(self, pages: int) -> int:
+        return next(w for w in self._widths if w >= pages + 1)
+
+    def _name_full_pages(self, row: _Row, kv_written: int) -> None:
+        full = kv_written // self._page_size
+        if full > row.named_pages:
+            hashes = page_hashes(row.tokens[: full * self._page_size], self._page_size)
+            for page, content_hash in zip(row.pages[row.named_pages : full], hashes[row.named_pages :], strict=True):
+                self._pool.name(page, content_hash)
+            row.named_pages = full
+
+    # --- decode -----------------------------------------------------------------------------
+
+    def _grow_pages(self) -> None:
+        """Gives each decoding row the page its next position needs, preempting the newest rows if none is left."""
+        for row in sorted(self._decoding, key=lambda r: r.admitted_seq):
+            while row.lane is not None and len(row.pages) * self._page_size < len(row.tokens):
+                page = self._pool.allocate()
+                if page is None:
+                    self._preempt(max(self._decoding, key=lambda r: r.admitted_seq))
+                    continue
+                self._block_tables[row.lane, len(row.pages)] = page
+                row.pages.append(page)
+
+    def _decode_call(self, tokens: np.ndarray, positions: np.ndarray, lane_ids: np.ndarray, width: int) -> Sampled:
+        rows = RowParams(**{name: table[lane_ids] for name, table in vars(self._row_params).items()})
+        self._kv, self._lane_state, sampled = self._steps.decode(
+            self._model.params,
+            self._kv,
+            self._lane_state,
+            tokens,
+            positions,
+            self._block_tables[lane_ids, :width],
+            lane_ids,
+            rows,
+        )
+        return sampled
+
+    def _decode_step(self) -> None:
+        self._grow_pages()
+        rows = list(self._decoding)
+        if not rows:
+            return
+        bucket = next(b for b in self._row_buckets if b >= len(rows))
+        lane_ids = np.full(bucket, self.decode_lanes, np.int32)  # padding rows use the spare lane
+        tokens = np.zeros(bucket, np.int32)
+        positions = np.zeros(bucket, np.int32)
+        for i, row in enumerate(rows):
+            assert row.lane is not None
+            lane_ids[i], tokens[i], positions[i] = row.lane, row.tokens[-1], len(row.tokens) - 1
+            self._row_params.counter[row.lane] = row.generated
+            if row.constraint is not None:
+                row.constraint.fill_mask(self._row_params.allowed[row.lane])
+        width = self._width_for(max(len(row.pages) for row in rows))
+        sampled = self._decode_call(tokens, positions, lane_ids, width)
+        chosen = np.asarray(sampled.token)
+        logprobs = None
+        if any(row.request.request.sampling.logprobs is not None for row in rows):
+            logprobs = tuple(np.asarray(a) for a in (sampled.logprob, sampled.top_ids, sampled.top_logprobs))
+        now = time.monotonic()
+        for i, row in enumerate(rows):
+            self._name_full_pages(row, len(row.tokens))
+            self._take_token(row, int(chosen[i]), None if logprobs is None else (i, *logprobs), now)
+
+    def _take_token(self, row: _Row, token: int, logprobs: tuple | None, now: float) -> None:
+        entry = row.request
+        if token in entry.stop_ids:
+            self._finish_row(row, "stop", token)
+            return
+        row.tokens.append(token)
+        row.generated += 1
+        with self._lock:
+            self._counters["generation_tokens"] += 1
+            if entry.first_token_at is None:
+                entry.first_token_at = now
+                self._ttft.observe(now - entry.submitted)
+            elif row.generated > 1:
+                self._itl.observe(now - row.last_token_at)
+        row.last_token_at = now
+        top_n = entry.request.sampling.logprobs
+        token_logprobs = None
+        if logprobs is not None and top_n is not None:
+            i, chosen, top_ids, top_values = logprobs
+            top = tuple((int(t), float(v)) for t, v in zip(top_ids[i, :top_n], top_values[i, :top_n], strict=True))
+            token_logprobs = (TokenLogprob(token, float(chosen[i]), top),)
+        entry.sink(Tokens(row.index, (token,), token_logprobs))
+        if row.constraint is not None:
+            row.constraint.accept(token)
+            if row.constraint.is_finished():
+                self._finish_row(row, "stop", None)
+                return
+        if row.generated >= entry.max_tokens:
+            self._finish_row(row, "length", None)
+
+    # --- row and request endings ------------------------------------------------------------
+
+    def _release_lane(self, row: _Row) -> None:
+        self._pool.release(row.pages)
+        row.pages, row.named_pages = [], 0
+        if row in self._decoding:
+            self._decoding.remove(row)
+        if row.lane is not None:
+            self._free_lanes.append(row.lane)
+            row.lane = None
+            with self._lock:
+                self._free_lane_count += 1
+
+    def _preempt(self, row: _Row) -> None:
+        self._release_lane(row)
+        self._waiting.appendleft([row])
+        with self._lock:
+            self._counters["preemptions"] += 1
+
+    def _finish_row(self, row: _Row, reason: FinishReason, stop_token_id: int | None) -> None:
+        self._release_lane(row)
+        row.done = True
+        entry = row.request
+        entry.rows_unfinished -= 1
+        usage = Usage(len(entry.request.prompt_ids), entry.cached_prompt_tokens, row.generated)
+        if entry.rows_unfinished == 0:
+            self._close_request(entry)
+        entry.sink(Finished(row.index, reason, stop_token_id, usage))
+
+    def _close_request(self, entry: _Request) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if entry.admitted is None:
+                self._pending_requests -= 1
+                self._pending_rows -= entry.request.n
+            else:
+                del self._running[entry.id]
+                hold = now - entry.admitted
+                self._average_hold = (
+                    hold if self._average_hold is None else self._average_hold + (hold - self._average_hold) * HOLD_SMOOTHING
+                )
+                self._e2e.observe(now - entry.submitted)
+            self._wake.notify_all()
+
+    def _end_requests(self, reasons: dict[int, FinishReason]) -> None:
+        """Ends every unfinished row of the given requests (cancel or deadline); unknown ids are ignored."""
+        if self._prefill is not None and self._prefill.rows[0].request.id in reasons:
+            self._pool.release(self._prefill.pages)
+            self._prefill = None
+        for unit in self._waiting:
+            unit[:] = [row for row in unit if row.request.id not in reasons]
+        self._waiting = deque(unit for unit in self._waiting if unit)
+        for entry in self._in_flight_requests(reasons):
+            for row in entry.rows:
+                if not row.done:
+                    self._finish_row(row, reasons[entry.id], None)
+
+    def _in_flight_requests(self, ids: dict[int, FinishReason]) -> list[_Request]:
+        with self._lock:
+            running = [entry for entry in self._running.values() if entry.id in ids]
+        waiting = {row.request for unit in self._waiting for row in unit if row.request.id in ids}
+        return running + list(waiting)
+
+    def _die(self, error: Exception) -> None:
+        kind = "fault" if isinstance(error, jax.errors.JaxRuntimeError) else "panicked"
+        reason = f"{type(error).__name__}: {error}"
+        log.error("engine thread died (%s): %s", kind, reason, exc_info=error)
+        with self._lock:
+            self.state = "dead"
+            self.failure = (kind, reason)
+            doomed = list(self._running.values()) + list(self._inbox)
+            self._inbox.clear()
+            self._running.clear()
+            self._pending_requests = self._pending_rows = 0
+            self._wake.notify_all()
+        doomed += [row.request for unit in self._waiting for row in unit if row.request.admitted is None]
+        for entry in dict.fromkeys(doomed):
+            entry.sink(Failed("fault", f"the engine failed: {reason}"))
+
+
+def _pool_pages(model: LoadedModel, config: EngineConfig, pages_per_row: int) -> int:
+    """Pages in the KV pool (plus the null page), from the first size setting given."""
+    if config.kv_pages:
+        return config.kv_pages + 1
+    c = model.config
+    page_bytes = 2 * c.num_layers * config.page_size * c.num_kv_heads * c.head_dim * jnp.dtype(DTYPES[model.dtype]).itemsize
+    budget = config.kv_memory_bytes
+    if not budget:
+        memory = model.mesh.devices.flat[0].memory_stats() or {}
+        free = memory.get("bytes_limit", 0) - memory.get("bytes_in_use", 0)
+        budget = int(free * config.kv_memory_fraction)
+    if not budget:  # no device memory figures (CPU): room for every lane's full context
+        return pages_per_row * config.decode_lanes + config.decode_lanes + 1
+    return budget // page_bytes + 1

@@ -1,0 +1,21 @@
+"""`EngineConfig`: the serving engine's settings, each with its default and the reason for it."""
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    decode_lanes: int = 8  # rows decoded together in one device step
+    max_queue: int = 16  # requests that may wait for lanes before submit raises QueueFull
+    max_context: int = 0  # tokens per row (prompt + output); 0 = the model's context length
+    page_size: int = 16  # tokens per KV page (also the prefix cache's granularity)
+    # KV pool size: kv_pages if set, else kv_memory_bytes if set, else kv_memory_fraction of the
+    # free device memory (on CPU, where jax reports none, enough pages for every lane's full context).
+    kv_pages: int = 0
+    kv_memory_bytes: int = 0
+    kv_memory_fraction: float = 0.8
+    prefill_chunk: int = 256  # prompt tokens per prefill step; bounds how long decode rows wait
+    # Stop ids besides the model config's EOS ids (the tokenizer's end-of-turn ids go here).
+    stop_token_ids: frozenset[int] = field(default_factory=frozenset)
+    # Smallest block-table width (pages per row) compiled; widths double up to the context.
+    min_page_bucket: int = 8

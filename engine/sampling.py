@@ -1,0 +1,106 @@
+"""Device-side sampling: one pure jitted function picks every row's next token from its logits.
+
+Per-row parameters arrive as arrays (`SamplerInputs`), so rows with different settings share one
+compiled step. Order, as in vLLM: repetition penalty (prompt + output tokens), presence/frequency
+penalties (output tokens), logit bias, the allowed-token bitmask; then greedy rows take the argmax,
+the others divide by the temperature, filter by top-k, top-p and min-p, and draw with their own
+PRNG key. Reported logprobs are log_softmax of the raw model logits (no temperature, no penalties).
+"""
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+_BANNED = -jnp.inf
+# Most alternatives a row may ask for per token (OpenAI's top_logprobs limit); static for the compile.
+MAX_TOP_LOGPROBS = 20
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class SamplerInputs:
+    """Per-row sampling parameters; every array's leading axis is the row (B)."""
+
+    temperature: Array  # f32[B], 0 = greedy
+    top_k: Array  # i32[B], 0 = off
+    top_p: Array  # f32[B]
+    min_p: Array  # f32[B]
+    repetition_penalty: Array  # f32[B]
+    presence_penalty: Array  # f32[B]
+    frequency_penalty: Array  # f32[B]
+    bias_ids: Array  # i32[B, L] token ids of logit_bias entries (unused slots: any id, bias 0)
+    bias_values: Array  # f32[B, L]
+    allowed: Array  # i32[B, ceil(V/32)] bitmask; all bits set when unconstrained
+    seed: Array  # u32[B]
+    counter: Array  # i32[B] tokens this row has drawn so far: folds into the key, so draws never repeat
+    seen: Array  # bool[B, V] tokens in the prompt or output (repetition penalty)
+    output_counts: Array  # i32[B, V] occurrences in the output (presence/frequency penalties)
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class Sampled:
+    token: Array  # i32[B]
+    logprob: Array  # f32[B] of the chosen token
+    top_ids: Array  # i32[B, MAX_TOP_LOGPROBS] best first
+    top_logprobs: Array  # f32[B, MAX_TOP_LOGPROBS]
+
+
+def allowed_mask(bitmask: Array, vocab_size: int) -> Array:
+    """bool[B, V] from the int32[B, ceil(V/32)] bitmask (bit i of word w is token 32*w + i)."""
+    bits = (bitmask[:, :, None] >> jnp.arange(32, dtype=jnp.int32)) & 1
+    return bits.reshape(bitmask.shape[0], -1)[:, :vocab_size].astype(bool)
+
+
+def _penalised(logits: Array, s: SamplerInputs) -> Array:
+    rep = s.repetition_penalty[:, None]
+    logits = jnp.where(s.seen, jnp.where(logits > 0, logits / rep, logits * rep), logits)
+    counts = s.output_counts.astype(jnp.float32)
+    logits = logits - s.frequency_penalty[:, None] * counts - s.presence_penalty[:, None] * (counts > 0)
+    rows = jnp.arange(logits.shape[0])[:, None]
+    logits = logits.at[rows, s.bias_ids].add(s.bias_values)
+    return jnp.where(allowed_mask(s.allowed, logits.shape[1]), logits, _BANNED)
+
+
+def _top_k_top_p(logits: Array, top_k: Array, top_p: Array) -> Array:
+    """Bans tokens below each row's top-k and outside its top-p nucleus (one descending sort)."""
+    ordered = -jnp.sort(-logits, axis=-1)
+    vocab = logits.shape[1]
+    k = jnp.where(top_k > 0, jnp.minimum(top_k, vocab), vocab)
+    kth = jnp.take_along_axis(ordered, (k - 1)[:, None], axis=-1)
+    ordered = jnp.where(ordered >= kth, ordered, _BANNED)
+    probs = jax.nn.softmax(ordered, axis=-1)
+    mass_before = jnp.cumsum(probs, axis=-1) - probs
+    # The nucleus is the shortest prefix whose mass reaches top_p; its last member sets the cutoff.
+    in_nucleus = mass_before < top_p[:, None]
+    cutoff = jnp.min(jnp.where(in_nucleus, ordered, jnp.inf), axis=-1, keepdims=True)
+    return jnp.where(logits >= jnp.maximum(cutoff, kth), logits, _BANNED)
+
+
+def _draw(logits: Array, s: SamplerInputs) -> Array:
+    greedy = s.temperature <= 0
+    scaled = logits / jnp.where(greedy, 1.0, s.temperature)[:, None]
+    needs_sort = jnp.any(((s.top_k > 0) | (s.top_p < 1.0)) & ~greedy)
+    scaled = jax.lax.cond(needs_sort, _top_k_top_p, lambda x, _k, _p: x, scaled, s.top_k, s.top_p)
+    probs = jax.nn.softmax(scaled, axis=-1)
+    floor = s.min_p[:, None] * jnp.max(probs, axis=-1, keepdims=True)
+    scaled = jnp.where(probs >= floor, scaled, _BANNED)
+
+    def row_key(seed: Array, counter: Array) -> Array:
+        return jax.random.fold_in(jax.random.key(seed), counter)
+
+    keys = jax.vmap(row_key)(s.seed, s.counter)
+    drawn = jax.vmap(lambda key, row: jax.random.categorical(key, row))(keys, scaled)
+    return jnp.where(greedy, jnp.argmax(logits, axis=-1), drawn).astype(jnp.int32)
+
+
+@jax.jit
+def sample(logits: Array, inputs: SamplerInputs) -> Sampled:
+    """Chooses one token per row from float32 logits [B, V]."""
+    logprobs = jax.nn.log_softmax(logits, axis=-1)
+    token = _draw(_penalised(logits, inputs), inputs)
+    chosen = jnp.take_along_axis(logprobs, token[:, None], axis=-1)[:, 0]
+    top_logprobs, top_ids = jax.lax.top_k(logprobs, min(MAX_TOP_LOGPROBS, logits.shape[1]))
+    return Sampled(token, chosen, top_ids.astype(jnp.int32), top_logprobs)
