@@ -90,3 +90,11 @@ def test_directory_with_tokenizer_json(metadata: dict, tmp_path: Path) -> None:
     assert (loaded.bos_token_id, loaded.eos_token_id, loaded.stop_token_ids) == (1, 2, {0, 2})
     for case in CASES:
         assert loaded.encode(case["text"]) == case["ids"]
+
+
+def test_decoding_generated_ids_equals_transformers(tokenizer: Tokenizer) -> None:
+    """Greedy continuations from the SmolLM2 golden, control tokens included."""
+    golden = json.loads((Path(__file__).parents[1] / "goldens" / "smollm2_gguf.json").read_text(encoding="utf-8"))
+    for case in golden["cases"]:
+        assert tokenizer.decode(case["greedy_ids"]) == case["greedy_text"]
+        assert "".join(_stream(tokenizer, case["greedy_ids"])) == case["greedy_text"]
