@@ -9,19 +9,18 @@ from handlers.docs import get_api_root, get_docs, get_docs_asset, get_openapi_do
 from handlers.health import get_health
 from handlers.metrics import get_metrics, get_prometheus_metrics
 from handlers.models import list_models, retrieve_model
+from handlers.openai_chat import create_chat_completion
+from handlers.openai_completions import create_completion
 from handlers.pending import (
     count_message_tokens,
     count_response_input_tokens,
-    create_chat_completion,
-    create_completion,
     create_embedding,
     create_message,
     create_rerank,
     create_response,
-    detokenize,
-    tokenize,
 )
 from handlers.stored_responses import delete_response, get_response, list_input_items
+from handlers.tokens import detokenize, tokenize
 
 __all__ = [
     "count_message_tokens",

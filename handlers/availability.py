@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from handlers.context import context
+from handlers.context import ModelService, context
 from handlers.errors import ApiError
 
 RETRY_AFTER_LOADING_S = 5
@@ -17,16 +17,20 @@ def require_ready(request: Request, unavailable_status: int = 503) -> None:
     status Anthropic's clients retry on.
     """
     model = context(request).model
-    if model.state == "serving":
-        return
-    if model.state == "loading":
-        raise ApiError(
+    if model.state != "serving":
+        raise not_serving(model, unavailable_status)
+
+
+def not_serving(model: ModelService, unavailable_status: int) -> ApiError:
+    """The answer while the model is not serving, by what it is doing instead."""
+    if model.state in ("loading", "serving"):  # "serving" but asked: the engine went away mid-request
+        return ApiError(
             unavailable_status,
             "The model is still loading; retry after the Retry-After delay (GET /health shows progress).",
             code="model_not_ready",
             headers={"Retry-After": str(RETRY_AFTER_LOADING_S)},
         )
     if model.state == "draining":
-        raise ApiError(unavailable_status, "The server is shutting down and takes no new requests.", code="draining")
+        return ApiError(unavailable_status, "The server is shutting down and takes no new requests.", code="draining")
     cause, reason = model.failure or ("fault", "unknown")
-    raise ApiError(unavailable_status, f"The model is not running ({cause}: {reason}).", code="model_dead")
+    return ApiError(unavailable_status, f"The model is not running ({cause}: {reason}).", code="model_dead")

@@ -1,13 +1,42 @@
 """The one exception a handler raises to answer an error in its API's own shape.
 
 Handlers speak in statuses and messages; `pooled.errors` decides the body shape
-(OpenAI's or Anthropic's) from the request path, so no handler formats errors.
+(OpenAI's or Anthropic's) from the request path. The body builders live here because a
+stream that fails after its 200 carries the same body as its last event.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    501: "not_implemented_error",
+    503: "service_unavailable_error",
+    504: "timeout_error",
+}
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    501: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
 
 
 @dataclass
@@ -27,3 +56,23 @@ class ApiError(Exception):
 def not_built(feature: str) -> ApiError:
     """The answer of a route whose engine part has not landed yet: an honest 501, never a fake answer."""
     return ApiError(501, f"{feature} is not built yet in this version of pooled.", code="not_implemented")
+
+
+def openai_error_body(error: ApiError) -> dict[str, object]:
+    """`{"error": {message, type, param, code}}`: an OpenAI error answer, or the last line of a failed stream."""
+    return {
+        "error": {
+            "message": error.message,
+            "type": OPENAI_TYPES.get(error.status, "server_error"),
+            "param": error.param,
+            "code": error.code,
+        }
+    }
+
+
+def anthropic_error_body(error: ApiError) -> dict[str, object]:
+    """`{"type": "error", "error": {type, message}}`: an Anthropic error answer or `error` stream event."""
+    return {
+        "type": "error",
+        "error": {"type": ANTHROPIC_TYPES.get(error.status, "api_error"), "message": error.message},
+    }

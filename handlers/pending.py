@@ -28,13 +28,9 @@ def _pending(route: str, unavailable_status: int = 503) -> PendingHandler:
     return handler
 
 
-create_chat_completion = _pending("POST /v1/chat/completions")
-create_completion = _pending("POST /v1/completions")
 create_response = _pending("POST /v1/responses")
 count_response_input_tokens = _pending("POST /v1/responses/input_tokens")
 create_embedding = _pending("POST /v1/embeddings")
 create_rerank = _pending("POST /v1/rerank")
-tokenize = _pending("POST /v1/tokenize")
-detokenize = _pending("POST /v1/detokenize")
 create_message = _pending("POST /v1/messages", ANTHROPIC_OVERLOADED)
 count_message_tokens = _pending("POST /v1/messages/count_tokens", ANTHROPIC_OVERLOADED)

@@ -8,7 +8,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp
 
 from generated.routes import router
-from handlers.context import ModelService, ServerContext
+from handlers.context import GenerationLimits, ModelService, ServerContext
 from handlers.response_store import ResponseStore
 from pooled import errors
 from pooled.counting import RequestCounting
@@ -19,7 +19,12 @@ from pooled.settings import Settings
 def server_context(settings: Settings, model: ModelService) -> ServerContext:
     """The state handlers share: the model, the response store, the request counters."""
     responses = ResponseStore(settings.stored_responses, settings.stored_responses_bytes, settings.stored_response_idle)
-    return ServerContext(model=model, port=settings.port, created=int(time.time()), responses=responses)
+    limits = GenerationLimits(
+        request_timeout_s=settings.request_timeout,
+        max_output_tokens=settings.max_output_tokens,
+        keepalive_interval_s=settings.keepalive_interval,
+    )
+    return ServerContext(model=model, port=settings.port, created=int(time.time()), responses=responses, limits=limits)
 
 
 def build_app(settings: Settings, server: ServerContext) -> ASGIApp:

@@ -86,6 +86,16 @@ class Settings:
     request_timeout: float = setting(
         300.0, float, "Seconds a request may take before it is answered 504 and its lane freed."
     )
+    max_output_tokens: int | None = setting(
+        None,
+        _optional_int,
+        "A cap on every request's output tokens, whatever it asks (the answer then ends with finish reason "
+        "`length` / `max_tokens`); useful when a small model never ends a long agent prompt. Default: no cap "
+        "besides the context and 32768.",
+    )
+    keepalive_interval: float = setting(
+        10.0, float, "Seconds between SSE keep-alive comments while a stream waits (queued, prefilling)."
+    )
 
     @property
     def own_origins(self) -> frozenset[str]:

@@ -1,0 +1,74 @@
+"""Server-sent events: framing, keep-alive comments while a stream waits, and the streamed response."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+
+from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+KEEPALIVE = ": keep-alive\n\n"
+
+
+def data_line(payload: object) -> str:
+    """One `data:` event; `payload` is JSON-ready (or a literal such as `[DONE]`)."""
+    text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    return f"data: {text}\n\n"
+
+
+def named_event(name: str, payload: object) -> str:
+    """An `event:` + `data:` pair, as Anthropic's and the Responses API's streams send."""
+    return f"event: {name}\n{data_line(payload)}"
+
+
+async def with_keepalive(events: AsyncGenerator[str, None], interval_s: float) -> AsyncIterator[str]:
+    """Pass `events` through, adding a comment line whenever none came for `interval_s`.
+
+    Proxies and clients drop a silent connection; a request queued behind others, or a long
+    prefill, would otherwise be silent for longer than their idle timeouts.
+    """
+    pending: asyncio.Task[str] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(events))
+            done, _ = await asyncio.wait({pending}, timeout=interval_s)
+            if not done:
+                yield KEEPALIVE
+                continue
+            try:
+                event = pending.result()
+            except StopAsyncIteration:
+                return
+            pending = None
+            yield event
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):  # its outcome no longer matters, only that it ended
+                await pending
+        await events.aclose()
+
+
+class EventStream(StreamingResponse):
+    """The 200 answer of a stream, which runs `on_close` however it ends: finished, failed, or
+    cut off by the client before or while it streamed (Starlette then stops the iteration)."""
+
+    def __init__(
+        self, events: AsyncGenerator[str, None], keepalive_interval_s: float, on_close: Callable[[], Awaitable[None]]
+    ) -> None:
+        super().__init__(
+            with_keepalive(events, keepalive_interval_s),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._on_close()

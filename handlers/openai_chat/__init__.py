@@ -1,0 +1,32 @@
+"""`POST /v1/chat/completions`: request → shared generation layer → answer or stream."""
+
+from __future__ import annotations
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from generated import models
+from handlers.availability import not_serving, require_ready
+from handlers.context import context
+from handlers.generation.disconnect import unless_disconnected
+from handlers.generation.engine_bridge import OPENAI_BUSY, open_generations
+from handlers.generation.sse import EventStream
+from handlers.openai_chat.request import plan_chat
+from handlers.openai_chat.response import ChatStream, chat_completion
+
+
+async def create_chat_completion(
+    request: Request, body: models.ChatCompletionRequest
+) -> models.ChatCompletion | Response:
+    require_ready(request)
+    server = context(request)
+    model, limits = server.model, server.limits
+    tokenizer = model.tokenizer
+    if tokenizer is None or model.ctx is None:
+        raise not_serving(model, OPENAI_BUSY.unavailable)
+    plan = plan_chat(body, model.chat_template, tokenizer, model.ctx, model.decode_lanes, limits)
+    if body.stream:
+        (generation,), close = await open_generations(model, [plan.generation], limits.request_timeout_s, OPENAI_BUSY)
+        stream = ChatStream(plan, generation, model.model_id, tokenizer)
+        return EventStream(stream.lines(), limits.keepalive_interval_s, close)
+    return await unless_disconnected(request, chat_completion(plan, model, tokenizer, limits.request_timeout_s))

@@ -1,0 +1,169 @@
+"""A Chat Completions request → the shared layer's pieces: messages, tools, constraint, sampling."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.api import Constraint, GenerationRequest
+from engine.tokenizer import ChatTemplate, Tokenizer
+from generated import models
+from handlers.context import GenerationLimits
+from handlers.errors import ApiError
+from handlers.generation.constraints import ANY_JSON_OBJECT, constraint_factory, json_schema_grammar
+from handlers.generation.prompt import ChatPrompt, FunctionTool, Message, render_chat
+from handlers.generation.sampling import SamplingFields, check_choices, output_budget, sampling_params
+from handlers.generation.stop_strings import stop_strings
+from handlers.generation.tool_choice import ToolMode, ToolUse, tool_use
+
+TEXT_PART_TYPES = ("text", "input_text", "output_text")
+
+
+@dataclass(frozen=True)
+class ChatPlan:
+    """Everything the answer needs besides the engine's events."""
+
+    generation: GenerationRequest
+    prompt: ChatPrompt
+    stops: tuple[str, ...]
+    tools: ToolUse
+    logprobs: bool
+    include_usage: bool
+
+
+def plan_chat(
+    body: models.ChatCompletionRequest,
+    template: ChatTemplate | None,
+    tokenizer: Tokenizer,
+    context: int,
+    decode_lanes: int,
+    limits: GenerationLimits,
+) -> ChatPlan:
+    n = check_choices(body.n or 1, decode_lanes)
+    stops = stop_strings(body.stop)
+    tools = _tool_use(body)
+    switches: dict[str, Any] = {"enable_thinking": False} if body.reasoning_effort == "none" else {}
+    switches |= body.chat_template_kwargs or {}
+    prompt = render_chat(template, tokenizer, chat_messages(body.messages), tools.offered, switches)
+    logprobs = bool(body.logprobs)
+    sampling = sampling_params(
+        SamplingFields(
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            min_p=body.min_p,
+            repetition_penalty=body.repetition_penalty,
+            presence_penalty=body.presence_penalty,
+            frequency_penalty=body.frequency_penalty,
+            logit_bias=body.logit_bias,
+            seed=body.seed,
+            logprobs=(body.top_logprobs or 0) if logprobs else None,
+        ),
+        tokenizer.vocab_size,
+    )
+    requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    generation = GenerationRequest(
+        prompt_ids=prompt.token_ids,
+        sampling=sampling,
+        max_tokens=output_budget(requested, len(prompt.token_ids), context, limits.max_output_tokens),
+        n=n,
+        constraint=tools.constraint(tokenizer, prompt.tool_format) or _response_format(body.response_format, tokenizer),
+    )
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    return ChatPlan(generation, prompt, stops, tools, logprobs, include_usage)
+
+
+def chat_messages(messages: Sequence[models.ChatMessage]) -> list[Message]:
+    return [_message(message, index) for index, message in enumerate(messages)]
+
+
+def _message(message: models.ChatMessage, index: int) -> Message:
+    role = {"developer": "system", "function": "tool"}.get(message.role, message.role)
+    neutral: Message = {"role": role, "content": _content_text(message.content, index)}
+    calls = [_call(call) for call in message.tool_calls or []]
+    if message.function_call:  # the deprecated single call
+        calls.append({"type": "function", "function": dict(message.function_call)})
+    if calls:
+        neutral["tool_calls"] = calls
+    if message.tool_call_id:
+        neutral["tool_call_id"] = message.tool_call_id
+    if message.name and role == "tool":
+        neutral["name"] = message.name
+    reasoning = message.reasoning_content or message.reasoning
+    if reasoning:
+        neutral["reasoning_content"] = reasoning
+    return neutral
+
+
+def _content_text(content: str | list[models.ChatContentPart] | None, index: int) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    texts = []
+    for part in content:
+        if part.type in TEXT_PART_TYPES:
+            texts.append(part.text or "")
+        elif part.type == "refusal":
+            texts.append(part.refusal or "")
+        else:
+            raise ApiError(
+                400,
+                f"Content parts of type '{part.type}' are not supported: the served model takes text only.",
+                code="unsupported_content",
+                param=f"messages.{index}.content",
+            )
+    return "".join(texts)
+
+
+def _call(call: models.ChatMessageToolCallParam) -> dict[str, Any]:
+    if call.function is not None:
+        function = {"name": call.function.name or "", "arguments": call.function.arguments or "{}"}
+    else:  # a custom tool's free-form input: kept as a call whose arguments are its text
+        custom = call.custom or models.ChatCustomCallParam()
+        function = {"name": custom.name or "", "arguments": custom.input or ""}
+    return {"id": call.id or "", "type": "function", "function": function}
+
+
+def function_tools(tools: Sequence[models.ChatTool], functions: Sequence[Mapping[str, Any]]) -> list[FunctionTool]:
+    """Function tools (and the deprecated `functions`); other tool types are left out of the prompt."""
+    offered = [
+        FunctionTool(tool.function.name, tool.function.description, tool.function.parameters)
+        for tool in tools
+        if tool.type == "function" and tool.function is not None
+    ]
+    for function in functions:
+        name = str(function.get("name", ""))
+        offered.append(FunctionTool(name, function.get("description"), function.get("parameters")))
+    return offered
+
+
+def _tool_use(body: models.ChatCompletionRequest) -> ToolUse:
+    tools = function_tools(body.tools or [], body.functions or [])
+    parallel = body.parallel_tool_calls is not False
+    choice: Any = body.tool_choice if body.tool_choice is not None else body.function_call
+    if choice is None or isinstance(choice, str):
+        mode: ToolMode = "auto" if choice in (None, "auto") else "none" if choice == "none" else "required"
+        return tool_use(tools, mode, parallel)
+    if isinstance(choice, dict):  # the deprecated `function_call: {"name": …}`
+        return tool_use(tools, "required", parallel, named=str(choice.get("name")))
+    if choice.type == "allowed_tools":
+        allowed = choice.allowed_tools or {}
+        names = {str((t.get("function") or t).get("name")) for t in allowed.get("tools", [])}
+        mode = "required" if allowed.get("mode") == "required" else "auto"
+        return tool_use([t for t in tools if t.name in names], mode, parallel)
+    named = (choice.function or choice.custom or {}).get("name")
+    return tool_use(tools, "required", parallel, named=str(named))
+
+
+def _response_format(
+    response_format: models.ChatResponseFormat | None, tokenizer: Tokenizer
+) -> Callable[[], Constraint] | None:
+    if response_format is None or response_format.type == "text":
+        return None
+    if response_format.type == "json_object":
+        return constraint_factory(tokenizer, json_schema_grammar(ANY_JSON_OBJECT, "response_format"), "response_format")
+    param = "response_format.json_schema.schema"
+    schema = response_format.json_schema.schema_ if response_format.json_schema else None
+    if schema is None:
+        raise ApiError(400, f"'{param}' is required with type json_schema.", code="invalid_constraint", param=param)
+    return constraint_factory(tokenizer, json_schema_grammar(schema, param), param)

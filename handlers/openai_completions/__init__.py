@@ -1,0 +1,33 @@
+"""`POST /v1/completions`: raw prompts → shared generation layer → answer or stream."""
+
+from __future__ import annotations
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from generated import models
+from handlers.availability import not_serving, require_ready
+from handlers.context import context
+from handlers.generation.disconnect import unless_disconnected
+from handlers.generation.engine_bridge import OPENAI_BUSY, open_generations
+from handlers.generation.sse import EventStream
+from handlers.openai_completions.request import plan_completion
+from handlers.openai_completions.response import CompletionRun, completion, completion_stream
+
+
+async def create_completion(request: Request, body: models.CompletionRequest) -> models.Completion | Response:
+    require_ready(request)
+    server = context(request)
+    model, limits = server.model, server.limits
+    tokenizer = model.tokenizer
+    if tokenizer is None or model.ctx is None:
+        raise not_serving(model, OPENAI_BUSY.unavailable)
+    plan = plan_completion(body, tokenizer, model.ctx, model.decode_lanes, limits)
+    generations, close = await open_generations(model, plan.requests, limits.request_timeout_s, OPENAI_BUSY)
+    run = CompletionRun(plan, generations, tokenizer)
+    if body.stream:
+        return EventStream(completion_stream(run, model.model_id), limits.keepalive_interval_s, close)
+    try:
+        return await unless_disconnected(request, completion(run, model.model_id))
+    finally:
+        await close()

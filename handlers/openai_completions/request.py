@@ -1,0 +1,100 @@
+"""A (legacy) Completions request → one engine request per prompt, on the raw prompt (no template).
+
+Documented limits: `suffix` (fill-in-the-middle) is a 400; `best_of` other than 1 or `n` is a 400
+(pooled does not rank candidates); `echo` with `logprobs` is a 400 (the engine returns no prompt
+logprobs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.api import GenerationRequest
+from engine.tokenizer import Tokenizer
+from generated import models
+from handlers.context import GenerationLimits
+from handlers.errors import ApiError
+from handlers.generation.sampling import SamplingFields, check_choices, output_budget, sampling_params
+from handlers.generation.stop_strings import stop_strings
+
+DEFAULT_MAX_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class CompletionPlan:
+    requests: list[GenerationRequest]  # one per prompt, each with `n` rows
+    prompt_texts: list[str]  # for `echo`
+    stops: tuple[str, ...]
+    echo: bool
+    logprobs: bool
+    include_usage: bool
+
+    @property
+    def n(self) -> int:
+        return self.requests[0].n
+
+
+def plan_completion(
+    body: models.CompletionRequest, tokenizer: Tokenizer, context: int, decode_lanes: int, limits: GenerationLimits
+) -> CompletionPlan:
+    if body.suffix:
+        raise ApiError(400, "'suffix' (fill-in-the-middle) is not supported by pooled.", param="suffix")
+    n = check_choices(body.n or 1, decode_lanes)
+    if body.best_of not in (None, 0, 1, n):
+        raise ApiError(400, "'best_of' must be 1 or equal to 'n': pooled does not rank candidates.", param="best_of")
+    if body.echo and body.logprobs is not None:
+        raise ApiError(
+            400, "'echo' with 'logprobs' is not supported: the engine returns no prompt logprobs.", param="echo"
+        )
+    prompts = _prompt_ids(body.prompt, tokenizer)
+    sampling = sampling_params(
+        SamplingFields(
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            min_p=body.min_p,
+            repetition_penalty=body.repetition_penalty,
+            presence_penalty=body.presence_penalty,
+            frequency_penalty=body.frequency_penalty,
+            logit_bias=body.logit_bias,
+            seed=body.seed,
+            logprobs=body.logprobs,
+        ),
+        tokenizer.vocab_size,
+    )
+    requested = DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens
+    requests = [
+        GenerationRequest(
+            prompt_ids=tuple(ids),
+            sampling=sampling,
+            max_tokens=output_budget(requested, len(ids), context, limits.max_output_tokens),
+            n=n,
+        )
+        for ids in prompts
+    ]
+    return CompletionPlan(
+        requests=requests,
+        prompt_texts=[tokenizer.decode(ids) for ids in prompts] if body.echo else [""] * len(prompts),
+        stops=stop_strings(body.stop),
+        echo=bool(body.echo),
+        logprobs=body.logprobs is not None,
+        include_usage=bool(body.stream_options and body.stream_options.include_usage),
+    )
+
+
+def _prompt_ids(prompt: str | list[str] | list[int] | list[list[int]], tokenizer: Tokenizer) -> list[list[int]]:
+    if isinstance(prompt, str):
+        prompts: list[list[int]] = [tokenizer.encode(prompt, add_special_tokens=True)]
+    elif prompt and all(isinstance(item, int) for item in prompt):
+        prompts = [[int(item) for item in prompt]]  # type: ignore[arg-type]
+    else:
+        prompts = [
+            tokenizer.encode(item, add_special_tokens=True) if isinstance(item, str) else list(item)  # type: ignore[arg-type]
+            for item in prompt
+        ]
+    if not prompts or any(not ids for ids in prompts):
+        raise ApiError(400, "The prompt is empty.", code="empty_prompt", param="prompt")
+    for ids in prompts:
+        if any(not 0 <= token < tokenizer.vocab_size for token in ids):
+            raise ApiError(400, f"The prompt has token ids outside 0..{tokenizer.vocab_size - 1}.", param="prompt")
+    return prompts

@@ -1,0 +1,131 @@
+"""Engine events → a Completions answer or its stream; choice `i * n + row` is prompt i's row.
+
+The prompts' requests run at once in the engine; a stream sends their chunks prompt by prompt.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass, field
+
+from engine.api import TokenLogprob
+from engine.tokenizer import Tokenizer
+from generated import models
+from handlers.errors import ApiError, openai_error_body
+from handlers.generation.engine_bridge import Generation
+from handlers.generation.rows import FinishReason, RowEvent, UsageCount, row_events
+from handlers.generation.sse import data_line
+from handlers.generation.text_output import Piece, RowText
+from handlers.openai_completions.request import CompletionPlan
+from handlers.openai_usage import usage_model
+
+
+@dataclass
+class _Identity:
+    model: str
+    id: str = field(default_factory=lambda: "cmpl-" + secrets.token_hex(12))
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+class CompletionRun:
+    """The prompts' generations, consumed prompt by prompt into choice-indexed events."""
+
+    def __init__(self, plan: CompletionPlan, generations: Sequence[Generation], tokenizer: Tokenizer) -> None:
+        self.plan = plan
+        self.tokenizer = tokenizer
+        self.usage = UsageCount(prompt_tokens=sum(len(request.prompt_ids) for request in plan.requests))
+        self._generations = generations
+
+    async def events(self) -> AsyncGenerator[tuple[int, RowEvent], None]:
+        """(choice index, event) pairs; the first event of each choice carries the echoed prompt."""
+        for prompt_index, generation in enumerate(self._generations):
+            rows = [RowText(self.tokenizer, self.plan.stops) for _ in range(self.plan.n)]
+            echoed: set[int] = set()
+            async for event in row_events(generation, rows, self.usage):
+                if event.row not in echoed and self.plan.echo:
+                    echoed.add(event.row)
+                    event.piece.content = self.plan.prompt_texts[prompt_index] + event.piece.content
+                yield prompt_index * self.plan.n + event.row, event
+            self.usage.add_rows(rows)
+
+    def logprobs(self, entries: Sequence[TokenLogprob], offset: int) -> models.CompletionLogprobs:
+        """Logprobs of `entries`, whose text starts at character `offset` of the choice's text."""
+        tokens = [self.tokenizer.decode([entry.token_id]) for entry in entries]
+        offsets = []
+        for token in tokens:
+            offsets.append(offset)
+            offset += len(token)
+        return models.CompletionLogprobs(
+            tokens=tokens,
+            token_logprobs=[entry.logprob for entry in entries],
+            top_logprobs=[
+                {self.tokenizer.decode([token_id]): logprob for token_id, logprob in entry.top} for entry in entries
+            ],
+            text_offset=offsets,
+        )
+
+
+async def completion(run: CompletionRun, model_id: str) -> models.Completion:
+    count = len(run.plan.requests) * run.plan.n
+    answers = [Piece() for _ in range(count)]
+    finishes: list[FinishReason] = ["stop"] * count
+    async for index, event in run.events():
+        answers[index].extend(event.piece)
+        if event.finish:
+            finishes[index] = event.finish
+    identity = _Identity(model_id)
+    return models.Completion(
+        id=identity.id,
+        object="text_completion",
+        created=identity.created,
+        model=identity.model,
+        choices=[
+            models.CompletionChoice(
+                index=index,
+                text=answer.content,
+                logprobs=run.logprobs(answer.logprobs, 0) if run.plan.logprobs else None,
+                finish_reason=finishes[index],
+            )
+            for index, answer in enumerate(answers)
+        ],
+        usage=usage_model(run.usage),
+        system_fingerprint=None,
+    )
+
+
+async def completion_stream(run: CompletionRun, model_id: str) -> AsyncGenerator[str, None]:
+    identity = _Identity(model_id)
+    text_lengths: dict[int, int] = {}
+
+    def chunk(choices: list[models.CompletionChunkChoice], usage: models.CompletionUsage | None = None) -> str:
+        body = models.CompletionChunk(
+            id=identity.id, object="text_completion", created=identity.created, model=identity.model, choices=choices
+        )
+        if run.plan.include_usage:
+            body.usage = usage
+        return data_line(body.model_dump(mode="json", exclude_unset=True))
+
+    try:
+        async for index, event in run.events():
+            offset = text_lengths.get(index, 0)
+            text_lengths[index] = offset + len(event.piece.content)
+            logprobs = (
+                run.logprobs(event.piece.logprobs, offset) if run.plan.logprobs and event.piece.logprobs else None
+            )
+            if event.piece.content or logprobs:
+                choice = models.CompletionChunkChoice(
+                    index=index, text=event.piece.content, logprobs=logprobs, finish_reason=None
+                )
+                yield chunk([choice])
+            if event.finish:
+                yield chunk(
+                    [models.CompletionChunkChoice(index=index, text="", logprobs=None, finish_reason=event.finish)]
+                )
+    except ApiError as error:
+        yield data_line(openai_error_body(error))
+        return
+    if run.plan.include_usage:
+        yield chunk([], usage_model(run.usage))
+    yield data_line("[DONE]")

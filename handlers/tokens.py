@@ -1,0 +1,62 @@
+"""`POST /v1/tokenize` and `POST /v1/detokenize`: the tokenizer and chat template alone, no engine.
+
+They answer as soon as the tokenizer is read, while the engine may still be warming up.
+"""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from engine.tokenizer import Tokenizer
+from generated import models
+from handlers.availability import not_serving
+from handlers.context import ModelService, context
+from handlers.errors import ApiError
+from handlers.generation.prompt import render_chat
+from handlers.openai_chat.request import chat_messages, function_tools
+
+
+def _tokenizer(model: ModelService) -> Tokenizer:
+    if model.tokenizer is None:
+        raise not_serving(model, 503)
+    return model.tokenizer
+
+
+async def tokenize(request: Request, body: models.TokenizeRequest) -> models.TokenizeResponse:
+    model = context(request).model
+    tokenizer = _tokenizer(model)
+    query = body.root
+    if isinstance(query, models.TokenizeCompletionRequest):
+        tokens = tokenizer.encode(query.prompt, add_special_tokens=query.add_special_tokens is not False)
+    else:
+        if query.continue_final_message:
+            raise ApiError(400, "'continue_final_message' is not supported.", param="continue_final_message")
+        tools = function_tools(query.tools or [], [])
+        prompt = render_chat(
+            model.chat_template,
+            tokenizer,
+            chat_messages(query.messages),
+            tools,
+            query.chat_template_kwargs,
+            add_generation_prompt=query.add_generation_prompt is not False,
+        )
+        tokens = list(prompt.token_ids)
+        if query.add_special_tokens and tokenizer.bos_token_id is not None and tokens[:1] != [tokenizer.bos_token_id]:
+            tokens.insert(0, tokenizer.bos_token_id)
+    answer = models.TokenizeResponse(count=len(tokens), max_model_len=model.ctx or 1, tokens=tokens)
+    if query.return_token_strs:
+        answer.token_strs = [tokenizer.token_text(token) or "" for token in tokens]
+    return answer
+
+
+async def detokenize(request: Request, body: models.DetokenizeRequest) -> models.DetokenizeResponse:
+    tokenizer = _tokenizer(context(request).model)
+    outside = [token for token in body.tokens if not 0 <= token < tokenizer.vocab_size]
+    if outside:
+        raise ApiError(
+            400,
+            f"Token id {outside[0]} is outside this model's vocabulary (0 to {tokenizer.vocab_size - 1}).",
+            code="invalid_token",
+            param="tokens",
+        )
+    return models.DetokenizeResponse(prompt=tokenizer.decode(body.tokens))
