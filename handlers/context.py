@@ -7,14 +7,29 @@ depend on its shape only: they never import JAX or the engine's internals.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from fastapi import Request
 
+from engine.api import EngineEvent, GenerationRequest
+from engine.tokenizer import ChatTemplate, Tokenizer
 from handlers.response_store import ResponseStore
 
 ModelState = Literal["loading", "serving", "draining", "dead"]
+
+
+class GenerationEngine(Protocol):
+    """The part of the engine (engine/engine.py's `Engine`, per engine/api.py) that handlers call."""
+
+    def submit(self, request: GenerationRequest, sink: Callable[[EngineEvent], None]) -> int:
+        """Queue a request; events arrive on `sink`, called on the engine thread."""
+        ...
+
+    def cancel(self, request_id: int) -> None:
+        """Idempotent; unfinished rows end with Finished(reason="cancelled")."""
+        ...
 
 
 class ModelService(Protocol):
@@ -40,6 +55,30 @@ class ModelService(Protocol):
     @property
     def decode_lanes(self) -> int: ...
 
+    @property
+    def engine(self) -> GenerationEngine | None:
+        """The running engine once the model serves, else None."""
+        ...
+
+    @property
+    def tokenizer(self) -> Tokenizer | None:
+        """Available as soon as the checkpoint's tokenizer is read (before the engine warms up)."""
+        ...
+
+    @property
+    def chat_template(self) -> ChatTemplate | None:
+        """The checkpoint's chat template, or None when it ships none."""
+        ...
+
+
+@dataclass(frozen=True)
+class GenerationLimits:
+    """Server-wide bounds on each generation (from `pooled.settings`)."""
+
+    request_timeout_s: float = 300.0  # past it a request answers 504 and frees its lanes
+    max_output_tokens: int | None = None  # a cap on every request's output, besides the engine's own
+    keepalive_interval_s: float = 10.0  # an SSE comment this often while a stream waits
+
 
 @dataclass
 class Counters:
@@ -56,6 +95,7 @@ class ServerContext:
     created: int
     responses: ResponseStore
     counters: Counters = field(default_factory=Counters)
+    limits: GenerationLimits = field(default_factory=GenerationLimits)
 
 
 def context(request: Request) -> ServerContext:
