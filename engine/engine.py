@@ -655,22 +655,19 @@ class Engine:
 
     def _end_requests(self, reasons: dict[int, FinishReason]) -> None:
         """Ends every unfinished row of the given requests (cancel or deadline); unknown ids are ignored."""
-        if self._prefill is not None and self._prefill.rows[0].request.id in reasons:
+        with self._lock:
+            ending = {entry for entry in self._running.values() if entry.id in reasons}
+        ending.update(row.request for unit in self._waiting for row in unit if row.request.id in reasons)
+        if self._prefill is not None and self._prefill.rows[0].request in ending:
             self._pool.release(self._prefill.pages)
             self._prefill = None
         for unit in self._waiting:
-            unit[:] = [row for row in unit if row.request.id not in reasons]
+            unit[:] = [row for row in unit if row.request not in ending]
         self._waiting = deque(unit for unit in self._waiting if unit)
-        for entry in self._in_flight_requests(reasons):
+        for entry in ending:
             for row in entry.rows:
                 if not row.done:
                     self._finish_row(row, reasons[entry.id], None)
-
-    def _in_flight_requests(self, ids: dict[int, FinishReason]) -> list[_Request]:
-        with self._lock:
-            running = [entry for entry in self._running.values() if entry.id in ids]
-        waiting = {row.request for unit in self._waiting for row in unit if row.request.id in ids}
-        return running + list(waiting)
 
     def _die(self, error: Exception) -> None:
         kind = "fault" if isinstance(error, jax.errors.JaxRuntimeError) else "panicked"

@@ -1,0 +1,69 @@
+"""Helpers for engine tests: collect a request's events, and a contiguous-cache greedy reference."""
+
+import threading
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from engine.api import EngineEvent, Failed, Finished, GenerationRequest, SamplingParams, Tokens
+from engine.checkpoint.loader import LoadedModel
+from engine.engine import Engine
+
+GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
+WAIT_S = 60.0
+
+
+class Collected:
+    """Every event of one request; `done` is set once each row finished or the request failed."""
+
+    def __init__(self, n: int) -> None:
+        self.tokens: list[list[int]] = [[] for _ in range(n)]
+        self.logprobs: list[list] = [[] for _ in range(n)]
+        self.finished: dict[int, Finished] = {}
+        self.failed: Failed | None = None
+        self.done = threading.Event()
+        self.request_id = 0
+        self._n = n
+
+    def __call__(self, event: EngineEvent) -> None:
+        if isinstance(event, Tokens):
+            self.tokens[event.row].extend(event.token_ids)
+            self.logprobs[event.row].extend(event.logprobs or ())
+        elif isinstance(event, Finished):
+            self.finished[event.row] = event
+        else:
+            self.failed = event
+        if self.failed is not None or len(self.finished) == self._n:
+            self.done.set()
+
+    def wait(self) -> "Collected":
+        assert self.done.wait(WAIT_S), "request did not finish"
+        return self
+
+
+def start(engine: Engine, request: GenerationRequest) -> Collected:
+    collected = Collected(request.n)
+    collected.request_id = engine.submit(request, collected)
+    return collected
+
+
+def generate(engine: Engine, request: GenerationRequest) -> Collected:
+    return start(engine, request).wait()
+
+
+def greedy_request(prompt: Sequence[int], max_tokens: int, **sampling: object) -> GenerationRequest:
+    params = SamplingParams(**{"temperature": 0.0, "ignore_eos": True, **sampling})  # type: ignore[arg-type]
+    return GenerationRequest(tuple(prompt), params, max_tokens)
+
+
+def reference_greedy(model: LoadedModel, prompt: Sequence[int], steps: int, length: int) -> list[int]:
+    """Greedy tokens from the plain forward pass with a contiguous cache (no engine involved)."""
+    cache = model.init_kv_cache(batch=1, length=length)
+    logits, cache = model.forward(jnp.asarray([prompt], jnp.int32), jnp.arange(len(prompt), dtype=jnp.int32)[None], cache)
+    out = [int(np.argmax(logits[0, -1]))]
+    for step in range(steps - 1):
+        position = jnp.asarray([[len(prompt) + step]], jnp.int32)
+        logits, cache = model.forward(jnp.asarray([[out[-1]]], jnp.int32), position, cache)
+        out.append(int(np.argmax(logits[0, 0])))
+    return out

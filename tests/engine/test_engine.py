@@ -1,0 +1,193 @@
+"""The serving engine on a tiny random Llama: batching, prefix cache, n > 1, stops, cancel, admission.
+
+One engine serves the whole module (compiling its buckets once); the last test checks that none
+of the mixed workload before it compiled anything.
+"""
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.api import (
+    EngineUnavailable,
+    GenerationRequest,
+    QueueFull,
+    RequestRefused,
+    SamplingParams,
+)
+from engine.checkpoint.loader import LoadedModel, load_model
+from engine.engine import Engine
+from engine.engine_config import EngineConfig
+from tests.engine.engine_harness import GREEDY, Collected, generate, greedy_request, reference_greedy, start
+
+CONTEXT = 64  # the tiny model's trained length
+CONFIG = EngineConfig(decode_lanes=4, max_queue=2, page_size=8, prefill_chunk=8, min_page_bucket=9)
+
+
+def prompt(seed: int, length: int) -> list[int]:
+    return np.random.default_rng(seed).integers(3, 256, size=length).tolist()
+
+
+@pytest.fixture(scope="module")
+def model(tiny_checkpoint: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
+    return load_model(tiny_checkpoint("llama_tied"), cache_dir=tmp_path_factory.mktemp("prepared"), progress=False)
+
+
+@pytest.fixture(scope="module")
+def engine(model: LoadedModel) -> Iterator[Engine]:
+    progress: list[tuple[str, int, int]] = []
+    built = Engine.build(model, CONFIG, lambda what, done, total: progress.append((what, done, total)))
+    assert progress[-1][1] == progress[-1][2] == len(built.stats().buckets)
+    yield built
+    built.shutdown()
+
+
+def assert_idle(engine: Engine) -> None:
+    deadline = time.monotonic() + 5
+    while (stats := engine.stats()).requests_running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert (stats.requests_running, stats.requests_waiting, stats.kv_pages_used) == (0, 0, 0)
+
+
+def test_greedy_matches_the_contiguous_cache_forward(engine: Engine, model: LoadedModel) -> None:
+    tokens = prompt(1, 21)  # three prefill chunks, last page partial
+    result = generate(engine, greedy_request(tokens, 12))
+    assert result.tokens[0] == reference_greedy(model, tokens, 12, CONTEXT)
+    assert result.finished[0].reason == "length" and result.finished[0].usage.completion_tokens == 12
+
+
+def test_batched_rows_get_exactly_what_they_get_alone(engine: Engine) -> None:
+    requests = [
+        greedy_request(prompt(2, 5), 10),
+        greedy_request(prompt(3, 30), 9),
+        GenerationRequest(tuple(prompt(4, 12)), SamplingParams(temperature=1.0, seed=7, ignore_eos=True), 11),
+        GenerationRequest(tuple(prompt(5, 17)), SamplingParams(temperature=0.8, top_k=20, top_p=0.9, seed=3, ignore_eos=True), 8),
+    ]
+    alone = [generate(engine, request).tokens[0] for request in requests]
+    together = [collected.wait().tokens[0] for collected in [start(engine, request) for request in requests]]
+    assert together == alone
+    assert_idle(engine)
+
+
+def test_resent_conversation_prefills_only_the_new_tokens(engine: Engine, model: LoadedModel) -> None:
+    first_turn = prompt(6, 19)
+    answer = generate(engine, greedy_request(first_turn, 10)).tokens[0]
+    second_turn = first_turn + answer + prompt(7, 6)
+    hits_before = engine.stats().prefix_cache_hits
+    result = generate(engine, greedy_request(second_turn, 8))
+    cached = result.finished[0].usage.cached_prompt_tokens
+    assert cached >= 24 and cached % CONFIG.page_size == 0
+    assert engine.stats().prefix_cache_hits - hits_before == cached
+    assert result.tokens[0] == reference_greedy(model, second_turn, 8, CONTEXT)
+
+
+def test_n_rows_share_the_prompt(engine: Engine, model: LoadedModel) -> None:
+    tokens = prompt(8, 13)
+    greedy = generate(engine, GenerationRequest(tuple(tokens), GREEDY, 6, n=3))
+    assert greedy.tokens == [reference_greedy(model, tokens, 6, CONTEXT)] * 3
+    sampled = generate(engine, GenerationRequest(tuple(tokens), SamplingParams(seed=11, ignore_eos=True), 6, n=3))
+    assert len({tuple(row) for row in sampled.tokens}) > 1  # rows of one seeded request differ
+    assert all(f.usage.prompt_tokens == 13 and f.usage.completion_tokens == 6 for f in sampled.finished.values())
+    assert_idle(engine)
+
+
+def test_stop_ids_constraint_logprobs_and_clamping(engine: Engine, model: LoadedModel) -> None:
+    tokens = prompt(9, 10)
+    first = reference_greedy(model, tokens, 1, CONTEXT)[0]
+    stopped = generate(engine, GenerationRequest(tuple(tokens), GREEDY, 5, stop_token_ids=frozenset({first})))
+    assert stopped.tokens[0] == [] and stopped.finished[0].reason == "stop" and stopped.finished[0].stop_token_id == first
+
+    clamped = generate(engine, greedy_request(prompt(10, CONTEXT - 3), 10**9))
+    assert len(clamped.tokens[0]) == 3 and clamped.finished[0].reason == "length"
+
+    with_logprobs = generate(engine, greedy_request(tokens, 3, logprobs=2))
+    assert [lp.token_id for lp in with_logprobs.logprobs[0]] == with_logprobs.tokens[0]
+    assert all(len(lp.top) == 2 and lp.top[0][0] == lp.token_id for lp in with_logprobs.logprobs[0])
+
+    constrained = generate(engine, GenerationRequest(tuple(tokens), SamplingParams(seed=1), 10, constraint=lambda: OnlyTokens({40, 41}, 4)))
+    assert constrained.finished[0].reason == "stop" and len(constrained.tokens[0]) == 4
+    assert set(constrained.tokens[0]) <= {40, 41}
+
+
+def test_penalties_change_the_output(engine: Engine) -> None:
+    tokens = prompt(12, 9)
+    plain = generate(engine, greedy_request(tokens, 12)).tokens[0]
+    penalised = generate(engine, greedy_request(tokens, 12, presence_penalty=2.0, repetition_penalty=1.5)).tokens[0]
+    assert penalised != plain
+    assert len(set(penalised)) > len(set(plain))
+
+
+class OnlyTokens:
+    """A constraint that allows a fixed set of tokens and is finished after `length` of them."""
+
+    def __init__(self, allowed: set[int], length: int) -> None:
+        self._allowed, self._left = allowed, length
+
+    def fill_mask(self, out: np.ndarray) -> None:
+        out[:] = 0
+        for token in self._allowed:
+            out[token // 32] |= np.int32(1 << (token % 32)) if token % 32 < 31 else np.int32(-(2**31))
+
+    def accept(self, token_id: int) -> None:
+        assert token_id in self._allowed
+        self._left -= 1
+
+    def is_finished(self) -> bool:
+        return self._left == 0
+
+
+def test_refusals_on_their_face(engine: Engine) -> None:
+    with pytest.raises(RequestRefused) as too_long:
+        engine.submit(greedy_request(prompt(13, CONTEXT), 1), lambda event: None)
+    assert too_long.value.code == "context_length_exceeded" and str(CONTEXT) in too_long.value.message
+    with pytest.raises(RequestRefused):
+        engine.submit(greedy_request([], 1), lambda event: None)
+    with pytest.raises(RequestRefused):
+        engine.submit(GenerationRequest((5,), GREEDY, 1, n=CONFIG.decode_lanes + 1), lambda event: None)
+
+
+def test_cancel_and_deadline_free_lanes_and_pages(engine: Engine) -> None:
+    cancelled = start(engine, greedy_request(prompt(14, 20), 40))
+    timed_out = start(engine, GenerationRequest(tuple(prompt(15, 20)), GREEDY, 40, n=2, deadline=time.monotonic()))
+    while not cancelled.tokens[0]:
+        time.sleep(0.001)
+    engine.cancel(1_000_000)  # unknown ids are ignored
+    engine.cancel(cancelled.request_id)
+    assert cancelled.wait().finished[0].reason == "cancelled" and len(cancelled.tokens[0]) < 40
+    assert {f.reason for f in timed_out.wait().finished.values()} == {"timeout"}
+    assert_idle(engine)
+
+
+def test_queue_overflow_refuses_with_retry_after_and_loses_nothing(engine: Engine) -> None:
+    accepted: list[Collected] = []
+    retry_after: list[int] = []
+    for seed in range(12):
+        collected = Collected(1)
+        try:
+            engine.submit(greedy_request(prompt(100 + seed, 10), 20), collected)
+            accepted.append(collected)
+        except QueueFull as full:
+            retry_after.append(full.retry_after_s)
+    assert retry_after and all(2 <= seconds <= 60 for seconds in retry_after)
+    assert len(accepted) >= CONFIG.decode_lanes
+    assert all(len(c.wait().tokens[0]) == 20 for c in accepted)
+    assert engine.stats().refusals >= len(retry_after)
+    assert_idle(engine)
+
+
+def test_drain_finishes_in_flight_then_refuses(engine: Engine) -> None:
+    in_flight = start(engine, greedy_request(prompt(16, 9), 15))
+    engine.drain()
+    with pytest.raises(EngineUnavailable):
+        engine.submit(greedy_request(prompt(17, 9), 1), lambda event: None)
+    assert engine.wait_idle(timeout=30)
+    assert len(in_flight.wait().tokens[0]) == 15
+
+
+def test_no_compiles_after_startup(engine: Engine) -> None:
+    stats = engine.stats()
+    assert stats.compiles_after_startup == 0
+    assert stats.generation_tokens > 0 and stats.time_to_first_token.count > 0 and stats.e2e_latency.count > 0

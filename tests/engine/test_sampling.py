@@ -1,0 +1,124 @@
+"""The jitted sampler on its own: each parameter does what its definition says."""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from engine.sampling import SamplerInputs, allowed_mask, sample
+
+V = 64
+ROWS = 4
+
+
+def inputs(rows: int = ROWS, **overrides: Any) -> SamplerInputs:
+    fields: dict[str, Any] = {
+        "temperature": np.ones(rows, np.float32),
+        "top_k": np.zeros(rows, np.int32),
+        "top_p": np.ones(rows, np.float32),
+        "min_p": np.zeros(rows, np.float32),
+        "repetition_penalty": np.ones(rows, np.float32),
+        "presence_penalty": np.zeros(rows, np.float32),
+        "frequency_penalty": np.zeros(rows, np.float32),
+        "bias_ids": np.zeros((rows, 3), np.int32),
+        "bias_values": np.zeros((rows, 3), np.float32),
+        "allowed": np.full((rows, V // 32), -1, np.int32),
+        "seed": np.arange(rows, dtype=np.uint32),
+        "counter": np.zeros(rows, np.int32),
+        "seen": np.zeros((rows, V), bool),
+        "output_counts": np.zeros((rows, V), np.int32),
+    }
+    for name, value in overrides.items():
+        fields[name] = np.broadcast_to(np.asarray(value, fields[name].dtype), fields[name].shape).copy()
+    return SamplerInputs(**fields)
+
+
+def logits(rows: int = ROWS, seed: int = 0) -> jax.Array:
+    return jnp.asarray(np.random.default_rng(seed).normal(0, 2, (rows, V)).astype(np.float32))
+
+
+def draws(x: jax.Array, many: int = 200, **overrides: Any) -> np.ndarray:
+    """Tokens chosen over `many` successive counters: [many, rows]."""
+    return np.stack([np.asarray(sample(x, inputs(x.shape[0], counter=c, **overrides)).token) for c in range(many)])
+
+
+def test_top_k_1_equals_greedy() -> None:
+    x = logits()
+    expected = np.argmax(np.asarray(x), axis=-1)
+    assert (draws(x, 20, top_k=1) == expected).all()
+    assert (np.asarray(sample(x, inputs(temperature=0.0)).token) == expected).all()
+
+
+def test_logit_bias_minus_100_bans_a_token() -> None:
+    x = logits()
+    best = np.argmax(np.asarray(x), axis=-1)
+    bias_ids = np.stack([best, best, best], axis=1)
+    chosen = np.asarray(sample(x, inputs(temperature=0.0, bias_ids=bias_ids, bias_values=[-100.0, 0, 0])).token)
+    assert (chosen != best).all()
+
+
+def test_min_p_keeps_only_tokens_near_the_best() -> None:
+    x = logits()
+    probs = np.asarray(jax.nn.softmax(x, axis=-1))
+    kept = probs >= 0.3 * probs.max(axis=-1, keepdims=True)
+    chosen = draws(x, min_p=0.3)
+    assert all(kept[row, chosen[:, row]].all() for row in range(ROWS))
+
+
+def test_top_p_draws_from_the_nucleus_only() -> None:
+    x = logits()
+    order = np.argsort(-np.asarray(x), axis=-1)
+    probs = np.take_along_axis(np.asarray(jax.nn.softmax(x, axis=-1)), order, axis=-1)
+    mass_before = np.cumsum(probs, axis=-1) - probs
+    chosen = draws(x, top_p=0.5)
+    for row in range(ROWS):
+        nucleus = set(order[row, mass_before[row] < 0.5].tolist())
+        assert set(chosen[:, row].tolist()) <= nucleus
+        assert len(set(chosen[:, row].tolist())) > 1 or len(nucleus) == 1
+
+
+def test_penalties_push_down_exactly_the_tokens_they_cover() -> None:
+    x = jnp.asarray(np.tile(np.linspace(3, 1, V, dtype=np.float32), (ROWS, 1)))  # token 0 best, then 1, ...
+    seen = np.zeros((ROWS, V), bool)
+    seen[:, 0] = True
+    counts = np.zeros((ROWS, V), np.int32)
+    counts[:, 0] = 1
+    greedy = {"temperature": 0.0}
+    assert (np.asarray(sample(x, inputs(**greedy, seen=seen, repetition_penalty=1.0)).token) == 0).all()
+    assert (np.asarray(sample(x, inputs(**greedy, seen=seen, repetition_penalty=2.0)).token) == 1).all()
+    assert (np.asarray(sample(x, inputs(**greedy, output_counts=counts, presence_penalty=1.0)).token) == 1).all()
+    assert (np.asarray(sample(x, inputs(**greedy, output_counts=counts, frequency_penalty=1.0)).token) == 1).all()
+    # a penalty on unseen tokens changes nothing
+    assert (np.asarray(sample(x, inputs(**greedy, presence_penalty=5.0, frequency_penalty=5.0)).token) == 0).all()
+
+
+def test_seeded_rows_are_reproducible_alone_or_batched() -> None:
+    x = logits()
+    batched = draws(x, 30, seed=[5, 6, 7, 8])
+    alone = np.stack([np.asarray(sample(x[2:3], inputs(1, seed=7, counter=c)).token) for c in range(30)])
+    assert (batched[:, 2] == alone[:, 0]).all()
+    assert (draws(x, 30, seed=[5, 6, 7, 8]) == batched).all()
+    assert len(set(batched[:, 0].tolist())) > 1  # successive counters draw afresh
+
+
+def test_bitmask_is_respected() -> None:
+    x = logits()
+    allowed = np.zeros((ROWS, V // 32), np.int32)
+    allowed[:, 1] = 0b1010  # tokens 33 and 35
+    assert set(draws(x, 50, allowed=allowed).ravel().tolist()) <= {33, 35}
+    mask = np.asarray(allowed_mask(jnp.asarray(np.full((1, 2), -1, np.int32)), 50))
+    assert mask.shape == (1, 50) and mask.all()
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.5])
+def test_logprobs_are_log_softmax_of_the_raw_logits(temperature: float) -> None:
+    x = logits()
+    sampled = sample(x, inputs(temperature=temperature, presence_penalty=1.0))
+    expected = np.asarray(jax.nn.log_softmax(x, axis=-1))
+    tokens = np.asarray(sampled.token)
+    np.testing.assert_allclose(np.asarray(sampled.logprob), expected[np.arange(ROWS), tokens], rtol=1e-5, atol=1e-5)
+    top_ids = np.asarray(sampled.top_ids)
+    assert (top_ids[:, 0] == np.argmax(expected, axis=-1)).all()
+    np.testing.assert_allclose(np.asarray(sampled.top_logprobs), np.take_along_axis(expected, top_ids, axis=-1), atol=1e-5)
