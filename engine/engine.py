@@ -215,7 +215,11 @@ class Engine:
         plan += [Bucket("decode", b, 1, w) for b in self._row_buckets for w in self._widths]
         plan += [Bucket("reset_lane", 1, self.max_context, 0), Bucket("copy_page", 1, self._page_size, 0)]
         for done, bucket in enumerate(plan):
-            report(f"compiling {bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}", done, len(plan))
+            report(
+                f"compiling {bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}",
+                done,
+                len(plan),
+            )
             self._run_bucket(bucket)
         report("compiled", len(plan), len(plan))
         jax.block_until_ready(self._kv)
@@ -226,7 +230,9 @@ class Engine:
         if bucket.kind == "prefill":
             tokens = np.zeros((1, bucket.tokens), np.int32)
             positions = np.full((1, bucket.tokens), (bucket.pages - 1) * self._page_size, np.int32)
-            self._kv = self._steps.prefill(self._model.params, self._kv, tokens, positions, np.zeros((1, bucket.pages), np.int32))
+            self._kv = self._steps.prefill(
+                self._model.params, self._kv, tokens, positions, np.zeros((1, bucket.pages), np.int32)
+            )
         elif bucket.kind == "decode":
             lane_ids = np.full(bucket.rows, self.decode_lanes, np.int32)
             self._decode_call(np.zeros(bucket.rows, np.int32), np.zeros(bucket.rows, np.int32), lane_ids, bucket.pages)
@@ -484,7 +490,11 @@ class Engine:
         p.bias_values[lane, : len(bias)] = [value for _, value in bias]
         p.allowed[lane] = -1
         p.seed[lane] = row.seed
-        penalised = (sampling.repetition_penalty, sampling.presence_penalty, sampling.frequency_penalty) != (1.0, 0.0, 0.0)
+        penalised = (sampling.repetition_penalty, sampling.presence_penalty, sampling.frequency_penalty) != (
+            1.0,
+            0.0,
+            0.0,
+        )
         if penalised:
             prompt_length = len(row.request.request.prompt_ids)
             self._reset_lane(lane, row.tokens[:prompt_length], row.tokens[prompt_length:])
@@ -648,7 +658,9 @@ class Engine:
                 del self._running[entry.id]
                 hold = now - entry.admitted
                 self._average_hold = (
-                    hold if self._average_hold is None else self._average_hold + (hold - self._average_hold) * HOLD_SMOOTHING
+                    hold
+                    if self._average_hold is None
+                    else self._average_hold + (hold - self._average_hold) * HOLD_SMOOTHING
                 )
                 self._e2e.observe(now - entry.submitted)
             self._wake.notify_all()
@@ -691,7 +703,9 @@ def _pool_pages(model: LoadedModel, config: EngineConfig, pages_per_row: int) ->
     if config.kv_pages:
         return config.kv_pages + 1
     c = model.config
-    page_bytes = 2 * c.num_layers * config.page_size * c.num_kv_heads * c.head_dim * jnp.dtype(DTYPES[model.dtype]).itemsize
+    page_bytes = (
+        2 * c.num_layers * config.page_size * c.num_kv_heads * c.head_dim * jnp.dtype(DTYPES[model.dtype]).itemsize
+    )
     budget = config.kv_memory_bytes
     if not budget:
         memory = model.mesh.devices.flat[0].memory_stats() or {}

@@ -8,11 +8,12 @@ land in a real page.
 """
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from engine.layers import PagedLayerCache
 from engine.sampling import Sampled, SamplerInputs, sample
@@ -33,30 +34,34 @@ class LaneState:
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True)
 class RowParams:
-    """SamplerInputs without the penalty state, which lives on the device in LaneState."""
+    """SamplerInputs without the penalty state, which lives on the device in LaneState.
 
-    temperature: Array
-    top_k: Array
-    top_p: Array
-    min_p: Array
-    repetition_penalty: Array
-    presence_penalty: Array
-    frequency_penalty: Array
-    bias_ids: Array
-    bias_values: Array
-    allowed: Array
-    seed: Array
-    counter: Array
+    The engine keeps one host table of these per lane and passes the decoding rows' slice to each
+    step; inside the jitted step the fields are tracers.
+    """
+
+    temperature: np.ndarray
+    top_k: np.ndarray
+    top_p: np.ndarray
+    min_p: np.ndarray
+    repetition_penalty: np.ndarray
+    presence_penalty: np.ndarray
+    frequency_penalty: np.ndarray
+    bias_ids: np.ndarray
+    bias_values: np.ndarray
+    allowed: np.ndarray
+    seed: np.ndarray
+    counter: np.ndarray
 
 
 class StepFunctions:
-    """The jitted functions for one model; each instance has its own compile cache to count."""
+    """The jitted functions for one model's forward pass (one set per engine)."""
 
     def __init__(self, model: nn.Module) -> None:
         def prefill(params: Any, kv: KVPages, tokens: Array, positions: Array, block_tables: Array) -> KVPages:
             logits_at = jnp.zeros(tokens.shape[0], jnp.int32)  # prefill needs no logits; take the cheapest
-            _, kv = model.apply({"params": params}, tokens, positions, kv, block_tables, logits_at)
-            return kv
+            _, written = model.apply({"params": params}, tokens, positions, kv, block_tables, logits_at)
+            return cast(KVPages, written)
 
         def decode(
             params: Any,
@@ -69,10 +74,11 @@ class StepFunctions:
             rows: RowParams,
         ) -> tuple[KVPages, LaneState, Sampled]:
             logits_at = jnp.zeros(tokens.shape[0], jnp.int32)
-            logits, kv = model.apply({"params": params}, tokens[:, None], positions[:, None], kv, block_tables, logits_at)
-            inputs = SamplerInputs(
-                **vars(rows), seen=lanes.seen[lane_ids], output_counts=lanes.output_counts[lane_ids]
+            logits, kv = cast(
+                tuple[Array, KVPages],
+                model.apply({"params": params}, tokens[:, None], positions[:, None], kv, block_tables, logits_at),
             )
+            inputs = SamplerInputs(**vars(rows), seen=lanes.seen[lane_ids], output_counts=lanes.output_counts[lane_ids])
             sampled = sample(logits[:, 0], inputs)
             lanes = LaneState(
                 lanes.seen.at[lane_ids, sampled.token].set(True),

@@ -60,7 +60,9 @@ def greedy_request(prompt: Sequence[int], max_tokens: int, **sampling: object) -
 def reference_greedy(model: LoadedModel, prompt: Sequence[int], steps: int, length: int) -> list[int]:
     """Greedy tokens from the plain forward pass with a contiguous cache (no engine involved)."""
     cache = model.init_kv_cache(batch=1, length=length)
-    logits, cache = model.forward(jnp.asarray([prompt], jnp.int32), jnp.arange(len(prompt), dtype=jnp.int32)[None], cache)
+    logits, cache = model.forward(
+        jnp.asarray([prompt], jnp.int32), jnp.arange(len(prompt), dtype=jnp.int32)[None], cache
+    )
     out = [int(np.argmax(logits[0, -1]))]
     for step in range(steps - 1):
         position = jnp.asarray([[len(prompt) + step]], jnp.int32)

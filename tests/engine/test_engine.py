@@ -64,7 +64,9 @@ def test_batched_rows_get_exactly_what_they_get_alone(engine: Engine) -> None:
         greedy_request(prompt(2, 5), 10),
         greedy_request(prompt(3, 30), 9),
         GenerationRequest(tuple(prompt(4, 12)), SamplingParams(temperature=1.0, seed=7, ignore_eos=True), 11),
-        GenerationRequest(tuple(prompt(5, 17)), SamplingParams(temperature=0.8, top_k=20, top_p=0.9, seed=3, ignore_eos=True), 8),
+        GenerationRequest(
+            tuple(prompt(5, 17)), SamplingParams(temperature=0.8, top_k=20, top_p=0.9, seed=3, ignore_eos=True), 8
+        ),
     ]
     alone = [generate(engine, request).tokens[0] for request in requests]
     together = [collected.wait().tokens[0] for collected in [start(engine, request) for request in requests]]
@@ -98,7 +100,9 @@ def test_stop_ids_constraint_logprobs_and_clamping(engine: Engine, model: Loaded
     tokens = prompt(9, 10)
     first = reference_greedy(model, tokens, 1, CONTEXT)[0]
     stopped = generate(engine, GenerationRequest(tuple(tokens), GREEDY, 5, stop_token_ids=frozenset({first})))
-    assert stopped.tokens[0] == [] and stopped.finished[0].reason == "stop" and stopped.finished[0].stop_token_id == first
+    assert (
+        stopped.tokens[0] == [] and stopped.finished[0].reason == "stop" and stopped.finished[0].stop_token_id == first
+    )
 
     clamped = generate(engine, greedy_request(prompt(10, CONTEXT - 3), 10**9))
     assert len(clamped.tokens[0]) == 3 and clamped.finished[0].reason == "length"
@@ -107,7 +111,9 @@ def test_stop_ids_constraint_logprobs_and_clamping(engine: Engine, model: Loaded
     assert [lp.token_id for lp in with_logprobs.logprobs[0]] == with_logprobs.tokens[0]
     assert all(len(lp.top) == 2 and lp.top[0][0] == lp.token_id for lp in with_logprobs.logprobs[0])
 
-    constrained = generate(engine, GenerationRequest(tuple(tokens), SamplingParams(seed=1), 10, constraint=lambda: OnlyTokens({40, 41}, 4)))
+    constrained = generate(
+        engine, GenerationRequest(tuple(tokens), SamplingParams(seed=1), 10, constraint=lambda: OnlyTokens({40, 41}, 4))
+    )
     assert constrained.finished[0].reason == "stop" and len(constrained.tokens[0]) == 4
     assert set(constrained.tokens[0]) <= {40, 41}
 

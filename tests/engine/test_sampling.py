@@ -13,7 +13,7 @@ V = 64
 ROWS = 4
 
 
-def inputs(rows: int = ROWS, **overrides: Any) -> SamplerInputs:
+def inputs(rows: int = ROWS, /, **overrides: Any) -> SamplerInputs:
     fields: dict[str, Any] = {
         "temperature": np.ones(rows, np.float32),
         "top_k": np.zeros(rows, np.int32),
@@ -121,4 +121,6 @@ def test_logprobs_are_log_softmax_of_the_raw_logits(temperature: float) -> None:
     np.testing.assert_allclose(np.asarray(sampled.logprob), expected[np.arange(ROWS), tokens], rtol=1e-5, atol=1e-5)
     top_ids = np.asarray(sampled.top_ids)
     assert (top_ids[:, 0] == np.argmax(expected, axis=-1)).all()
-    np.testing.assert_allclose(np.asarray(sampled.top_logprobs), np.take_along_axis(expected, top_ids, axis=-1), atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(sampled.top_logprobs), np.take_along_axis(expected, top_ids, axis=-1), atol=1e-5
+    )
