@@ -733,7 +733,7 @@ class ChatCompletionRequest(BaseModel):
     """
     logprobs: bool | None = None
     """
-    Return the log probability of each output token. Not allowed with `stream` (400).
+    Return the log probability of each output token (in streams too, on each chunk).
     """
     top_logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
     """
@@ -780,6 +780,14 @@ class ChatCompletionRequest(BaseModel):
     """
     Deprecated; accepted as `tool_choice`.
     """
+
+
+class ChatCompletionStreamEvent(BaseModel):
+    """
+    One server-sent event of a Chat Completions stream (OpenAPI 3.1 describes `text/event-stream` by its events): a `data:` line holding a chunk or a closing error (ChatCompletionStreamPayload), or the final `data: [DONE]`. Comment lines (`: keep-alive`) come every 10 s while the stream waits.
+    """
+
+    data: Literal["[DONE]"] | str
 
 
 class ChatContentPart(BaseModel):
@@ -1040,9 +1048,9 @@ class CompletionRequest(BaseModel):
     """
     suffix: str | None = None
     """
-    Text that comes after the completion (fill-in-the-middle). Accepted; pooled may answer 400 where it cannot honour it.
+    Text that comes after the completion (fill-in-the-middle). Not served; a non-empty suffix is a 400.
     """
-    max_tokens: Annotated[int | None, Field(ge=0)] = None
+    max_tokens: Annotated[int | None, Field(ge=1)] = None
     """
     Most tokens to generate (default 16). Values above the cap are clamped, not refused.
     """
@@ -1068,7 +1076,7 @@ class CompletionRequest(BaseModel):
     """
     best_of: Annotated[int | None, Field(ge=0, le=20)] = None
     """
-    Accepted; pooled may answer 400 for a value other than 1 or `n`.
+    1 or `n` (pooled does not rank candidates); any other value is a 400.
     """
     stream: bool | None = None
     stream_options: StreamOptions | None = None
@@ -1079,7 +1087,7 @@ class CompletionRequest(BaseModel):
     seed: int | None = None
     logprobs: Annotated[int | None, Field(ge=0, le=5)] = None
     """
-    Return the log probabilities of this many most likely tokens at each position. Not allowed with `stream` (400).
+    Return the log probabilities of this many most likely tokens at each position (in streams too, on each chunk). Not with `echo` (400): the engine returns no prompt logprobs.
     """
     echo: bool | None = None
     """
@@ -1087,6 +1095,14 @@ class CompletionRequest(BaseModel):
     """
     logit_bias: dict[str, LogitBiasAdditionalProperty] | None = None
     user: str | None = None
+
+
+class CompletionStreamEvent(BaseModel):
+    """
+    One server-sent event of a Completions stream: a `data:` line holding a chunk or a closing error (CompletionStreamPayload), or the final `data: [DONE]`. Comment lines (`: keep-alive`) come every 10 s while the stream waits.
+    """
+
+    data: Literal["[DONE]"] | str
 
 
 class CompletionTokensDetails(BaseModel):
@@ -2699,7 +2715,7 @@ class TokenizeChatRequest(BaseModel):
     """
     continue_final_message: bool | None = False
     """
-    Leave the last (assistant) message open, to be continued.
+    Leave the last (assistant) message open, to be continued. Not served yet; true is a 400.
     """
     add_special_tokens: bool | None = False
     """

@@ -16,11 +16,23 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
+from engine.checkpoint.gguf_file import read_gguf_metadata
+from engine.tokenizer import ChatTemplate, Tokenizer
 from pooled.app import build_app, server_context
+from pooled.model_host import default_model_path
 from pooled.settings import Settings
 from tests.conftest import BASE_URL, StubModel
+from tests.fake_engine import FakeEngine
 
-app = build_app(Settings(), server_context(Settings(), StubModel()))
+# The model routes run for real (tokenizer, chat template, the whole generation layer); only the
+# engine is a scripted double, so fuzzed requests reach every check a real request meets.
+_metadata = read_gguf_metadata(default_model_path(), prefix="tokenizer.")
+_tokenizer = Tokenizer.from_gguf_metadata(_metadata)
+_engine = FakeEngine(lambda request, row: _tokenizer.encode("Hi there."), _tokenizer.vocab_size)
+_model = StubModel(
+    engine=_engine, tokenizer=_tokenizer, chat_template=ChatTemplate(_metadata["tokenizer.chat_template"], _tokenizer)
+)
+app = build_app(Settings(), server_context(Settings(), _model))
 schema = schemathesis.openapi.from_asgi("/v1/openapi.json", app, headers={"host": "127.0.0.1:8080"})
 
 

@@ -1,0 +1,94 @@
+"""A test double of the engine seam (engine/api.py): replays scripted token ids from its own thread.
+
+Each row emits its script one token per `Tokens` event, then `Finished`. With a constraint it runs
+until the grammar is complete, a scripted token the grammar forbids (or any past the script)
+replaced by the lowest allowed id, so a constrained row always writes what the grammar admits. It honours `n`,
+`max_tokens`, `logprobs`, `cancel` and a blocking `gate` to hold a request in flight.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from engine.api import (
+    EngineEvent,
+    Finished,
+    GenerationRequest,
+    QueueFull,
+    TokenLogprob,
+    Tokens,
+    Usage,
+)
+
+Script = Callable[[GenerationRequest, int], Sequence[int]]
+
+
+class FakeEngine:
+    def __init__(self, script: Script, vocab_size: int, stop_ids: frozenset[int] = frozenset()) -> None:
+        self.script = script
+        self.vocab_size = vocab_size
+        self.stop_ids = stop_ids
+        self.submitted: list[GenerationRequest] = []
+        self.cancelled: set[int] = set()
+        self.queue_full_after: int | None = None  # refuse with QueueFull once this many were submitted
+        self.gate = threading.Event()
+        self.gate.set()
+        self._ids = itertools.count(1)
+
+    def submit(self, request: GenerationRequest, sink: Callable[[EngineEvent], None]) -> int:
+        if self.queue_full_after is not None and len(self.submitted) >= self.queue_full_after:
+            raise QueueFull(retry_after_s=3)
+        self.submitted.append(request)
+        request_id = next(self._ids)
+        threading.Thread(target=self._run, args=(request_id, request, sink), daemon=True).start()
+        return request_id
+
+    def cancel(self, request_id: int) -> None:
+        self.cancelled.add(request_id)
+
+    def _run(self, request_id: int, request: GenerationRequest, sink: Callable[[EngineEvent], None]) -> None:
+        self.gate.wait()
+        for row in range(request.n):
+            constraint = request.constraint() if request.constraint else None
+            mask = np.zeros((self.vocab_size + 31) // 32, dtype=np.int32)
+            script = list(self.script(request, row))
+            count, reason, stop_id = 0, "length", None
+            for position in itertools.count():
+                if request_id in self.cancelled:
+                    reason = "cancelled"
+                    break
+                if count >= request.max_tokens:
+                    break
+                if constraint is not None and constraint.is_finished():
+                    reason = "stop"
+                    break
+                if position >= len(script) and constraint is None:
+                    reason = "stop"
+                    break
+                token = script[position] if position < len(script) else 0
+                if constraint is not None:
+                    constraint.fill_mask(mask)
+                    token = _allowed(mask, token)
+                    constraint.accept(token)
+                if token in self.stop_ids:
+                    reason, stop_id = "stop", token
+                    break
+                logprobs = None
+                if request.sampling.logprobs is not None:
+                    top = tuple((token + k, -0.5 - k) for k in range(request.sampling.logprobs))
+                    logprobs = (TokenLogprob(token, -0.25, top),)
+                sink(Tokens(row, (token,), logprobs))
+                count += 1
+            usage = Usage(len(request.prompt_ids), 0, count)
+            sink(Finished(row, reason, stop_id, usage))  # type: ignore[arg-type]
+
+
+def _allowed(mask: np.ndarray, wanted: int) -> int:
+    if (int(mask[wanted // 32]) >> (wanted % 32)) & 1:
+        return wanted
+    bits = np.unpackbits(mask.view(np.uint8), bitorder="little")
+    return int(np.flatnonzero(bits)[0])
