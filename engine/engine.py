@@ -146,7 +146,7 @@ class Engine:
         self._model = model
         self._page_size = config.page_size
         self._pool = PagePool(pages, config.page_size)
-        self._steps = StepFunctions(model.family.model(c, DTYPES[model.dtype]))
+        self._steps = StepFunctions(model.family.model(c, DTYPES[model.dtype]), config.page_size)
         lanes = config.decode_lanes
         # Placed like the step outputs (replicated on the model's mesh), so the first real step
         # finds the start-up compile instead of compiling again for a different input placement.
@@ -230,9 +230,9 @@ class Engine:
         if bucket.kind == "prefill":
             tokens = np.zeros((1, bucket.tokens), np.int32)
             positions = np.full((1, bucket.tokens), (bucket.pages - 1) * self._page_size, np.int32)
-            self._kv = self._steps.prefill(
-                self._model.params, self._kv, tokens, positions, np.zeros((1, bucket.pages), np.int32)
-            )
+            table = np.zeros((1, bucket.pages), np.int32)
+            written = self._steps.prefill(self._model.params, self._kv, tokens, positions, table)
+            self._kv = self._steps.write(self._kv, written)
         elif bucket.kind == "decode":
             lane_ids = np.full(bucket.rows, self.decode_lanes, np.int32)
             self._decode_call(np.zeros(bucket.rows, np.int32), np.zeros(bucket.rows, np.int32), lane_ids, bucket.pages)
@@ -442,7 +442,8 @@ class Engine:
             positions[0, : len(chunk)] = np.arange(prefill.next_position, end)
             table = np.zeros((1, width), np.int32)
             table[0, : len(prefill.pages)] = prefill.pages
-            self._kv = self._steps.prefill(self._model.params, self._kv, tokens, positions, table)
+            written = self._steps.prefill(self._model.params, self._kv, tokens, positions, table)
+            self._kv = self._steps.write(self._kv, written)
             prefill.next_position = end
         if end == len(prefill.tokens) - 1:
             self._prefill = None
@@ -551,7 +552,7 @@ class Engine:
 
     def _decode_call(self, tokens: np.ndarray, positions: np.ndarray, lane_ids: np.ndarray, width: int) -> Sampled:
         rows = RowParams(**{name: table[lane_ids] for name, table in vars(self._row_params).items()})
-        self._kv, self._lane_state, sampled = self._steps.decode(
+        written, self._lane_state, sampled = self._steps.decode(
             self._model.params,
             self._kv,
             self._lane_state,
@@ -561,6 +562,7 @@ class Engine:
             lane_ids,
             rows,
         )
+        self._kv = self._steps.write(self._kv, written)
         return sampled
 
     def _decode_step(self) -> None:

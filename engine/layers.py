@@ -48,20 +48,30 @@ def init_paged_caches(config: ModelConfig, pages: int, page_size: int, dtype: jn
     return tuple(PagedLayerCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.num_layers))
 
 
-def _paged_write_and_gather(
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class NewKV:
+    """This step's keys and values of one layer [B,T,K,H], returned for the caller to write into
+    its pages (see `engine.step`): a forward pass that only reads the pool lets XLA keep it in
+    place, where gathering from and writing to one donated pool made it copy the whole pool."""
+
+    k: Array
+    v: Array
+
+
+def _paged_view(
     cache: PagedLayerCache, k: Array, v: Array, positions: Array, block_tables: Array
-) -> tuple[PagedLayerCache, Array, Array]:
-    """Writes k/v [B,T,K,H] at `positions` through the block tables [B,M]; returns every row's
-    keys and values [B, M*page_size, K, H] in position order."""
+) -> tuple[Array, Array]:
+    """Every row's keys and values [B, M*page_size, K, H] in position order: its pages as they
+    are, with this step's k/v [B,T,K,H] set at `positions`."""
     page_size = cache.k.shape[1]
-    rows = jnp.arange(positions.shape[0])[:, None]
-    pages = block_tables[rows, positions // page_size]
-    slots = positions % page_size
-    cache = PagedLayerCache(cache.k.at[pages, slots].set(k), cache.v.at[pages, slots].set(v))
     B, M = block_tables.shape
-    keys = cache.k[block_tables].reshape(B, M * page_size, *cache.k.shape[2:])
-    values = cache.v[block_tables].reshape(B, M * page_size, *cache.v.shape[2:])
-    return cache, keys, values
+    rows = jnp.arange(B)[:, None]
+
+    def view(pool: Array, new: Array) -> Array:
+        return pool[block_tables].reshape(B, M * page_size, *pool.shape[2:]).at[rows, positions].set(new)
+
+    return view(cache.k, k), view(cache.v, v)
 
 
 def init_layer_caches(config: ModelConfig, batch: int, length: int, dtype: jnp.dtype) -> tuple[LayerCache, ...]:
@@ -225,13 +235,17 @@ def apply_rope(x: Array, positions: Array, inv_freq: Array, scale: float) -> Arr
 
 
 AnyCache = LayerCache | PagedLayerCache
+# What a layer hands back: the updated contiguous cache, or (paged) the step's new keys and values.
+CacheOut = LayerCache | NewKV
 
 
 class Attention(nn.Module):
-    """Grouped-query causal self-attention; writes into and reads from `cache` when given.
+    """Grouped-query causal self-attention over `cache` when given.
 
-    A paged cache needs the rows' block tables [B,M]. A single-token query (decode) computes its
-    scores as a broadcast multiply-and-sum: on XLA CPU that was ~4x faster than the batched einsum.
+    A contiguous cache is written at `positions` and returned. A paged cache (with the rows' block
+    tables [B,M]) is only read; the step's keys and values come back as `NewKV`. A single-token
+    query (decode) computes its scores as a broadcast multiply-and-sum: on XLA CPU that was ~4x
+    faster than the batched einsum.
     """
 
     config: ModelConfig
@@ -240,7 +254,7 @@ class Attention(nn.Module):
     @nn.compact
     def __call__(
         self, x: Array, positions: Array, cache: AnyCache | None, block_tables: Array | None = None
-    ) -> tuple[Array, AnyCache | None]:
+    ) -> tuple[Array, CacheOut | None]:
         c = self.config
         D, N, K, H, G = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.queries_per_kv_head
         bias_q = ("q_heads", "head_dim") if c.qkv_bias else None
@@ -255,16 +269,18 @@ class Attention(nn.Module):
         q = apply_rope(q, positions, inv_freq, rope_scale)
         k = apply_rope(k, positions, inv_freq, rope_scale)
 
+        returned_cache: CacheOut | None = None
         if cache is None:
             keys, values, key_positions = k, v, positions
         else:
             if isinstance(cache, PagedLayerCache):
                 assert block_tables is not None, "a paged cache needs block tables"
-                cache, keys, values = _paged_write_and_gather(cache, k, v, positions, block_tables)
+                keys, values = _paged_view(cache, k, v, positions, block_tables)
+                returned_cache = NewKV(k, v)
             else:
                 rows = jnp.arange(x.shape[0])[:, None]
-                cache = LayerCache(cache.k.at[rows, positions].set(k), cache.v.at[rows, positions].set(v))
-                keys, values = cache.k, cache.v
+                returned_cache = LayerCache(cache.k.at[rows, positions].set(k), cache.v.at[rows, positions].set(v))
+                keys, values = returned_cache.k, returned_cache.v
             key_positions = jnp.broadcast_to(jnp.arange(keys.shape[1]), (x.shape[0], keys.shape[1]))
 
         B, T = x.shape[:2]
@@ -284,7 +300,7 @@ class Attention(nn.Module):
             out = einsum("BKGTS,BSKH->BTKGH", probs, values, dtype=self.dtype).reshape(B, T, N, H)
         o_bias = ("embed",) if c.o_bias else None
         o = Projection("BTNH,NHD->BTD", (N, H, D), ("q_heads", "head_dim", "embed"), o_bias, self.dtype, name="o")
-        return o(out), cache
+        return o(out), returned_cache
 
 
 class GatedMLP(nn.Module):
@@ -342,7 +358,7 @@ class DecoderLayer(nn.Module):
     @nn.compact
     def __call__(
         self, x: Array, positions: Array, cache: AnyCache | None, block_tables: Array | None = None
-    ) -> tuple[Array, AnyCache | None]:
+    ) -> tuple[Array, CacheOut | None]:
         c = self.config
         attended, cache = Attention(c, self.dtype, name="attn")(
             RMSNorm(c.hidden_size, c.rms_norm_eps, "embed", self.dtype, name="attn_norm")(x),
@@ -361,7 +377,8 @@ class DecoderLayer(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Embedding, decoder layers, final norm and output head; returns float32 logits [B,T,V].
+    """Embedding, decoder layers, final norm and output head; returns float32 logits [B,T,V] and
+    per layer the updated contiguous cache or, for a paged cache, the step's `NewKV`.
 
     With `logits_at` [B] only that query index of each row goes through the output head (logits
     [B,1,V]): a prefill chunk or decode step needs one row of logits, not T.
@@ -378,7 +395,7 @@ class Transformer(nn.Module):
         caches: Sequence[AnyCache] | None = None,
         block_tables: Array | None = None,
         logits_at: Array | None = None,
-    ) -> tuple[Array, tuple[AnyCache, ...] | None]:
+    ) -> tuple[Array, tuple[CacheOut, ...] | None]:
         c = self.config
         embed = Embedding(c.vocab_size, c.hidden_size, self.dtype, name="embed")
         x = embed(tokens)
@@ -398,4 +415,4 @@ class Transformer(nn.Module):
             logits = einsum("BTD,DV->BTV", x, lm_head, dtype=jnp.float32)
         if caches is None:
             return logits, None
-        return logits, tuple(cast(AnyCache, layer_cache) for layer_cache in new_caches)
+        return logits, tuple(cast(CacheOut, layer_cache) for layer_cache in new_caches)

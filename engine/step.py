@@ -1,10 +1,12 @@
-"""The engine's compiled device functions: prefill chunk, decode step, and two small helpers.
+"""The engine's compiled device functions: prefill chunk, decode step, page write, and helpers.
 
-All take and return the device state (KV pages, per-lane penalty state) donated, so it is updated
-in place. Shapes are padded to buckets (rows, tokens, block-table width) chosen by the engine;
-every bucket is compiled once at start-up. Block tables carry one more column than any row uses,
-always the null page: padded prompt tokens are placed there, so their keys and values never
-land in a real page.
+Prefill and decode only read the KV pages and return the step's new keys and values (`Written`);
+`write` then stores them into the donated pool. Kept apart, XLA updates the pool in place; in one
+function it copied the whole pool every step. Other state (per-lane penalty state) is donated and
+returned by the function that changes it. Shapes are padded to buckets (rows, tokens, block-table
+width) chosen by the engine; every bucket is compiled once at start-up. Block tables carry one more
+column than any row uses, always the null page: padded prompt tokens are placed there, so their
+keys and values never land in a real page.
 """
 
 from dataclasses import dataclass
@@ -15,11 +17,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.layers import PagedLayerCache
+from engine.layers import NewKV, PagedLayerCache
 from engine.sampling import Sampled, SamplerInputs, sample
 
 Array = jax.Array
 KVPages = tuple[PagedLayerCache, ...]
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class Written:
+    """A step's new keys and values per layer, and where they go: page and slot [B,T]."""
+
+    new: tuple[NewKV, ...]
+    pages: Array
+    slots: Array
+
+
+def _written(new: Any, positions: Array, block_tables: Array, page_size: int) -> Written:
+    rows = jnp.arange(positions.shape[0])[:, None]
+    pages = block_tables[rows, positions // page_size]
+    return Written(cast(tuple[NewKV, ...], new), pages, positions % page_size)
 
 
 @jax.tree_util.register_dataclass
@@ -57,11 +75,11 @@ class RowParams:
 class StepFunctions:
     """The jitted functions for one model's forward pass (one set per engine)."""
 
-    def __init__(self, model: nn.Module) -> None:
-        def prefill(params: Any, kv: KVPages, tokens: Array, positions: Array, block_tables: Array) -> KVPages:
+    def __init__(self, model: nn.Module, page_size: int) -> None:
+        def prefill(params: Any, kv: KVPages, tokens: Array, positions: Array, block_tables: Array) -> Written:
             logits_at = jnp.zeros(tokens.shape[0], jnp.int32)  # prefill needs no logits; take the cheapest
-            _, written = model.apply({"params": params}, tokens, positions, kv, block_tables, logits_at)
-            return cast(KVPages, written)
+            _, new = model.apply({"params": params}, tokens, positions, kv, block_tables, logits_at)
+            return _written(new, positions, block_tables, page_size)
 
         def decode(
             params: Any,
@@ -72,11 +90,10 @@ class StepFunctions:
             block_tables: Array,
             lane_ids: Array,
             rows: RowParams,
-        ) -> tuple[KVPages, LaneState, Sampled]:
+        ) -> tuple[Written, LaneState, Sampled]:
             logits_at = jnp.zeros(tokens.shape[0], jnp.int32)
-            logits, kv = cast(
-                tuple[Array, KVPages],
-                model.apply({"params": params}, tokens[:, None], positions[:, None], kv, block_tables, logits_at),
+            logits, new = model.apply(
+                {"params": params}, tokens[:, None], positions[:, None], kv, block_tables, logits_at
             )
             inputs = SamplerInputs(**vars(rows), seen=lanes.seen[lane_ids], output_counts=lanes.output_counts[lane_ids])
             sampled = sample(logits[:, 0], inputs)
@@ -84,7 +101,14 @@ class StepFunctions:
                 lanes.seen.at[lane_ids, sampled.token].set(True),
                 lanes.output_counts.at[lane_ids, sampled.token].add(1),
             )
-            return kv, lanes, sampled
+            return _written(new, positions[:, None], block_tables, page_size), lanes, sampled
+
+        def write(kv: KVPages, written: Written) -> KVPages:
+            pages, slots = written.pages, written.slots
+            return tuple(
+                PagedLayerCache(c.k.at[pages, slots].set(n.k), c.v.at[pages, slots].set(n.v))
+                for c, n in zip(kv, written.new, strict=True)
+            )
 
         def reset_lane(lanes: LaneState, lane: Array, prompt: Array, output: Array) -> LaneState:
             """Penalty state of a row from its tokens, padded with -1 (dropped)."""
@@ -99,7 +123,8 @@ class StepFunctions:
         def copy_page(kv: KVPages, source: Array, target: Array) -> KVPages:
             return tuple(PagedLayerCache(c.k.at[target].set(c.k[source]), c.v.at[target].set(c.v[source])) for c in kv)
 
-        self.prefill = jax.jit(prefill, donate_argnums=(1,))
-        self.decode = jax.jit(decode, donate_argnums=(1, 2))
+        self.prefill = jax.jit(prefill)
+        self.decode = jax.jit(decode, donate_argnums=(2,))
+        self.write = jax.jit(write, donate_argnums=(0,))
         self.reset_lane = jax.jit(reset_lane, donate_argnums=(0,))
         self.copy_page = jax.jit(copy_page, donate_argnums=(0,))
