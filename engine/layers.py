@@ -360,7 +360,7 @@ class DecoderLayer(nn.Module):
         self, x: Array, positions: Array, cache: AnyCache | None, block_tables: Array | None = None
     ) -> tuple[Array, CacheOut | None]:
         c = self.config
-        attended, cache = Attention(c, self.dtype, name="attn")(
+        attended, cache_out = Attention(c, self.dtype, name="attn")(
             RMSNorm(c.hidden_size, c.rms_norm_eps, "embed", self.dtype, name="attn_norm")(x),
             positions,
             cache,
@@ -373,7 +373,7 @@ class DecoderLayer(nn.Module):
             if self.sparse_mlp
             else GatedMLP(c.hidden_size, c.intermediate_size, self.dtype, name="mlp")
         )
-        return x + mlp(normed), cache
+        return x + mlp(normed), cache_out
 
 
 class Transformer(nn.Module):
