@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from engine.admission import retry_after_seconds, smoothed_hold
 from engine.api import (
     MAX_TOKENS_CAP,
     Constraint,
@@ -76,9 +77,6 @@ Report = Callable[[str, int, int], None]  # (what, done, total)
 FinishReason = Literal["stop", "length", "cancelled", "timeout"]
 # Logit-bias entries per row, padded to this many (OpenAI allows up to 300).
 LOGIT_BIAS_SLOTS = 300
-# Retry-After (seed 004): an overdue oldest request expects a lane one average hold from now, capped.
-OVERDUE_RETRY_CAP_S = 15
-HOLD_SMOOTHING = 1 / 8
 
 
 @dataclass(eq=False)
@@ -331,15 +329,8 @@ class Engine:
             )
 
     def _retry_after_locked(self) -> int:
-        """Seconds until a lane is expected to free (seed 004), including the one-second margin."""
-        if self._average_hold is None:
-            return 1
-        now = time.monotonic()
-        admitted = [r.admitted for r in self._running.values() if r.admitted is not None]
-        expected_free = min(admitted, default=now) + self._average_hold
-        if expected_free >= now:
-            return min(max(math.ceil(expected_free - now), 1), 59) + 1
-        return min(max(math.ceil(self._average_hold), 1), OVERDUE_RETRY_CAP_S) + 1
+        admitted = [entry.admitted for entry in self._running.values() if entry.admitted is not None]
+        return retry_after_seconds(time.monotonic(), min(admitted, default=None), self._average_hold)
 
     # --- the engine thread ------------------------------------------------------------------
 
@@ -658,12 +649,7 @@ class Engine:
                 self._pending_rows -= entry.request.n
             else:
                 del self._running[entry.id]
-                hold = now - entry.admitted
-                self._average_hold = (
-                    hold
-                    if self._average_hold is None
-                    else self._average_hold + (hold - self._average_hold) * HOLD_SMOOTHING
-                )
+                self._average_hold = smoothed_hold(self._average_hold, now - entry.admitted)
                 self._e2e.observe(now - entry.submitted)
             self._wake.notify_all()
 
