@@ -11,7 +11,7 @@ import functools
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import llguidance
 import numpy as np
@@ -20,6 +20,9 @@ from engine.api import Constraint
 from engine.tokenizer import Tokenizer
 from handlers.errors import ApiError
 from handlers.generation.tool_calls import ToolCallFormat
+
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
 
 
 @functools.lru_cache(maxsize=4)
@@ -63,9 +66,22 @@ def constraint_factory(tokenizer: Tokenizer, grammar: str, param: str) -> Callab
     return lambda: GrammarConstraint(guidance, grammar)
 
 
+# JSON as models were trained to write it (`{"a": 1, "b": 2}`): no free whitespace, which small
+# models otherwise fill without end. Keywords llguidance does not implement (`propertyNames`,
+# some `format`s, as coding agents' tool schemas use) are left unenforced rather than refused.
+JSON_OPTIONS: Mapping[str, Any] = {
+    "whitespace_flexible": False,
+    "item_separator": ", ",
+    "key_separator": ": ",
+    "lenient": True,
+}
+
+
 def json_schema_grammar(schema: Mapping[str, Any], param: str) -> str:
     try:
-        grammar: str = llguidance.LLMatcher.grammar_from_json_schema(dict(schema))
+        grammar: str = llguidance.LLMatcher.grammar_from_json_schema(
+            dict(schema), defaults=cast("JsonCompileOptions", dict(JSON_OPTIONS))
+        )
     except ValueError as error:
         message = f"Invalid JSON schema in '{param}': {error}"
         raise ApiError(400, message, code="invalid_constraint", param=param) from None
@@ -98,6 +114,7 @@ def forced_tool_calls_grammar(
     even a model too small to follow the prompt produces a call whose arguments validate.
     """
     call_schema = {
+        "x-guidance": JSON_OPTIONS,
         "anyOf": [
             {
                 "type": "object",
@@ -106,7 +123,7 @@ def forced_tool_calls_grammar(
                 "additionalProperties": False,
             }
             for name, parameters in functions
-        ]
+        ],
     }
     lark = syntax.forced_calls_lark("call", parallel) + f"\ncall: %json {json.dumps(call_schema)}\n"
     return lark_grammar(lark)

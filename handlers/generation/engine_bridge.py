@@ -16,6 +16,7 @@ answer has started, so they become plain HTTP errors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -112,7 +113,10 @@ async def start_generation(
     deadline = time.monotonic() + timeout_s
 
     def sink(event: EngineEvent) -> None:
-        loop.call_soon_threadsafe(queue.put_nowait, event)
+        # Called on the engine thread, where an exception would stop the engine: a loop that has
+        # closed (server shutdown) has nobody left to read the event, so it is dropped.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(queue.put_nowait, event)
 
     try:
         request_id = engine.submit(replace(request, deadline=deadline), sink)

@@ -1,0 +1,70 @@
+"""One real `pooled serve` (the default model, the real engine) for the whole e2e session.
+
+A small context and few decode lanes keep the engine's start-up compile short on a CPU machine;
+every test asks for few tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from tests.http.test_serve_process import free_port
+
+STARTUP_TIMEOUT_S = 900  # loading plus compiling every engine shape bucket, on 2 CPU cores
+CONTEXT = 2048
+DECODE_LANES = 4
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port)]
+        + ["--ctx", str(CONTEXT), "--decode-lanes", str(DECODE_LANES)],
+        cwd=tmp_path_factory.mktemp("cwd"),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not _ready(base):
+            assert process.poll() is None, Path(log.name).read_text(errors="replace")[-4000:]
+            assert time.monotonic() < deadline, "the server did not become ready"
+            time.sleep(1)
+        yield base
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+def _ready(base: str) -> bool:
+    """Ready once a one-token completion is answered (health turns ready before the engine may)."""
+    try:
+        if not httpx.get(f"{base}/health", timeout=2).json().get("ready"):
+            return False
+        probe = httpx.post(f"{base}/v1/completions", json={"prompt": "Hi", "max_tokens": 1}, timeout=120)
+    except httpx.TransportError:
+        return False
+    return probe.status_code == 200
+
+
+@pytest.fixture(scope="session")
+def client(server: str) -> OpenAI:
+    return OpenAI(base_url=f"{server}/v1", api_key="pooled", max_retries=0, timeout=300)
