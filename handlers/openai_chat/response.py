@@ -8,10 +8,7 @@ last line, an OpenAI error object, with no `[DONE]`.
 
 from __future__ import annotations
 
-import secrets
-import time
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
 from typing import Literal
 
 from engine.api import TokenLogprob
@@ -20,6 +17,7 @@ from generated import models
 from handlers.context import ModelService
 from handlers.errors import ApiError, openai_error_body
 from handlers.generation.engine_bridge import OPENAI_BUSY, Generation, start_generation
+from handlers.generation.identity import AnswerIdentity
 from handlers.generation.rows import FinishReason, UsageCount, row_events
 from handlers.generation.sse import data_line
 from handlers.generation.text_output import Piece, RowText, chat_row_text
@@ -27,13 +25,6 @@ from handlers.openai_chat.request import ChatPlan
 from handlers.openai_usage import usage_model
 
 ChatFinish = Literal["stop", "length", "tool_calls"]
-
-
-@dataclass
-class _Identity:
-    model: str
-    id: str = field(default_factory=lambda: "chatcmpl-" + secrets.token_hex(12))
-    created: int = field(default_factory=lambda: int(time.time()))
 
 
 def _rows(plan: ChatPlan, tokenizer: Tokenizer) -> list[RowText]:
@@ -75,7 +66,7 @@ async def chat_completion(
             if event.finish:
                 finishes[event.row] = _finish(event.finish, rows[event.row])
     usage.add_rows(rows)
-    identity = _Identity(model.model_id)
+    identity = AnswerIdentity.new("chatcmpl-", model.model_id)
     return models.ChatCompletion(
         id=identity.id,
         object="chat.completion",
@@ -122,7 +113,7 @@ class ChatStream:
         self._plan = plan
         self._generation = generation
         self._tokenizer = tokenizer
-        self._identity = _Identity(model_id)
+        self._identity = AnswerIdentity.new("chatcmpl-", model_id)
 
     async def lines(self) -> AsyncGenerator[str, None]:
         rows = _rows(self._plan, self._tokenizer)

@@ -5,28 +5,19 @@ The prompts' requests run at once in the engine; a stream sends their chunks pro
 
 from __future__ import annotations
 
-import secrets
-import time
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass, field
 
 from engine.api import TokenLogprob
 from engine.tokenizer import Tokenizer
 from generated import models
 from handlers.errors import ApiError, openai_error_body
 from handlers.generation.engine_bridge import Generation
+from handlers.generation.identity import AnswerIdentity
 from handlers.generation.rows import FinishReason, RowEvent, UsageCount, row_events
 from handlers.generation.sse import data_line
 from handlers.generation.text_output import Piece, RowText
 from handlers.openai_completions.request import CompletionPlan
 from handlers.openai_usage import usage_model
-
-
-@dataclass
-class _Identity:
-    model: str
-    id: str = field(default_factory=lambda: "cmpl-" + secrets.token_hex(12))
-    created: int = field(default_factory=lambda: int(time.time()))
 
 
 class CompletionRun:
@@ -75,7 +66,7 @@ async def completion(run: CompletionRun, model_id: str) -> models.Completion:
         answers[index].extend(event.piece)
         if event.finish:
             finishes[index] = event.finish
-    identity = _Identity(model_id)
+    identity = AnswerIdentity.new("cmpl-", model_id)
     return models.Completion(
         id=identity.id,
         object="text_completion",
@@ -96,7 +87,7 @@ async def completion(run: CompletionRun, model_id: str) -> models.Completion:
 
 
 async def completion_stream(run: CompletionRun, model_id: str) -> AsyncGenerator[str, None]:
-    identity = _Identity(model_id)
+    identity = AnswerIdentity.new("cmpl-", model_id)
     text_lengths: dict[int, int] = {}
 
     def chunk(choices: list[models.CompletionChunkChoice], usage: models.CompletionUsage | None = None) -> str:
