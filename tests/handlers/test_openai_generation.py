@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from engine.api import Failed
+from engine.api import Failed, Finished, GenerationRequest, Usage
 from engine.tokenizer import Tokenizer
 from generated import models
+from pooled.settings import Settings
 from tests.fake_engine import FakeEngine
 
 CHAT = "/v1/chat/completions"
@@ -266,3 +267,23 @@ def test_client_gone_cancels_the_engine_request(api: TestClient, fake_engine: Fa
             break
         threading.Event().wait(0.05)
     assert done.is_set()
+
+
+@pytest.mark.parametrize("serving_settings", [Settings(decode_lanes=4, keepalive_interval=0.05)])
+def test_keepalive_comments_while_a_stream_waits(api: TestClient, fake_engine: FakeEngine) -> None:
+    fake_engine.gate.clear()
+    threading.Timer(0.5, fake_engine.gate.set).start()
+    response = api.post(CHAT, json={"messages": HI, "stream": True})
+    assert response.text.startswith("data: ")  # the role chunk goes out at once
+    assert ": keep-alive\n\n" in response.text
+    assert stream_events(response)[-1] == "[DONE]"
+
+
+def test_engine_timeout_is_504(api: TestClient, fake_engine: FakeEngine) -> None:
+    def time_out(request_id: int, request: GenerationRequest, sink: Any) -> None:
+        assert request.deadline is not None  # set from --request-timeout
+        sink(Finished(0, "timeout", None, Usage(len(request.prompt_ids), 0, 0)))
+
+    fake_engine._run = time_out  # type: ignore[method-assign]
+    response = api.post(CHAT, json={"messages": HI})
+    assert response.status_code == 504 and response.json()["error"]["code"] == "timeout"
