@@ -7,6 +7,7 @@ depend on its shape only: they never import JAX or the engine's internals.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -15,6 +16,7 @@ from fastapi import Request
 
 from engine.api import EngineEvent, GenerationRequest
 from engine.tokenizer import ChatTemplate, Tokenizer
+from handlers.generation.volatile_lines import volatile_line_pattern
 from handlers.response_store import ResponseStore
 
 ModelState = Literal["loading", "serving", "draining", "dead"]
@@ -96,6 +98,8 @@ class ServerContext:
     responses: ResponseStore
     counters: Counters = field(default_factory=Counters)
     limits: GenerationLimits = field(default_factory=GenerationLimits)
+    # System-prompt lines dropped from rendered prompts (see handlers/generation/volatile_lines.py).
+    volatile_lines: re.Pattern[str] = field(default_factory=volatile_line_pattern)
 
 
 def context(request: Request) -> ServerContext:

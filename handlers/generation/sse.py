@@ -24,8 +24,10 @@ def named_event(name: str, payload: object) -> str:
     return f"event: {name}\n{data_line(payload)}"
 
 
-async def with_keepalive(events: AsyncGenerator[str, None], interval_s: float) -> AsyncIterator[str]:
-    """Pass `events` through, adding a comment line whenever none came for `interval_s`.
+async def with_keepalive(
+    events: AsyncGenerator[str, None], interval_s: float, keepalive: str = KEEPALIVE
+) -> AsyncIterator[str]:
+    """Pass `events` through, adding `keepalive` (a comment line) whenever none came for `interval_s`.
 
     Proxies and clients drop a silent connection; a request queued behind others, or a long
     prefill, would otherwise be silent for longer than their idle timeouts.
@@ -37,7 +39,7 @@ async def with_keepalive(events: AsyncGenerator[str, None], interval_s: float) -
                 pending = asyncio.ensure_future(anext(events))
             done, _ = await asyncio.wait({pending}, timeout=interval_s)
             if not done:
-                yield KEEPALIVE
+                yield keepalive
                 continue
             try:
                 event = pending.result()
@@ -55,13 +57,18 @@ async def with_keepalive(events: AsyncGenerator[str, None], interval_s: float) -
 
 class EventStream(StreamingResponse):
     """The 200 answer of a stream, which runs `on_close` however it ends: finished, failed, or
-    cut off by the client before or while it streamed (Starlette then stops the iteration)."""
+    cut off by the client before or while it streamed (Starlette then stops the iteration).
+    `keepalive` is what is sent while it waits (Anthropic's streams send a `ping` event instead)."""
 
     def __init__(
-        self, events: AsyncGenerator[str, None], keepalive_interval_s: float, on_close: Callable[[], Awaitable[None]]
+        self,
+        events: AsyncGenerator[str, None],
+        keepalive_interval_s: float,
+        on_close: Callable[[], Awaitable[None]],
+        keepalive: str = KEEPALIVE,
     ) -> None:
         super().__init__(
-            with_keepalive(events, keepalive_interval_s),
+            with_keepalive(events, keepalive_interval_s, keepalive),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )

@@ -60,6 +60,11 @@ class RowText:
         """A stop string matched: the row's answer is complete, later tokens are not part of it."""
         return self._stops.matched is not None
 
+    @property
+    def stop_string(self) -> str | None:
+        """The stop string that ended the row, if one did."""
+        return self._stops.matched
+
     def push(self, token_id: int, logprob: TokenLogprob | None = None) -> Piece:
         if self.stopped:
             return Piece()
