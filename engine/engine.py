@@ -269,13 +269,13 @@ class Engine:
             self._pending_requests += 1
             self._pending_rows += request.n
             self._inbox.append(entry)
-            self._wake.notify()
+            self._wake.notify_all()  # wait_idle callers share the condition
             return entry.id
 
     def cancel(self, request_id: int) -> None:
         with self._lock:
             self._cancels.setdefault(request_id, "cancelled")
-            self._wake.notify()
+            self._wake.notify_all()  # wait_idle callers share the condition
 
     def drain(self) -> None:
         """Refuses new requests (EngineUnavailable); in-flight ones finish."""
@@ -603,7 +603,7 @@ class Engine:
             i, chosen, top_ids, top_values = logprobs
             top = tuple((int(t), float(v)) for t, v in zip(top_ids[i, :top_n], top_values[i, :top_n], strict=True))
             token_logprobs = (TokenLogprob(token, float(chosen[i]), top),)
-        entry.sink(Tokens(row.index, (token,), token_logprobs))
+        self._send(entry, Tokens(row.index, (token,), token_logprobs))
         if row.constraint is not None:
             row.constraint.accept(token)
             if row.constraint.is_finished():
@@ -611,6 +611,15 @@ class Engine:
                 return
         if row.generated >= entry.max_tokens:
             self._finish_row(row, "length", None)
+
+    def _send(self, entry: _Request, event: EngineEvent) -> None:
+        """Calls the request's sink; a sink that raises costs its own request (cancelled), not the engine."""
+        try:
+            entry.sink(event)
+        except Exception:
+            log.exception("sink of request %d raised; cancelling the request", entry.id)
+            with self._lock:
+                self._cancels.setdefault(entry.id, "cancelled")
 
     # --- row and request endings ------------------------------------------------------------
 
@@ -637,9 +646,9 @@ class Engine:
         entry = row.request
         entry.rows_unfinished -= 1
         usage = Usage(len(entry.request.prompt_ids), entry.cached_prompt_tokens, row.generated)
+        self._send(entry, Finished(row.index, reason, stop_token_id, usage))
         if entry.rows_unfinished == 0:
             self._close_request(entry)
-        entry.sink(Finished(row.index, reason, stop_token_id, usage))
 
     def _close_request(self, entry: _Request) -> None:
         now = time.monotonic()
@@ -683,7 +692,7 @@ class Engine:
             self._wake.notify_all()
         doomed += [row.request for unit in self._waiting for row in unit if row.request.admitted is None]
         for entry in dict.fromkeys(doomed):
-            entry.sink(Failed("fault", f"the engine failed: {reason}"))
+            self._send(entry, Failed("fault", f"the engine failed: {reason}"))
 
 
 def _pool_pages(model: LoadedModel, config: EngineConfig, pages_per_row: int) -> int:
