@@ -350,7 +350,33 @@ class AnthropicSignatureDelta(BaseModel):
     signature: str
 
 
-class AnthropicStreamEvent(
+class AnthropicStreamEvent(BaseModel):
+    """
+    One server-sent event of a Messages stream (OpenAPI 3.1 describes `text/event-stream` by its events): an `event:` line naming the type and a `data:` line holding its JSON (AnthropicStreamPayload).
+    """
+
+    event: Literal[
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+        "ping",
+        "error",
+    ]
+    data: Annotated[
+        str,
+        Field(
+            json_schema_extra={
+                "contentMediaType": "application/json",
+                "contentSchema": {"$ref": "#/components/schemas/AnthropicStreamPayload"},
+            }
+        ),
+    ]
+
+
+class AnthropicStreamPayload(
     RootModel[
         AnthropicMessageStartEvent
         | AnthropicContentBlockStartEvent
@@ -373,7 +399,7 @@ class AnthropicStreamEvent(
         | AnthropicErrorResponse
     )
     """
-    The JSON of one `data:` line of a Messages stream; an `event:` line with the same `type` comes before it. The order is message_start, then per block content_block_start, content_block_delta…, content_block_stop, then message_delta (stop_reason and usage) and message_stop. `ping` may come at any point (keep-alive while waiting); `error` ends a stream that fails after the 200.
+    The JSON of one `data:` line of a Messages stream; an `event:` line with the same `type` comes before it. The order is message_start, ping, then per block content_block_start, content_block_delta…, content_block_stop, then message_delta (stop_reason, stop_sequence and the final usage) and message_stop. `ping` also comes whenever the stream waits (the keep-alive); `error` ends a stream that fails after the 200.
     """
 
 
@@ -503,10 +529,13 @@ class AnthropicUsage(BaseModel):
     )
     input_tokens: Annotated[int, Field(ge=0)]
     """
-    Prompt tokens not read from the prefix cache.
+    Prompt tokens prefilled (not read from the prefix cache); with `cache_read_input_tokens` they add up to the prompt's length (`count_tokens`).
     """
     output_tokens: Annotated[int, Field(ge=0)]
     cache_creation_input_tokens: Annotated[int | None, Field(ge=0)]
+    """
+    Always 0: pooled caches every prompt's prefix without `cache_control` breakpoints.
+    """
     cache_read_input_tokens: Annotated[int | None, Field(ge=0)]
     """
     Prompt tokens served from the prefix cache.

@@ -4,6 +4,7 @@
 one is an error at generation and at import, never at request time.
 """
 
+from handlers.anthropic_messages import count_message_tokens, create_message
 from handlers.banner import get_banner
 from handlers.docs import get_api_root, get_docs, get_docs_asset, get_openapi_document
 from handlers.health import get_health
@@ -11,14 +12,7 @@ from handlers.metrics import get_metrics, get_prometheus_metrics
 from handlers.models import list_models, retrieve_model
 from handlers.openai_chat import create_chat_completion
 from handlers.openai_completions import create_completion
-from handlers.pending import (
-    count_message_tokens,
-    count_response_input_tokens,
-    create_embedding,
-    create_message,
-    create_rerank,
-    create_response,
-)
+from handlers.pending import count_response_input_tokens, create_embedding, create_rerank, create_response
 from handlers.stored_responses import delete_response, get_response, list_input_items
 from handlers.tokens import detokenize, tokenize
 

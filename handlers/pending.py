@@ -14,14 +14,12 @@ from fastapi.responses import Response
 from handlers.availability import require_ready
 from handlers.errors import not_built
 
-ANTHROPIC_OVERLOADED = 529
-
 PendingHandler = Callable[..., Awaitable[Response]]
 
 
-def _pending(route: str, unavailable_status: int = 503) -> PendingHandler:
+def _pending(route: str) -> PendingHandler:
     async def handler(request: Request, body: object, **params: object) -> Response:
-        require_ready(request, unavailable_status)
+        require_ready(request)
         raise not_built(route)
 
     handler.__name__ = route
@@ -32,5 +30,3 @@ create_response = _pending("POST /v1/responses")
 count_response_input_tokens = _pending("POST /v1/responses/input_tokens")
 create_embedding = _pending("POST /v1/embeddings")
 create_rerank = _pending("POST /v1/rerank")
-create_message = _pending("POST /v1/messages", ANTHROPIC_OVERLOADED)
-count_message_tokens = _pending("POST /v1/messages/count_tokens", ANTHROPIC_OVERLOADED)

@@ -9,6 +9,7 @@ from starlette.types import ASGIApp
 
 from generated.routes import router
 from handlers.context import GenerationLimits, ModelService, ServerContext
+from handlers.generation.volatile_lines import volatile_line_pattern
 from handlers.response_store import ResponseStore
 from pooled import errors
 from pooled.counting import RequestCounting
@@ -24,7 +25,14 @@ def server_context(settings: Settings, model: ModelService) -> ServerContext:
         max_output_tokens=settings.max_output_tokens,
         keepalive_interval_s=settings.keepalive_interval,
     )
-    return ServerContext(model=model, port=settings.port, created=int(time.time()), responses=responses, limits=limits)
+    return ServerContext(
+        model=model,
+        port=settings.port,
+        created=int(time.time()),
+        responses=responses,
+        limits=limits,
+        volatile_lines=volatile_line_pattern(settings.volatile_line_pattern),
+    )
 
 
 def build_app(settings: Settings, server: ServerContext) -> ASGIApp:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -26,6 +27,16 @@ def _optional_int(value: str) -> int | None:
 
 def _optional_str(value: str) -> str | None:
     return value or None
+
+
+def _regex(value: str) -> str | None:
+    if not value:
+        return None
+    try:  # an invalid expression fails at start-up, naming the setting, not at the first request
+        re.compile(value)
+    except re.error as error:
+        raise ValueError(f"not a regular expression: {error}") from None
+    return value
 
 
 def setting(default: Any, parse: Callable[[str], Any], help_text: str) -> Any:
@@ -95,6 +106,13 @@ class Settings:
     )
     keepalive_interval: float = setting(
         10.0, float, "Seconds between SSE keep-alive comments while a stream waits (queued, prefilling)."
+    )
+    volatile_line_pattern: str | None = setting(
+        None,
+        _regex,
+        "A regular expression for system-prompt lines that change on every request and are dropped from the "
+        "rendered prompt so the prefix cache still reuses the conversation (Claude Code's "
+        "`x-anthropic-billing-header:` line is always dropped); none besides the built-in ones by default.",
     )
 
     @property

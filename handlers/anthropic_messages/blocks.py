@@ -1,0 +1,122 @@
+"""Text pieces → Anthropic content blocks, as the block events a stream sends.
+
+Reasoning goes into a `thinking` block, answer text into a `text` block, each call into its own
+`tool_use` block (its whole input in one `input_json_delta`); a new kind of piece closes the open
+block. A `thinking` block ends with a `signature_delta`. The non-streamed answer's `content` is
+built from the very same events, so a stream and a plain answer are equal by construction.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from generated import models
+from handlers.generation.text_output import Piece
+from handlers.generation.tool_calls import ToolCall
+
+# pooled signs nothing: a client sends this (or an empty signature) back and it is accepted as is.
+THINKING_SIGNATURE = "pooled-unsigned"
+
+Block = models.AnthropicTextBlock | models.AnthropicToolUseBlock | models.AnthropicThinkingBlock
+BlockEvent = (
+    models.AnthropicContentBlockStartEvent
+    | models.AnthropicContentBlockDeltaEvent
+    | models.AnthropicContentBlockStopEvent
+)
+Delta = (
+    models.AnthropicTextDelta
+    | models.AnthropicInputJsonDelta
+    | models.AnthropicThinkingDelta
+    | models.AnthropicSignatureDelta
+)
+
+
+def tool_use_id(call: ToolCall) -> str:
+    return "toolu_" + call.id.removeprefix("call_")
+
+
+class ContentBlocks:
+    """Feed pieces with `add`, then `close` once; `blocks` is the answer's content so far."""
+
+    def __init__(self) -> None:
+        self.blocks: list[Block] = []
+        self._open: Literal["text", "thinking"] | None = None
+
+    def add(self, piece: Piece) -> list[BlockEvent]:
+        events: list[BlockEvent] = []
+        if piece.reasoning:
+            events += self._write("thinking", piece.reasoning)
+        if piece.content:
+            events += self._write("text", piece.content)
+        for call in piece.tool_calls:
+            events += self._close()
+            events += self._start(
+                models.AnthropicToolUseBlock(type="tool_use", id=tool_use_id(call), name=call.name, input={})
+            )
+            events.append(
+                self._delta(models.AnthropicInputJsonDelta(type="input_json_delta", partial_json=call.arguments))
+            )
+            events += self._stop()
+        return events
+
+    def close(self) -> list[BlockEvent]:
+        """Close the open block; an answer with no block at all gets one empty text block."""
+        if not self.blocks:
+            return self._start(models.AnthropicTextBlock(type="text", text="")) + self._stop()
+        return self._close()
+
+    def _write(self, kind: Literal["text", "thinking"], text: str) -> list[BlockEvent]:
+        events: list[BlockEvent] = []
+        if self._open != kind:
+            events += self._close()
+            block: Block = (
+                models.AnthropicTextBlock(type="text", text="")
+                if kind == "text"
+                else models.AnthropicThinkingBlock(type="thinking", thinking="", signature="")
+            )
+            events += self._start(block)
+            self._open = kind
+        delta: Delta = (
+            models.AnthropicTextDelta(type="text_delta", text=text)
+            if kind == "text"
+            else models.AnthropicThinkingDelta(type="thinking_delta", thinking=text)
+        )
+        events.append(self._delta(delta))
+        return events
+
+    def _close(self) -> list[BlockEvent]:
+        if self._open is None:
+            return []
+        events: list[BlockEvent] = []
+        if self._open == "thinking":
+            events.append(
+                self._delta(models.AnthropicSignatureDelta(type="signature_delta", signature=THINKING_SIGNATURE))
+            )
+        self._open = None
+        return events + self._stop()
+
+    def _start(self, block: Block) -> list[BlockEvent]:
+        self.blocks.append(block.model_copy(deep=True))
+        return [
+            models.AnthropicContentBlockStartEvent(
+                type="content_block_start", index=len(self.blocks) - 1, content_block=block
+            )
+        ]
+
+    def _stop(self) -> list[BlockEvent]:
+        return [models.AnthropicContentBlockStopEvent(type="content_block_stop", index=len(self.blocks) - 1)]
+
+    def _delta(self, delta: Delta) -> models.AnthropicContentBlockDeltaEvent:
+        block = self.blocks[-1]
+        if isinstance(delta, models.AnthropicTextDelta) and isinstance(block, models.AnthropicTextBlock):
+            block.text += delta.text
+        elif isinstance(delta, models.AnthropicThinkingDelta) and isinstance(block, models.AnthropicThinkingBlock):
+            block.thinking += delta.thinking
+        elif isinstance(delta, models.AnthropicSignatureDelta) and isinstance(block, models.AnthropicThinkingBlock):
+            block.signature += delta.signature
+        elif isinstance(delta, models.AnthropicInputJsonDelta) and isinstance(block, models.AnthropicToolUseBlock):
+            block.input = json.loads(delta.partial_json)
+        return models.AnthropicContentBlockDeltaEvent(
+            type="content_block_delta", index=len(self.blocks) - 1, delta=delta
+        )
