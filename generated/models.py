@@ -1783,7 +1783,7 @@ class ResponseCustomToolCallOutputItem(BaseModel):
     type: Literal["custom_tool_call_output"]
     call_id: str
     output: str | list[ResponseInputText | ResponseInputImage | ResponseInputFile]
-    status: Literal["in_progress", "completed", "incomplete"] | None = None
+    status: Literal["in_progress", "completed", "incomplete"]
 
 
 class ResponseDeleted(BaseModel):
@@ -1996,7 +1996,7 @@ class ResponseInputImage(BaseModel):
 
 class ResponseInputItemList(BaseModel):
     """
-    A page of a stored response's input items.
+    A page of a stored response's input items: everything the model saw before its output, so with `previous_response_id` the earlier turns' inputs and outputs come first. `instructions` are not items.
     """
 
     model_config = ConfigDict(
@@ -2025,7 +2025,7 @@ class ResponseInputItemList(BaseModel):
 
 class ResponseInputItemParam(BaseModel):
     """
-    One input item. One loose schema for every item type, since clients vary: messages with or without `type`/`id`/`status` (roles `user`, `assistant`, `system`, `developer`; content a string or a list of parts), and items the server sent earlier echoed back (`function_call`, `function_call_output`, `custom_tool_call`, `custom_tool_call_output`, `reasoning`). An item without `type` is a message.
+    One input item. One loose schema for every item type, since clients vary: messages with or without `type`/`id`/`status` (roles `user`, `assistant`, `system`, `developer`; content a string or a list of parts), and items the server sent earlier echoed back (`function_call`, `function_call_output`, `custom_tool_call`, `custom_tool_call_output`, `reasoning`). An item without `type` is a message. A reasoning item becomes the reasoning of the assistant turn after it. Other item types (`item_reference`, hosted tool calls such as `web_search_call`) are accepted and left out of the prompt.
     """
 
     model_config = ConfigDict(
@@ -2181,7 +2181,6 @@ class ResponseObject(BaseModel):
     parallel_tool_calls: bool
     previous_response_id: str | None = None
     reasoning: ResponseReasoningConfig | None = None
-    store: bool | None = None
     temperature: float | None
     top_p: float | None
     top_logprobs: int | None = None
@@ -2541,7 +2540,34 @@ class ResponseRefusalDoneEvent(BaseModel):
     """
 
 
-class ResponseStreamEvent(
+class ResponseStreamEvent(BaseModel):
+    """
+    One server-sent event of a Responses stream (OpenAPI 3.1 describes `text/event-stream` by its events): an `event:` line naming the payload's `type`, and a `data:` line holding the payload (ResponseStreamPayload). A text answer streams created, in_progress, output_item.added, content_part.added, output_text.delta…, output_text.done, content_part.done, output_item.done, then completed (or incomplete); no `data: [DONE]` follows. Comment lines (`: keep-alive`) come every 10 s while the stream waits.
+    """
+
+    event: str
+    data: Annotated[
+        str,
+        Field(
+            json_schema_extra={
+                "contentMediaType": "application/json",
+                "contentSchema": {"$ref": "#/components/schemas/ResponseStreamPayload"},
+            }
+        ),
+    ]
+
+
+class ResponseStreamOptionsParam(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    include_obfuscation: bool | None = None
+    """
+    Accepted and ignored (pooled never pads events).
+    """
+
+
+class ResponseStreamPayload(
     RootModel[
         ResponseCreatedEvent
         | ResponseInProgressEvent
@@ -2596,17 +2622,7 @@ class ResponseStreamEvent(
         | ResponseErrorEvent
     )
     """
-    The JSON of one `data:` line of a Responses stream. Each is preceded by an `event:` line with its `type`. A text answer streams created, in_progress, output_item.added, content_part.added, output_text.delta…, output_text.done, content_part.done, output_item.done, completed; no `data: [DONE]` follows.
-    """
-
-
-class ResponseStreamOptionsParam(BaseModel):
-    model_config = ConfigDict(
-        extra="allow",
-    )
-    include_obfuscation: bool | None = None
-    """
-    Accepted and ignored (pooled never pads events).
+    The JSON of one `data:` line of a Responses stream; `sequence_number` counts the events from 0. An error after the 200 is an `error` event followed by `response.failed`, the last event.
     """
 
 
@@ -2672,7 +2688,7 @@ class ResponseToolChoiceObjectParam(BaseModel):
 
 class ResponseToolParam(BaseModel):
     """
-    A tool. `function` and `custom` (free-form input, e.g. Codex's `apply_patch` with a grammar format) are served; `namespace` groups function tools, which are served under their names; other types (`web_search`, `tool_search`, …) are accepted and not offered to the model.
+    A tool. `function` and `custom` (free-form input, e.g. Codex's `apply_patch` with a grammar format) are served: a custom tool is offered to the model as a function with one string argument, `input`, and a `tool_choice` naming it makes the whole answer its input, generated under its Lark or regex grammar. `namespace` groups function tools, which are offered under their own names (a call to one carries its `namespace`). Other types (`web_search`, `tool_search`, …) name tools the server cannot run: they are accepted and not offered to the model.
     """
 
     model_config = ConfigDict(
