@@ -679,7 +679,7 @@ class Engine:
                     self._finish_row(row, reasons[entry.id], None)
 
     def _die(self, error: Exception) -> None:
-        kind = "fault" if isinstance(error, jax.errors.JaxRuntimeError) else "panicked"
+        kind = failure_kind(error)
         reason = f"{type(error).__name__}: {error}"
         log.error("engine thread died (%s): %s", kind, reason, exc_info=error)
         with self._lock:
@@ -693,6 +693,11 @@ class Engine:
         doomed += [row.request for unit in self._waiting for row in unit if row.request.admitted is None]
         for entry in dict.fromkeys(doomed):
             self._send(entry, Failed("fault", f"the engine failed: {reason}"))
+
+
+def failure_kind(error: BaseException) -> Literal["fault", "panicked"]:
+    """A device/XLA runtime error is a fault; anything else that kills the engine thread is a panic."""
+    return "fault" if isinstance(error, jax.errors.JaxRuntimeError) else "panicked"
 
 
 def _pool_pages(model: LoadedModel, config: EngineConfig, pages_per_row: int) -> int:

@@ -10,7 +10,7 @@ import pytest
 
 from engine.api import EngineUnavailable, GenerationRequest, SamplingParams
 from engine.checkpoint.loader import LoadedModel, load_model
-from engine.engine import Engine
+from engine.engine import Engine, failure_kind
 from engine.engine_config import EngineConfig
 from tests.engine.engine_harness import generate, greedy_request, reference_greedy, start
 
@@ -66,3 +66,8 @@ def test_engine_death_fails_every_request(engine: Engine, monkeypatch: pytest.Mo
     assert engine.state == "dead" and engine.failure is not None and engine.failure[0] == "fault"
     with pytest.raises(EngineUnavailable):
         engine.submit(greedy_request([5, 6], 1), lambda event: None)
+
+
+def test_failure_kinds() -> None:
+    assert failure_kind(jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: out of memory")) == "fault"
+    assert failure_kind(KeyError("row")) == "panicked"
