@@ -50,7 +50,7 @@ class EngineStats:
     state: str
     decode_lanes: int
     requests_running: int  # requests holding lanes (prefilling or decoding)
-    requests_waiting: int  # requests (and preempted rows) waiting for lanes or pages
+    requests_waiting: int  # requests submitted and not yet holding lanes (preempted rows count as running)
     kv_pages_total: int
     kv_pages_used: int  # pages held by rows; idle prefix-cache pages count as free
     kv_cache_usage: float  # kv_pages_used / kv_pages_total
