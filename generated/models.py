@@ -1375,6 +1375,28 @@ class Health(BaseModel):
     """
 
 
+class HealthBucket(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    kind: str
+    """
+    The compiled step, e.g. `prefill` or `decode`.
+    """
+    rows: Annotated[int, Field(ge=0)]
+    """
+    Batch rows of the step.
+    """
+    tokens: Annotated[int, Field(ge=0)]
+    """
+    Tokens per row (the prefill chunk, or 1 for decode).
+    """
+    pages: Annotated[int, Field(ge=0)]
+    """
+    KV pages per row the step reads.
+    """
+
+
 class HealthEngine(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -1383,9 +1405,9 @@ class HealthEngine(BaseModel):
     """
     Requests (or choices) decoded at once.
     """
-    buckets: list[int]
+    buckets: list[HealthBucket]
     """
-    The prefill lengths compiled ahead, in tokens.
+    Every shape compiled at start-up; a request never triggers a compile.
     """
     compiles_after_startup: Annotated[int, Field(ge=0)]
     """
@@ -1433,19 +1455,28 @@ LogitBiasAdditionalProperty = TypeAliasType("LogitBiasAdditionalProperty", Annot
 
 class Metrics(BaseModel):
     """
-    Counters, gauges and histogram summaries as JSON, named as vLLM names them. `requests_running` and `requests_served_total` (counted by the HTTP layer) are always present; the other fields listed are present once the engine reports them. More (e.g. histogram summaries such as time to first token) may be added without notice.
+    Counters, gauges and latency histograms as JSON, named as vLLM names them (Prometheus has the same figures under `pooled_` names at `/metrics/prometheus`). `requests_running` and `requests_served_total` (counted by the HTTP layer) are always present; the engine's fields are present once the engine runs.
     """
 
     model_config = ConfigDict(
-        extra="allow",
+        extra="forbid",
     )
     requests_running: Annotated[int, Field(ge=0)]
-    requests_waiting: Annotated[int | None, Field(ge=0)] = None
-    requests_refused_total: Annotated[int | None, Field(ge=0)] = None
     """
-    Requests refused with 429/503/529 (queue full, engine full, not ready).
+    Model requests the HTTP layer is answering now.
     """
     requests_served_total: Annotated[int, Field(ge=0)]
+    """
+    Model requests answered since start, any status.
+    """
+    requests_waiting: Annotated[int | None, Field(ge=0)] = None
+    """
+    Requests (and preempted rows) waiting for a decode lane or KV pages.
+    """
+    requests_refused_total: Annotated[int | None, Field(ge=0)] = None
+    """
+    Requests refused because the wait queue was full (429/529).
+    """
     prompt_tokens_total: Annotated[int | None, Field(ge=0)] = None
     generation_tokens_total: Annotated[int | None, Field(ge=0)] = None
     prefix_cache_queries_total: Annotated[int | None, Field(ge=0)] = None
@@ -1456,11 +1487,41 @@ class Metrics(BaseModel):
     """
     Prompt tokens found in the prefix cache.
     """
+    preemptions_total: Annotated[int | None, Field(ge=0)] = None
+    """
+    Rows preempted (to be recomputed) when KV pages ran out.
+    """
     kv_cache_usage_perc: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
     """
     Fraction of KV cache pages in use, 0 to 1 (named as vLLM names it).
     """
     compiles_after_startup_total: Annotated[int | None, Field(ge=0)] = None
+    """
+    XLA compilations since the compile plan finished; stays 0.
+    """
+    time_to_first_token_seconds: MetricsHistogram | None = None
+    inter_token_latency_seconds: MetricsHistogram | None = None
+    e2e_request_latency_seconds: MetricsHistogram | None = None
+
+
+class MetricsHistogram(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    buckets: list[MetricsHistogramBucket]
+    """
+    Cumulative counts, Prometheus style; the last bucket's `le` is null (+Inf).
+    """
+    sum: Annotated[float, Field(ge=0.0)]
+    count: Annotated[int, Field(ge=0)]
+
+
+class MetricsHistogramBucket(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    le: float | None
+    count: Annotated[int, Field(ge=0)]
 
 
 class OpenAIError(BaseModel):

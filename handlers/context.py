@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 from fastapi import Request
 
 from engine.api import EngineEvent, GenerationRequest
+from engine.metrics import EngineStats
 from engine.tokenizer import ChatTemplate, Tokenizer
 from handlers.generation.volatile_lines import volatile_line_pattern
 from handlers.response_store import ResponseStore
@@ -31,6 +32,10 @@ class GenerationEngine(Protocol):
 
     def cancel(self, request_id: int) -> None:
         """Idempotent; unfinished rows end with Finished(reason="cancelled")."""
+        ...
+
+    def stats(self) -> EngineStats:
+        """A consistent snapshot of the engine's counters, for /health and /metrics."""
         ...
 
 

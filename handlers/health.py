@@ -5,16 +5,29 @@ A caller without the token (when one is set) learns only that the process is up.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from fastapi import Request
 
+from engine.metrics import EngineStats
 from generated import models
 from handlers.context import ServerContext, context
+
+
+def _engine(stats: EngineStats) -> models.HealthEngine:
+    return models.HealthEngine(
+        decode_lanes=stats.decode_lanes,
+        buckets=[models.HealthBucket.model_validate(asdict(bucket)) for bucket in stats.buckets],
+        compiles_after_startup=stats.compiles_after_startup,
+        kv_pages=models.HealthKvPages(total=stats.kv_pages_total, used=stats.kv_pages_used),
+    )
 
 
 def health(server: ServerContext) -> models.Health:
     model = server.model
     cause, reason = model.failure or (None, None)
     ready = model.state == "serving"
+    engine = model.engine
     return models.Health.model_validate(
         {
             "ok": model.state != "dead",
@@ -27,7 +40,7 @@ def health(server: ServerContext) -> models.Health:
             "progress": model.progress,
             "cause": cause,
             "reason": reason,
-            "engine": None,
+            "engine": _engine(engine.stats()) if engine is not None else None,
         }
     )
 

@@ -1,4 +1,4 @@
-"""The load step that `ModelHost` runs on its thread: checkpoint → model, tokenizer, template.
+"""The load step that `ModelHost` runs on its thread: checkpoint → model, tokenizer, template, engine.
 
 The weight dtype `auto` resolves per backend: float32 on the CPU (XLA's CPU
 backend ran the batch-1 decode step several times slower with bf16 weights; see
@@ -8,15 +8,22 @@ docs/BENCHMARKS.md) and bfloat16 on accelerators.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import jax
 
 from engine.checkpoint.errors import CheckpointError
 from engine.checkpoint.loader import LoadedModel, load_model
+from engine.checkpoint.prepared_cache import cache_root
+from engine.engine import Engine
+from engine.engine_config import EngineConfig
 from engine.tokenizer import ChatTemplate, Tokenizer
 from pooled.model_host import Loaded
 from pooled.settings import Settings
+
+# XLA's CPU backend reports no memory figures; 2 GiB holds a 32k-token context of the default model.
+CPU_KV_MEMORY = 2 << 30
 
 
 def resolve_dtype(requested: str, backend: str) -> str:
@@ -42,8 +49,34 @@ def _tokenizer(model: LoadedModel) -> Tokenizer:
     return Tokenizer.from_directory(model.tokenizer_dir)
 
 
-def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int], None]) -> Loaded:
-    report("loading weights", 0, 2)
+def engine_config(settings: Settings, tokenizer: Tokenizer, backend: str) -> EngineConfig:
+    cpu_default = CPU_KV_MEMORY if backend == "cpu" else 0
+    return EngineConfig(
+        decode_lanes=settings.decode_lanes,
+        max_queue=settings.max_queue,
+        page_size=settings.page_size,
+        prefill_chunk=settings.prefill_chunk,
+        kv_memory_bytes=settings.kv_memory if settings.kv_memory is not None else cpu_default,
+        stop_token_ids=tokenizer.stop_token_ids,
+    )
+
+
+def use_compilation_cache() -> None:
+    """Keep compiled XLA programs on disk, so a restart skips the start-up compile plan it already ran."""
+    jax.config.update("jax_compilation_cache_dir", str(cache_root(None) / "xla"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A loaded checkpoint, before its engine is built."""
+
+    model: LoadedModel
+    tokenizer: Tokenizer
+    chat_template: ChatTemplate | None
+
+
+def load_checkpoint(path: Path, settings: Settings) -> Checkpoint:
     model = load_model(
         path,
         dtype=resolve_dtype(settings.dtype, jax.default_backend()),
@@ -51,8 +84,15 @@ def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int
         context_length=settings.ctx,
         rope_scaling=settings.rope_scaling,
     )
-    report("loading tokenizer", 1, 2)
     tokenizer = _tokenizer(model)
     template = ChatTemplate(model.chat_template, tokenizer) if model.chat_template else None
-    report("ready", 2, 2)
-    return Loaded(ctx=model.config.context_length, tokenizer=tokenizer, chat_template=template, engine=None)
+    return Checkpoint(model, tokenizer, template)
+
+
+def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int], None]) -> Loaded:
+    use_compilation_cache()
+    report("loading weights", 0, 1)
+    checkpoint = load_checkpoint(path, settings)
+    config = engine_config(settings, checkpoint.tokenizer, jax.default_backend())
+    engine = Engine.build(checkpoint.model, config, report)
+    return Loaded(engine.max_context, checkpoint.tokenizer, checkpoint.chat_template, engine)

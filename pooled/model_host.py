@@ -5,7 +5,8 @@ listener opens at once and answers 503 with `Retry-After` until the model is
 ready. That thread only writes the fields below, each a single assignment
 that the event loop reads; the state is written last, so a reader that sees
 "serving" also sees everything the load produced. Draining is set from the
-event loop (on SIGTERM/SIGINT).
+event loop (on SIGTERM/SIGINT). Once loaded, the engine's own thread decides
+whether the model is dead: `state` and `failure` read the engine's.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.engine import Engine
 from engine.tokenizer import ChatTemplate, Tokenizer
-from handlers.context import GenerationEngine, ModelState
+from handlers.context import ModelState
 from pooled.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ class Loaded:
     ctx: int
     tokenizer: Tokenizer
     chat_template: ChatTemplate | None
-    engine: GenerationEngine | None
+    engine: Engine
 
 
 Loader = Callable[[Path, Settings, Callable[[str, int, int], None]], Loaded]
@@ -80,6 +82,8 @@ class ModelHost:
 
     @property
     def state(self) -> ModelState:
+        if self._loaded is not None and self._loaded.engine.state == "dead":
+            return "dead"
         return self._state
 
     @property
@@ -96,6 +100,8 @@ class ModelHost:
 
     @property
     def failure(self) -> tuple[str, str] | None:
+        if self._loaded is not None and self._loaded.engine.failure is not None:
+            return self._loaded.engine.failure
         return self._failure
 
     @property
@@ -103,7 +109,7 @@ class ModelHost:
         return self.settings.decode_lanes
 
     @property
-    def engine(self) -> GenerationEngine | None:
+    def engine(self) -> Engine | None:
         return self._loaded.engine if self._loaded else None
 
     @property
@@ -120,6 +126,8 @@ class ModelHost:
     def drain(self) -> None:
         if self._state in ("loading", "serving"):
             self._state = "draining"
+        if self._loaded is not None:
+            self._loaded.engine.drain()
 
     def _report(self, stage: str, done: int, total: int) -> None:
         self._progress = {"stage": stage, "done": done, "total": total}

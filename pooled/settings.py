@@ -83,6 +83,15 @@ class Settings:
     )
     decode_lanes: int = setting(32, int, "Sequences decoded at once; `n` above it is a 400.")
     dtype: str = setting("auto", str, "Weight and compute dtype: auto, float32 or bfloat16 (auto picks per backend).")
+    kv_memory: int | None = setting(
+        None,
+        _optional_int,
+        "Bytes of KV cache; default: 2 GiB on the CPU, 80 % of the accelerator memory left after the weights.",
+    )
+    page_size: int = setting(16, int, "Tokens per KV-cache page, also the prefix cache's granularity.")
+    prefill_chunk: int = setting(
+        256, int, "Prompt tokens prefilled per step; a long prompt holds running streams back one chunk at most."
+    )
     devices: int | None = setting(None, _optional_int, "How many accelerator devices to shard over; default: all.")
     stored_responses: int = setting(
         256,

@@ -1,4 +1,7 @@
-"""The server's load step on the default model: context, rope scaling, dtype, clear refusals."""
+"""The server's checkpoint load on the default model: context, rope scaling, dtype, clear refusals.
+
+The engine built on top is tested in tests/engine and end to end in tests/e2e.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +10,14 @@ from pathlib import Path
 import pytest
 
 from engine.checkpoint.errors import CheckpointError
-from pooled.loading import load_serving, resolve_dtype
-from pooled.model_host import Loaded, default_model_path
+from pooled.loading import Checkpoint, load_checkpoint, resolve_dtype
+from pooled.model_host import default_model_path
 from pooled.settings import Settings
 
 
-def load(tmp_path: Path, **overrides: object) -> tuple[int, Loaded]:
-    settings = Settings(**overrides)  # type: ignore[arg-type]
-    loaded = load_serving(default_model_path(), settings, lambda stage, done, total: None)
-    return loaded.ctx, loaded
+def load(tmp_path: Path, **overrides: object) -> tuple[int, Checkpoint]:
+    checkpoint = load_checkpoint(default_model_path(), Settings(**overrides))  # type: ignore[arg-type]
+    return checkpoint.model.config.context_length, checkpoint
 
 
 def test_default_context_is_the_trained_length(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -21,11 +22,12 @@ def test_successful_load_serves_with_the_loaded_context(tmp_path: Path) -> None:
     release = threading.Event()
 
     tokenizer = object()
+    engine = SimpleNamespace(state="serving", failure=None)
 
     def loader(path: Path, settings: Settings, report) -> Loaded:  # type: ignore[no-untyped-def]
         report("weights", 1, 2)
         release.wait(5)
-        return Loaded(ctx=4096, tokenizer=tokenizer, chat_template=None, engine=None)  # type: ignore[arg-type]
+        return Loaded(ctx=4096, tokenizer=tokenizer, chat_template=None, engine=engine)  # type: ignore[arg-type]
 
     host = ModelHost(Settings(), tmp_path, loader)
     host.start()
@@ -33,6 +35,8 @@ def test_successful_load_serves_with_the_loaded_context(tmp_path: Path) -> None:
     release.set()
     wait_until_settled(host)
     assert (host.state, host.ctx, host.tokenizer, host.progress) == ("serving", 4096, tokenizer, None)
+    engine.state, engine.failure = "dead", ("panicked", "IndexError in the scheduler")
+    assert (host.state, host.failure) == ("dead", ("panicked", "IndexError in the scheduler"))
 
 
 def test_failed_load_is_dead_with_the_reason(tmp_path: Path) -> None:

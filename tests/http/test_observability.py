@@ -1,0 +1,41 @@
+"""/health and /metrics report the engine's own snapshot; Prometheus and JSON agree."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from tests.conftest import StubModel
+from tests.fake_engine import FakeEngine
+
+
+def with_engine(model: StubModel) -> FakeEngine:
+    engine = FakeEngine(lambda request, row: [5, 6], vocab_size=64)
+    model.engine = engine
+    return engine
+
+
+def test_health_reports_the_engine_plan(client: TestClient, model: StubModel) -> None:
+    assert client.get("/health").json()["engine"] is None  # no engine yet: nothing to report
+    with_engine(model)
+    engine = client.get("/health").json()["engine"]
+    assert engine["buckets"] == [{"kind": "decode", "rows": 1, "tokens": 1, "pages": 8}]
+    assert engine["kv_pages"] == {"total": 64, "used": 0}
+    assert engine["compiles_after_startup"] == 0
+
+
+def test_metrics_json_carries_engine_counters_and_histograms(client: TestClient, model: StubModel) -> None:
+    assert set(client.get("/metrics").json()) == {"requests_running", "requests_served_total"}
+    with_engine(model)
+    metrics = client.get("/metrics").json()
+    assert metrics["compiles_after_startup_total"] == 0
+    ttft = metrics["time_to_first_token_seconds"]
+    assert ttft["buckets"][-1] == {"le": None, "count": 0} and ttft["count"] == 0
+
+
+def test_prometheus_text_has_the_same_figures(client: TestClient, model: StubModel) -> None:
+    with_engine(model)
+    client.post("/v1/tokenize", json={"prompt": "x"})  # one counted request, whatever its answer
+    text = client.get("/metrics/prometheus").text
+    assert "pooled_requests_served_total 1.0" in text
+    assert 'pooled_time_to_first_token_seconds_bucket{le="+Inf"} 0.0' in text
+    assert "pooled_kv_cache_usage_perc 0.0" in text
