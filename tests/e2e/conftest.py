@@ -18,11 +18,11 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from tests.http.test_serve_process import free_port
+from tests.http.test_serve_process import CONTEXT, DECODE_LANES, SMALL_ENGINE, free_port
+
+__all__ = ["CONTEXT", "DECODE_LANES"]  # the e2e server's shape, for tests that probe its limits
 
 STARTUP_TIMEOUT_S = 900  # loading plus compiling every engine shape bucket, on 2 CPU cores
-CONTEXT = 2048
-DECODE_LANES = 4
 
 
 @pytest.fixture(scope="session")
@@ -30,8 +30,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port)]
-        + ["--ctx", str(CONTEXT), "--decode-lanes", str(DECODE_LANES)],
+        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *SMALL_ENGINE],
         cwd=tmp_path_factory.mktemp("cwd"),
         stdout=log,
         stderr=subprocess.STDOUT,
