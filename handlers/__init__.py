@@ -12,7 +12,8 @@ from handlers.metrics import get_metrics, get_prometheus_metrics
 from handlers.models import list_models, retrieve_model
 from handlers.openai_chat import create_chat_completion
 from handlers.openai_completions import create_completion
-from handlers.pending import count_response_input_tokens, create_embedding, create_rerank, create_response
+from handlers.openai_responses import count_response_input_tokens, create_response
+from handlers.pending import create_embedding, create_rerank
 from handlers.stored_responses import delete_response, get_response, list_input_items
 from handlers.tokens import detokenize, tokenize
 

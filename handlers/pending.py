@@ -26,7 +26,5 @@ def _pending(route: str) -> PendingHandler:
     return handler
 
 
-create_response = _pending("POST /v1/responses")
-count_response_input_tokens = _pending("POST /v1/responses/input_tokens")
 create_embedding = _pending("POST /v1/embeddings")
 create_rerank = _pending("POST /v1/rerank")

@@ -1,0 +1,43 @@
+"""`POST /v1/responses` and `POST /v1/responses/input_tokens`: request → shared generation layer → answer or stream."""
+
+from __future__ import annotations
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from generated import models
+from handlers.availability import not_serving, require_ready
+from handlers.context import context
+from handlers.generation.disconnect import unless_disconnected
+from handlers.generation.engine_bridge import OPENAI_BUSY, open_generations
+from handlers.generation.sse import EventStream
+from handlers.openai_responses.echo import echoed_fields
+from handlers.openai_responses.request import plan_response, render_input
+from handlers.openai_responses.response import ResponseRun, response_answer, response_stream
+
+
+async def create_response(request: Request, body: models.CreateResponseRequest) -> models.ResponseObject | Response:
+    require_ready(request)
+    server = context(request)
+    model, limits = server.model, server.limits
+    tokenizer = model.tokenizer
+    if tokenizer is None or model.ctx is None:
+        raise not_serving(model, OPENAI_BUSY.unavailable)
+    plan = plan_response(body, model.chat_template, tokenizer, model.ctx, limits, server.responses)
+    store = server.responses if body.store is not False else None
+    run = ResponseRun(plan, echoed_fields(body, model.model_id), store, tokenizer)
+    if body.stream:
+        (generation,), close = await open_generations(model, [plan.generation], limits.request_timeout_s, OPENAI_BUSY)
+        return EventStream(response_stream(run, generation), limits.keepalive_interval_s, close)
+    return await unless_disconnected(request, response_answer(run, model, limits.request_timeout_s))
+
+
+async def count_response_input_tokens(
+    request: Request, body: models.ResponseInputTokensRequest
+) -> models.ResponseInputTokens:
+    server = context(request)
+    model = server.model
+    if model.tokenizer is None:
+        raise not_serving(model, OPENAI_BUSY.unavailable)
+    rendered = render_input(body, model.chat_template, model.tokenizer, server.responses)
+    return models.ResponseInputTokens(object="response.input_tokens", input_tokens=len(rendered.prompt.token_ids))
