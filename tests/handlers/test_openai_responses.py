@@ -273,3 +273,43 @@ def test_store_drops_the_oldest_past_its_bytes(api: TestClient) -> None:
     ids = [api.post(RESPONSES, json={"input": "Hi " * 300}).json()["id"] for _ in range(3)]
     found = [api.get(f"{RESPONSES}/{response_id}").status_code for response_id in ids]
     assert found[0] == 404 and found[-1] == 200
+
+
+def test_codex_shaped_request_streams_to_completion(api: TestClient) -> None:
+    """Codex's body (real-clients.md §3): developer items with client ids, namespace, web_search and
+    custom tools, reasoning summary, `store: false`, undocumented top-level fields."""
+    body = {
+        "model": "gpt-5.5",
+        "stream": True,
+        "store": False,
+        "input": [
+            {
+                "type": "message",
+                "id": "msg_c1",
+                "role": "developer",
+                "content": [{"type": "input_text", "text": "Base."}],
+            },
+            {"type": "message", "id": "msg_c2", "role": "user", "content": [{"type": "input_text", "text": "say hi"}]},
+        ],
+        "tools": [
+            {**WEATHER_TOOL, "strict": False},
+            {"type": "namespace", "name": "multi_agent_v1", "tools": [{**WEATHER_TOOL, "name": "spawn_agent"}]},
+            {"type": "web_search", "external_web_access": False},
+            {
+                "type": "custom",
+                "name": "apply_patch",
+                "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"},
+            },
+            {"type": "tool_search", "execution": "client"},
+        ],
+        "tool_choice": "auto",
+        "parallel_tool_calls": True,
+        "reasoning": {"summary": "auto"},
+        "include": ["reasoning.encrypted_content"],
+        "prompt_cache_key": "7b0c",
+        "client_metadata": {"x": "y"},
+        "text": {"verbosity": "low"},
+    }
+    events = stream_payloads(api.post(RESPONSES, json=body))
+    assert events[-1]["type"] == "response.completed" and events[-1]["response"]["usage"]["input_tokens"] > 0
+    assert events[-1]["response"]["reasoning"] == {"effort": None, "summary": "auto"}
