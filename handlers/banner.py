@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import PlainTextResponse, Response
 
+from handlers.client_setup import client_settings
 from handlers.context import ServerContext, context
 
 
@@ -29,6 +30,8 @@ def banner(server: ServerContext) -> str:
         f"Try: curl {origin}/v1/chat/completions -H 'content-type: application/json' \\",
         """       -d '{"model": "pooled", "messages": [{"role": "user", "content": "Hi"}]}'""",
     ]
+    if model.state == "serving":
+        lines += ["", "Connect your tools (docs/connect-your-tools.md):", "", client_settings(origin, model.model_id)]
     return "\n".join(lines) + "\n"
 
 

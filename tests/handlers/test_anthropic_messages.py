@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from engine.api import Failed
+from engine.api import Failed, Finished, GenerationRequest, Usage
 from engine.tokenizer import Tokenizer
 from generated import models
 from pooled.settings import Settings
@@ -279,3 +279,29 @@ def test_ping_events_while_a_stream_waits(api: TestClient, fake_engine: FakeEngi
     stream = events(api.post(MESSAGES, json={"model": "m", "max_tokens": 5, "messages": HI, "stream": True}))
     assert [name for name, _ in stream].count("ping") > 2
     assert stream[-1][0] == "message_stop"
+
+
+@pytest.mark.parametrize("serving_settings", [Settings(decode_lanes=4, api_key="sekrit")])
+def test_api_key_as_claude_code_sends_it(api: TestClient) -> None:
+    body = {"model": "m", "max_tokens": 5, "messages": HI}
+    refused = api.post(MESSAGES, json=body)
+    assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
+    assert api.post(MESSAGES, json=body, headers={"x-api-key": "sekrit"}).status_code == 200
+    assert api.post(MESSAGES, json=body, headers={"authorization": "Bearer sekrit"}).status_code == 200
+
+
+def test_engine_timeout_is_504_timeout_error(api: TestClient, fake_engine: FakeEngine) -> None:
+    def time_out(request_id: int, request: GenerationRequest, sink: Any) -> None:
+        sink(Finished(0, "timeout", None, Usage(len(request.prompt_ids), 0, 0)))
+
+    fake_engine._run = time_out  # type: ignore[method-assign]
+    response = api.post(MESSAGES, json={"model": "m", "max_tokens": 5, "messages": HI})
+    assert response.status_code == 504 and response.json()["error"]["type"] == "timeout_error"
+
+
+def test_banner_gives_client_settings_once_ready(api: TestClient) -> None:
+    banner = api.get("/").text
+    assert "export ANTHROPIC_BASE_URL=http://127.0.0.1:8080\n" in banner
+    assert "export ANTHROPIC_MODEL=pooled/tiny-test" in banner
+    assert 'wire_api = "responses"' in banner and 'base_url = "http://127.0.0.1:8080/v1"' in banner
+    assert '"npm": "@ai-sdk/openai-compatible"' in banner
