@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import uvicorn
 
+from handlers.banner import banner
 from pooled import settings as settings_module
 from pooled.app import build_app, server_context
 from pooled.loading import load_serving
@@ -32,7 +33,7 @@ def serve(settings: settings_module.Settings) -> int:
     except ModelNotFound as error:
         log.error("%s", error)
         return 2
-    host = ModelHost(settings, path, load_serving)
+    host = ModelHost(settings, path, load_serving, on_ready=lambda: print(banner(context), flush=True))
     context = server_context(settings, host)
     config = uvicorn.Config(build_app(settings, context), host=settings.host, port=settings.port, log_level="info")
     host.start()

@@ -70,10 +70,13 @@ Loader = Callable[[Path, Settings, Callable[[str, int, int], None]], Loaded]
 
 
 class ModelHost:
-    def __init__(self, settings: Settings, path: Path, loader: Loader) -> None:
+    def __init__(
+        self, settings: Settings, path: Path, loader: Loader, on_ready: Callable[[], None] | None = None
+    ) -> None:
         self.settings = settings
         self.path = path
         self.loader = loader
+        self.on_ready = on_ready
         self._state: ModelState = "loading"
         self._progress: dict[str, Any] | None = {"stage": "starting", "done": 0, "total": 1}
         self._failure: tuple[str, str] | None = None
@@ -145,3 +148,5 @@ class ModelHost:
         self._progress = None
         if self._state == "loading":
             self._state = "serving"
+            if self.on_ready is not None:
+                self.on_ready()
