@@ -32,16 +32,18 @@ def free_port() -> int:
 class Served:
     base: str
     process: subprocess.Popen[bytes]
+    log: Path
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     port = free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
     # The installed entry point, run from elsewhere: what a user runs, not the source tree.
     process = subprocess.Popen(
         [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *SMALL_ENGINE],
         cwd=tmp_path_factory.mktemp("cwd"),
-        stdout=subprocess.PIPE,
+        stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
@@ -49,7 +51,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
-            assert process.poll() is None, process.stdout.read().decode() if process.stdout else "exited"
+            assert process.poll() is None, log.read_text(errors="replace")[-4000:]
             try:
                 if httpx.get(f"{base}/health", timeout=2).json().get("ready"):
                     break
@@ -57,7 +59,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
                 pass
             assert time.monotonic() < deadline, "the server did not become ready"
             time.sleep(0.5)
-        yield Served(base, process)
+        yield Served(base, process, log)
     finally:
         if process.poll() is None:
             process.kill()
@@ -82,6 +84,11 @@ def test_docs_and_document_are_served(server: str) -> None:
     document = httpx.get(f"{server}/v1/openapi.json").json()
     assert document["openapi"].startswith("3.1")
     assert httpx.get(f"{server}/v1", follow_redirects=False).status_code == 307
+
+
+def test_banner_is_printed_once_ready(served: Served) -> None:
+    printed = served.log.read_text(errors="replace")
+    assert "ANTHROPIC_BASE_URL" in printed and f"{served.base}/v1" in printed
 
 
 def test_banner_and_head(server: str) -> None:
