@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 
 from engine.checkpoint.errors import CheckpointError
 from engine.checkpoint.loader import LoadedModel, load_model
@@ -22,7 +23,8 @@ from engine.tokenizer import ChatTemplate, Tokenizer
 from pooled.model_host import Loaded
 from pooled.settings import Settings
 
-# XLA's CPU backend reports no memory figures; 2 GiB holds a 32k-token context of the default model.
+# XLA's CPU backend reports no memory figures: room for every lane's full context, at most 2 GiB
+# (which holds a 32k-token context of the default model).
 CPU_KV_MEMORY = 2 << 30
 
 
@@ -49,24 +51,6 @@ def _tokenizer(model: LoadedModel) -> Tokenizer:
     return Tokenizer.from_directory(model.tokenizer_dir)
 
 
-def engine_config(settings: Settings, tokenizer: Tokenizer, backend: str) -> EngineConfig:
-    cpu_default = CPU_KV_MEMORY if backend == "cpu" else 0
-    return EngineConfig(
-        decode_lanes=settings.decode_lanes,
-        max_queue=settings.max_queue,
-        page_size=settings.page_size,
-        prefill_chunk=settings.prefill_chunk,
-        kv_memory_bytes=settings.kv_memory if settings.kv_memory is not None else cpu_default,
-        stop_token_ids=tokenizer.stop_token_ids,
-    )
-
-
-def use_compilation_cache() -> None:
-    """Keep compiled XLA programs on disk, so a restart skips the start-up compile plan it already ran."""
-    jax.config.update("jax_compilation_cache_dir", str(cache_root(None) / "xla"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-
-
 @dataclass(frozen=True)
 class Checkpoint:
     """A loaded checkpoint, before its engine is built."""
@@ -74,6 +58,35 @@ class Checkpoint:
     model: LoadedModel
     tokenizer: Tokenizer
     chat_template: ChatTemplate | None
+
+
+def _kv_memory(settings: Settings, model: LoadedModel, backend: str) -> int:
+    """Bytes for the KV pool; 0 lets the engine take a fraction of the accelerator's free memory."""
+    if settings.kv_memory is not None:
+        return settings.kv_memory
+    if backend != "cpu":
+        return 0
+    c = model.config
+    per_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim * jnp.dtype(model.dtype).itemsize
+    every_lane_full = (settings.decode_lanes + 1) * (c.context_length + 2 * settings.page_size) * per_token
+    return min(CPU_KV_MEMORY, every_lane_full)
+
+
+def engine_config(settings: Settings, checkpoint: Checkpoint, backend: str) -> EngineConfig:
+    return EngineConfig(
+        decode_lanes=settings.decode_lanes,
+        max_queue=settings.max_queue,
+        page_size=settings.page_size,
+        prefill_chunk=settings.prefill_chunk,
+        kv_memory_bytes=_kv_memory(settings, checkpoint.model, backend),
+        stop_token_ids=checkpoint.tokenizer.stop_token_ids,
+    )
+
+
+def use_compilation_cache() -> None:
+    """Keep compiled XLA programs on disk, so a restart skips the start-up compile plan it already ran."""
+    jax.config.update("jax_compilation_cache_dir", str(cache_root(None) / "xla"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
 def load_checkpoint(path: Path, settings: Settings) -> Checkpoint:
@@ -93,6 +106,6 @@ def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int
     use_compilation_cache()
     report("loading weights", 0, 1)
     checkpoint = load_checkpoint(path, settings)
-    config = engine_config(settings, checkpoint.tokenizer, jax.default_backend())
+    config = engine_config(settings, checkpoint, jax.default_backend())
     engine = Engine.build(checkpoint.model, config, report)
     return Loaded(engine.max_context, checkpoint.tokenizer, checkpoint.chat_template, engine)

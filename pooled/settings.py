@@ -86,7 +86,8 @@ class Settings:
     kv_memory: int | None = setting(
         None,
         _optional_int,
-        "Bytes of KV cache; default: 2 GiB on the CPU, 80 % of the accelerator memory left after the weights.",
+        "Bytes of KV cache; default: on the CPU room for every lane's full context, at most 2 GiB; "
+        "on an accelerator 80 % of the memory left after the weights.",
     )
     page_size: int = setting(16, int, "Tokens per KV-cache page, also the prefix cache's granularity.")
     prefill_chunk: int = setting(
