@@ -113,6 +113,11 @@ class Tokenizer:
     def eos_token(self) -> str | None:
         return self.token_text(self.eos_token_id)
 
+    def to_json(self) -> str:
+        """The `tokenizer.json` form of this tokenizer (what llguidance builds its own from)."""
+        json_text: str = self._backend.to_str()
+        return json_text
+
     def token_text(self, token_id: int | None) -> str | None:
         return None if token_id is None else self._backend.id_to_token(token_id)
 

@@ -31,10 +31,8 @@ def guidance_tokenizer(tokenizer: Tokenizer) -> llguidance.LLTokenizer:
 
     The end tokens are the ones the engine stops on, so a finished grammar lets the row end.
     """
-    # The Hugging Face `tokenizers` JSON is the one description both sides read; Tokenizer keeps
-    # its backend private, and this is the only reader outside engine/tokenizer.
-    backend_json: str = tokenizer._backend.to_str()
-    return llguidance.LLTokenizer(backend_json, eos_token=sorted(tokenizer.stop_token_ids))
+    # The Hugging Face `tokenizers` JSON is the one description both sides read.
+    return llguidance.LLTokenizer(tokenizer.to_json(), eos_token=sorted(tokenizer.stop_token_ids))
 
 
 class GrammarConstraint:
