@@ -103,11 +103,20 @@ class Projection(nn.Module):
     kernel_axes: tuple[str, ...]
     bias_axes: tuple[str, ...] | None = None  # bias covers the trailing output axes
     dtype: jnp.dtype = jnp.float32
+    # With n > 1, x's last n axes and the kernel's first n axes contract as one flat axis in a plain
+    # matmul (the equation only documents it): given several contracting axes (o: N, H), XLA CPU
+    # transposed the whole weight on every call.
+    merged: int = 1
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
         kernel = logical_param(self, "kernel", self.kernel_shape, self.kernel_axes, self.dtype)
-        y = einsum(self.equation, x, kernel, dtype=self.dtype)
+        if self.merged > 1:
+            flat_x = x.reshape(*x.shape[: -self.merged], -1)
+            flat_kernel = kernel.reshape(-1, *kernel.shape[self.merged :])
+            y = jnp.matmul(flat_x, flat_kernel, preferred_element_type=jnp.float32).astype(self.dtype)
+        else:
+            y = einsum(self.equation, x, kernel, dtype=self.dtype)
         if self.bias_axes is not None:
             bias_shape = self.kernel_shape[-len(self.bias_axes) :]
             bias = logical_param(self, "bias", bias_shape, self.bias_axes, self.dtype)
@@ -299,7 +308,9 @@ class Attention(nn.Module):
             probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
             out = einsum("BKGTS,BSKH->BTKGH", probs, values, dtype=self.dtype).reshape(B, T, N, H)
         o_bias = ("embed",) if c.o_bias else None
-        o = Projection("BTNH,NHD->BTD", (N, H, D), ("q_heads", "head_dim", "embed"), o_bias, self.dtype, name="o")
+        o = Projection(
+            "BTNH,NHD->BTD", (N, H, D), ("q_heads", "head_dim", "embed"), o_bias, self.dtype, merged=2, name="o"
+        )
         return o(out), returned_cache
 
 
