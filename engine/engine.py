@@ -120,11 +120,13 @@ class _Prefill:
     next_position: int
 
 
-def _power_of_two_buckets(smallest: int, largest: int) -> list[int]:
+def _geometric_buckets(smallest: int, largest: int, growth: int) -> list[int]:
+    """smallest, smallest·growth, ... and largest; a size within 2× of largest is left to largest,
+    which costs that little padding and saves a compile."""
     sizes, size = [], max(1, smallest)
-    while size < largest:
+    while size * 2 <= largest:
         sizes.append(size)
-        size *= 2
+        size *= growth
     return [*sizes, largest]
 
 
@@ -155,8 +157,8 @@ class Engine:
             replicated,
         )
         self._pages_per_row = math.ceil(self.max_context / config.page_size)
-        self._widths = _power_of_two_buckets(config.min_page_bucket, self._pages_per_row + 1)
-        self._row_buckets = _power_of_two_buckets(1, lanes)
+        self._widths = _geometric_buckets(config.min_page_bucket, self._pages_per_row + 1, config.bucket_growth)
+        self._row_buckets = _geometric_buckets(1, lanes, config.bucket_growth)
         self._mask_words = math.ceil(c.vocab_size / 32)
         self._block_tables = np.zeros((lanes + 1, self._pages_per_row + 1), np.int32)
         self._row_params = self._empty_row_params(lanes + 1)
