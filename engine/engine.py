@@ -484,6 +484,7 @@ class Engine:
         p.bias_values[lane, : len(bias)] = [value for _, value in bias]
         p.allowed[lane] = -1
         p.seed[lane] = row.seed
+        p.logprobs[lane] = sampling.logprobs is not None
         penalised = (sampling.repetition_penalty, sampling.presence_penalty, sampling.frequency_penalty) != (
             1.0,
             0.0,
@@ -517,6 +518,7 @@ class Engine:
             allowed=np.full((lanes, self._mask_words), -1, np.int32),
             seed=zeros(np.uint32),
             counter=zeros(np.int32),
+            logprobs=zeros(np.bool_),
         )
 
     def _width_for(self, pages: int) -> int:

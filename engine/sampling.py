@@ -35,6 +35,7 @@ class SamplerInputs:
     allowed: Array  # i32[B, ceil(V/32)] bitmask; all bits set when unconstrained
     seed: Array  # u32[B]
     counter: Array  # i32[B] tokens this row has drawn so far: folds into the key, so draws never repeat
+    logprobs: Array  # bool[B] the row reports logprobs
     seen: Array  # bool[B, V] tokens in the prompt or output (repetition penalty)
     output_counts: Array  # i32[B, V] occurrences in the output (presence/frequency penalties)
 
@@ -81,6 +82,15 @@ def _top_k_top_p(logits: Array, top_k: Array, top_p: Array) -> Array:
 
 def _draw(logits: Array, s: SamplerInputs) -> Array:
     greedy = s.temperature <= 0
+    best = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    # Filtering and drawing take several passes and PRNG bits over the vocabulary per row: a batch
+    # of greedy rows skips them.
+    return jax.lax.cond(jnp.all(greedy), lambda: best, lambda: jnp.where(greedy, best, _drawn(logits, s)))
+
+
+def _drawn(logits: Array, s: SamplerInputs) -> Array:
+    """Every row's draw at its temperature, after top-k, top-p and min-p."""
+    greedy = s.temperature <= 0
     scaled = logits / jnp.where(greedy, 1.0, s.temperature)[:, None]
     needs_sort = jnp.any(((s.top_k > 0) | (s.top_p < 1.0)) & ~greedy)
     scaled = jax.lax.cond(needs_sort, _top_k_top_p, lambda x, _k, _p: x, scaled, s.top_k, s.top_p)
@@ -92,15 +102,25 @@ def _draw(logits: Array, s: SamplerInputs) -> Array:
         return jax.random.fold_in(jax.random.key(seed), counter)
 
     keys = jax.vmap(row_key)(s.seed, s.counter)
-    drawn = jax.vmap(lambda key, row: jax.random.categorical(key, row))(keys, scaled)
-    return jnp.where(greedy, jnp.argmax(logits, axis=-1), drawn).astype(jnp.int32)
+    return jax.vmap(lambda key, row: jax.random.categorical(key, row))(keys, scaled).astype(jnp.int32)
+
+
+def _logprobs(logits: Array, token: Array) -> tuple[Array, Array, Array]:
+    logprobs = jax.nn.log_softmax(logits, axis=-1)
+    chosen = jnp.take_along_axis(logprobs, token[:, None], axis=-1)[:, 0]
+    top_logprobs, top_ids = jax.lax.top_k(logprobs, min(MAX_TOP_LOGPROBS, logits.shape[1]))
+    return chosen, top_ids.astype(jnp.int32), top_logprobs
+
+
+def _no_logprobs(logits: Array, token: Array) -> tuple[Array, Array, Array]:
+    rows, top = logits.shape[0], min(MAX_TOP_LOGPROBS, logits.shape[1])
+    return jnp.zeros(rows), jnp.zeros((rows, top), jnp.int32), jnp.zeros((rows, top))
 
 
 @jax.jit
 def sample(logits: Array, inputs: SamplerInputs) -> Sampled:
-    """Chooses one token per row from float32 logits [B, V]."""
-    logprobs = jax.nn.log_softmax(logits, axis=-1)
+    """Chooses one token per row from float32 logits [B, V]; logprobs are zeros unless a row asks."""
     token = _draw(_penalised(logits, inputs), inputs)
-    chosen = jnp.take_along_axis(logprobs, token[:, None], axis=-1)[:, 0]
-    top_logprobs, top_ids = jax.lax.top_k(logprobs, min(MAX_TOP_LOGPROBS, logits.shape[1]))
-    return Sampled(token, chosen, top_ids.astype(jnp.int32), top_logprobs)
+    # A log_softmax and a top-k over the vocabulary per row, so only when some row reports them.
+    chosen, top_ids, top_logprobs = jax.lax.cond(jnp.any(inputs.logprobs), _logprobs, _no_logprobs, logits, token)
+    return Sampled(token, chosen, top_ids, top_logprobs)

@@ -70,6 +70,7 @@ class RowParams:
     allowed: np.ndarray
     seed: np.ndarray
     counter: np.ndarray
+    logprobs: np.ndarray
 
 
 class StepFunctions:

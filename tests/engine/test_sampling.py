@@ -27,6 +27,7 @@ def inputs(rows: int = ROWS, /, **overrides: Any) -> SamplerInputs:
         "allowed": np.full((rows, V // 32), -1, np.int32),
         "seed": np.arange(rows, dtype=np.uint32),
         "counter": np.zeros(rows, np.int32),
+        "logprobs": np.ones(rows, bool),
         "seen": np.zeros((rows, V), bool),
         "output_counts": np.zeros((rows, V), np.int32),
     }
@@ -124,3 +125,10 @@ def test_logprobs_are_log_softmax_of_the_raw_logits(temperature: float) -> None:
     np.testing.assert_allclose(
         np.asarray(sampled.top_logprobs), np.take_along_axis(expected, top_ids, axis=-1), atol=1e-5
     )
+
+
+def test_rows_without_logprobs_choose_alike_and_skip_them() -> None:
+    x = logits()
+    asked, skipped = sample(x, inputs(temperature=0.0)), sample(x, inputs(temperature=0.0, logprobs=False))
+    assert (np.asarray(asked.token) == np.asarray(skipped.token)).all()
+    assert not np.asarray(skipped.top_logprobs).any()
