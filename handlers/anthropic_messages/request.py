@@ -34,7 +34,6 @@ class MessagesPlan:
     prompt: ChatPrompt
     stops: tuple[str, ...]
     tools: ToolUse
-    thinking_budget: int | None  # reasoning tokens allowed; None: no bound besides max_tokens
 
 
 def messages_prompt(
@@ -71,9 +70,7 @@ def plan_message(
         max_tokens=output_budget(body.max_tokens, len(prompt.token_ids), context, limits.max_output_tokens),
         constraint=tools.constraint(tokenizer, prompt.tool_format),
     )
-    thinking = body.thinking
-    budget = thinking.budget_tokens if thinking is not None and thinking.type == "enabled" else None
-    return MessagesPlan(generation, prompt, stops, tools, budget)
+    return MessagesPlan(generation, prompt, stops, tools)
 
 
 def _thinking_switches(thinking: models.AnthropicThinkingParam | None) -> dict[str, Any]:
