@@ -156,7 +156,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             dest=item.name,
             type=_parser_of(item.name),
             default=argparse.SUPPRESS,
-            help=f"{item.metadata['help']} (env {env_name(item.name)})",
+            help=f"{item.metadata['help']} (env {env_name(item.name)})".replace("%", "%%"),
         )
 
 
