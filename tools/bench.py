@@ -286,6 +286,15 @@ def pooled_bytes_per_step(model: Path) -> int:
     return 4 * sum(int(tensor.n_elements) for tensor in GGUFReader(model).tensors)
 
 
+def measure_llama_server(model: Path, tokenizer: Tokenizer, threads: int, slots: int) -> Report:
+    binary = Path(subprocess.check_output([str(REPO / "tools" / "build_llama_server.sh")], text=True).strip())
+    url = "http://127.0.0.1:8092"
+    with running(llama_command(binary, model, 8092, threads, slots, 4096), url, "/health") as process:
+        report = asyncio.run(measure("llama-server", url, tokenizer, process.pid))
+    report.bytes_per_step = model.stat().st_size
+    return report
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, default=None, help="GGUF file (default: the bundled SmolLM2)")
@@ -313,13 +322,11 @@ def main() -> int:
         report.bytes_per_step = pooled_bytes_per_step(model)
         reports.append(report)
     if args.only in (None, "llama-server"):
-        binary = Path(subprocess.check_output([str(REPO / "tools" / "build_llama_server.sh")], text=True).strip())
-        url = "http://127.0.0.1:8092"
-        command = llama_command(binary, model, 8092, args.threads, args.slots, 4096)
-        with running(command, url, "/health") as process:
-            report = asyncio.run(measure("llama-server", url, tokenizer, process.pid))
-        report.bytes_per_step = model.stat().st_size
-        reports.append(report)
+        try:
+            reports.append(measure_llama_server(model, tokenizer, args.threads, args.slots))
+        except (RuntimeError, subprocess.CalledProcessError) as error:
+            # Keep what was measured: a failed baseline must not throw away pooled's figures.
+            print(f"bench: llama-server could not be measured: {error}", file=sys.stderr)
     bandwidth = memory_bandwidth_gbs()
     text = markdown(reports, bandwidth, "make bench" + (f" ARGS='--only {args.only}'" if args.only else ""))
     write_section(args.write, args.section, text)
