@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from engine.api import MAX_TOKENS_CAP, SamplingParams
 from handlers.errors import ApiError
@@ -31,6 +32,44 @@ class SamplingFields:
     logit_bias: Mapping[str, float] | None = None
     seed: int | None = None
     logprobs: int | None = None  # top alternatives per token; None: no logprobs at all
+
+
+class OpenAISamplingBody(Protocol):
+    """The sampling fields Chat Completions and Completions requests both carry, under these names."""
+
+    @property
+    def temperature(self) -> float | None: ...
+    @property
+    def top_p(self) -> float | None: ...
+    @property
+    def top_k(self) -> int | None: ...
+    @property
+    def min_p(self) -> float | None: ...
+    @property
+    def repetition_penalty(self) -> float | None: ...
+    @property
+    def presence_penalty(self) -> float | None: ...
+    @property
+    def frequency_penalty(self) -> float | None: ...
+    @property
+    def logit_bias(self) -> Mapping[str, float] | None: ...
+    @property
+    def seed(self) -> int | None: ...
+
+
+def openai_sampling_fields(body: OpenAISamplingBody, logprobs: int | None) -> SamplingFields:
+    return SamplingFields(
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+        min_p=body.min_p,
+        repetition_penalty=body.repetition_penalty,
+        presence_penalty=body.presence_penalty,
+        frequency_penalty=body.frequency_penalty,
+        logit_bias=body.logit_bias,
+        seed=body.seed,
+        logprobs=logprobs,
+    )
 
 
 def sampling_params(fields: SamplingFields, vocab_size: int) -> SamplingParams:

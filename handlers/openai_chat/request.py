@@ -13,7 +13,7 @@ from handlers.context import GenerationLimits
 from handlers.errors import ApiError
 from handlers.generation.constraints import ANY_JSON_OBJECT, constraint_factory, json_schema_grammar
 from handlers.generation.prompt import ChatPrompt, FunctionTool, Message, render_chat
-from handlers.generation.sampling import SamplingFields, check_choices, output_budget, sampling_params
+from handlers.generation.sampling import check_choices, openai_sampling_fields, output_budget, sampling_params
 from handlers.generation.stop_strings import stop_strings
 from handlers.generation.tool_choice import ToolMode, ToolUse, tool_use
 
@@ -48,18 +48,7 @@ def plan_chat(
     prompt = render_chat(template, tokenizer, chat_messages(body.messages), tools.offered, switches)
     logprobs = bool(body.logprobs)
     sampling = sampling_params(
-        SamplingFields(
-            temperature=body.temperature,
-            top_p=body.top_p,
-            top_k=body.top_k,
-            min_p=body.min_p,
-            repetition_penalty=body.repetition_penalty,
-            presence_penalty=body.presence_penalty,
-            frequency_penalty=body.frequency_penalty,
-            logit_bias=body.logit_bias,
-            seed=body.seed,
-            logprobs=(body.top_logprobs or 0) if logprobs else None,
-        ),
+        openai_sampling_fields(body, (body.top_logprobs or 0) if logprobs else None),
         tokenizer.vocab_size,
     )
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens

@@ -14,7 +14,7 @@ from engine.tokenizer import Tokenizer
 from generated import models
 from handlers.context import GenerationLimits
 from handlers.errors import ApiError
-from handlers.generation.sampling import SamplingFields, check_choices, output_budget, sampling_params
+from handlers.generation.sampling import check_choices, openai_sampling_fields, output_budget, sampling_params
 from handlers.generation.stop_strings import stop_strings
 
 DEFAULT_MAX_TOKENS = 16
@@ -48,18 +48,7 @@ def plan_completion(
         )
     prompts = _prompt_ids(body.prompt, tokenizer)
     sampling = sampling_params(
-        SamplingFields(
-            temperature=body.temperature,
-            top_p=body.top_p,
-            top_k=body.top_k,
-            min_p=body.min_p,
-            repetition_penalty=body.repetition_penalty,
-            presence_penalty=body.presence_penalty,
-            frequency_penalty=body.frequency_penalty,
-            logit_bias=body.logit_bias,
-            seed=body.seed,
-            logprobs=body.logprobs,
-        ),
+        openai_sampling_fields(body, body.logprobs),
         tokenizer.vocab_size,
     )
     requested = DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens
