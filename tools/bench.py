@@ -219,10 +219,8 @@ def markdown(reports: list[Report], bandwidth: float, command: str) -> str:
         f"- Workload: `/v1/completions` streams, temperature 0, `ignore_eos`; decode {DECODE_TOKENS} tokens; "
         f"{CONCURRENT_TOKENS} tokens per concurrent stream",
         "",
-        "| metric | "
-        + " | ".join(r.name for r in reports)
-        + (" | pooled / llama-server |" if len(reports) == 2 else ""),
-        "| --- | " + " | ".join("---" for _ in reports) + (" | --- |" if len(reports) == 2 else ""),
+        "| metric | " + " | ".join(r.name for r in reports) + (" | pooled / llama-server" if compared else "") + " |",
+        "| --- | " + " | ".join("---" for _ in reports) + (" | ---" if compared else "") + " |",
     ]
 
     def row(label: str, values: list[float], fmt: str, higher_is_better: bool) -> None:
