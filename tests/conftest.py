@@ -48,5 +48,6 @@ def settings() -> Settings:
 
 @pytest.fixture
 def client(settings: Settings, model: StubModel) -> Iterator[TestClient]:
-    with TestClient(build_app(settings, server_context(settings, model)), base_url=BASE_URL, raise_server_exceptions=False) as test_client:
+    app = build_app(settings, server_context(settings, model))
+    with TestClient(app, base_url=BASE_URL, raise_server_exceptions=False) as test_client:
         yield test_client
