@@ -1,5 +1,6 @@
 """Fixtures for engine tests: tiny checkpoints rebuilt from `engine.testing.tiny_checkpoints`."""
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,9 +39,10 @@ def golden() -> Callable[[str], Golden]:
     """name → tokens, positions (device arrays) and transformers' float32 logits (numpy)."""
 
     def get(name: str) -> Golden:
-        with np.load(GOLDENS / f"{name}.npz") as data:
-            tokens = data["tokens"]
-            positions = np.broadcast_to(np.arange(tokens.shape[1], dtype=np.int32), tokens.shape)
-            return {"tokens": jnp.asarray(tokens), "positions": jnp.asarray(positions), "logits": data["logits"]}
+        data = json.loads((GOLDENS / f"{name}.json").read_text(encoding="utf-8"))
+        tokens = np.asarray(data["tokens"], dtype=np.int32)
+        logits = np.asarray(data["logits"], dtype=np.float32)
+        positions = np.broadcast_to(np.arange(tokens.shape[1], dtype=np.int32), tokens.shape)
+        return {"tokens": jnp.asarray(tokens), "positions": jnp.asarray(positions), "logits": logits}
 
     return get

@@ -4,6 +4,7 @@ Weights come from `engine.testing.tiny_checkpoints` (numpy, fixed seed), so the 
 identical checkpoint without torch and compare the engine's logits with the stored ones.
 """
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -29,10 +30,10 @@ def main(out_dir: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in TINY_MODELS:
             logits = reference_logits(build_tiny_checkpoint(name, Path(tmp) / name), tokens)
-            np.savez_compressed(
-                target / f"{name}.npz",
-                tokens=tokens,
-                logits=logits.astype(np.float32),
-                transformers_version=np.array(transformers.__version__),
-            )
-            print(f"wrote {target / name}.npz {logits.shape}")
+            golden = {
+                "transformers_version": transformers.__version__,
+                "tokens": tokens.tolist(),
+                "logits": logits.astype(np.float32).tolist(),
+            }
+            (target / f"{name}.json").write_text(json.dumps(golden) + "\n", encoding="utf-8")
+            print(f"wrote {target / name}.json {logits.shape}")
