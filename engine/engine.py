@@ -157,10 +157,11 @@ class Engine:
             replicated,
         )
         self._pages_per_row = math.ceil(self.max_context / config.page_size)
-        self._widths = _geometric_buckets(config.min_page_bucket, self._pages_per_row + 1, config.bucket_growth)
         self._row_buckets = _geometric_buckets(1, lanes, config.bucket_growth)
         self._mask_words = math.ceil(c.vocab_size / 32)
         self._block_tables = np.zeros((lanes + 1, self._pages_per_row + 1), np.int32)
+        # Padded prompt tokens sit in the block tables' last column, always the null page.
+        self._padding_position = self._pages_per_row * config.page_size
         self._row_params = self._empty_row_params(lanes + 1)
         self._buckets: list[Bucket] = []
 
@@ -211,8 +212,12 @@ class Engine:
         return engine
 
     def _compile_all(self, report: Report) -> None:
-        plan = [Bucket("prefill", 1, self.config.prefill_chunk, w) for w in self._widths]
-        plan += [Bucket("decode", b, 1, w) for b in self._row_buckets for w in self._widths]
+        # Attention loops over the pages a step's rows have filled, so one block-table width (the
+        # whole context) serves every length: the plan is one prefill shape and one decode shape
+        # per row bucket.
+        width = self._block_tables.shape[1]
+        plan = [Bucket("prefill", 1, self.config.prefill_chunk, width)]
+        plan += [Bucket("decode", b, 1, width) for b in self._row_buckets]
         plan += [Bucket("reset_lane", 1, self.max_context, 0), Bucket("copy_page", 1, self._page_size, 0)]
         for done, bucket in enumerate(plan):
             report(
@@ -229,13 +234,13 @@ class Engine:
         """Runs one bucket on padding (null page, spare lane), which compiles it and changes nothing real."""
         if bucket.kind == "prefill":
             tokens = np.zeros((1, bucket.tokens), np.int32)
-            positions = np.full((1, bucket.tokens), (bucket.pages - 1) * self._page_size, np.int32)
+            positions = np.full((1, bucket.tokens), self._padding_position, np.int32)
             table = np.zeros((1, bucket.pages), np.int32)
             written = self._steps.prefill(self._model.params, self._kv, tokens, positions, table)
             self._kv = self._steps.write(self._kv, written)
         elif bucket.kind == "decode":
             lane_ids = np.full(bucket.rows, self.decode_lanes, np.int32)
-            self._decode_call(np.zeros(bucket.rows, np.int32), np.zeros(bucket.rows, np.int32), lane_ids, bucket.pages)
+            self._decode_call(np.zeros(bucket.rows, np.int32), np.zeros(bucket.rows, np.int32), lane_ids)
         elif bucket.kind == "reset_lane":
             self._reset_lane(self.decode_lanes, [], [])
         else:
@@ -427,13 +432,11 @@ class Engine:
         end = min(prefill.next_position + self.config.prefill_chunk, len(prefill.tokens) - 1)
         if end > prefill.next_position:
             chunk = prefill.tokens[prefill.next_position : end]
-            width = self._width_for(len(prefill.pages))
-            padding = (width - 1) * self._page_size  # the always-null last column
             tokens = np.zeros((1, self.config.prefill_chunk), np.int32)
-            positions = np.full((1, self.config.prefill_chunk), padding, np.int32)
+            positions = np.full((1, self.config.prefill_chunk), self._padding_position, np.int32)
             tokens[0, : len(chunk)] = chunk
             positions[0, : len(chunk)] = np.arange(prefill.next_position, end)
-            table = np.zeros((1, width), np.int32)
+            table = np.zeros((1, self._block_tables.shape[1]), np.int32)
             table[0, : len(prefill.pages)] = prefill.pages
             written = self._steps.prefill(self._model.params, self._kv, tokens, positions, table)
             self._kv = self._steps.write(self._kv, written)
@@ -521,9 +524,6 @@ class Engine:
             logprobs=zeros(np.bool_),
         )
 
-    def _width_for(self, pages: int) -> int:
-        return next(w for w in self._widths if w >= pages + 1)
-
     def _name_full_pages(self, row: _Row, kv_written: int) -> None:
         full = kv_written // self._page_size
         if full > row.named_pages:
@@ -545,7 +545,7 @@ class Engine:
                 self._block_tables[row.lane, len(row.pages)] = page
                 row.pages.append(page)
 
-    def _decode_call(self, tokens: np.ndarray, positions: np.ndarray, lane_ids: np.ndarray, width: int) -> Sampled:
+    def _decode_call(self, tokens: np.ndarray, positions: np.ndarray, lane_ids: np.ndarray) -> Sampled:
         rows = RowParams(**{name: table[lane_ids] for name, table in vars(self._row_params).items()})
         written, self._lane_state, sampled = self._steps.decode(
             self._model.params,
@@ -553,7 +553,7 @@ class Engine:
             self._lane_state,
             tokens,
             positions,
-            self._block_tables[lane_ids, :width],
+            self._block_tables[lane_ids],
             lane_ids,
             rows,
         )
@@ -575,8 +575,7 @@ class Engine:
             self._row_params.counter[row.lane] = row.generated
             if row.constraint is not None:
                 row.constraint.fill_mask(self._row_params.allowed[row.lane])
-        width = self._width_for(max(len(row.pages) for row in rows))
-        sampled = self._decode_call(tokens, positions, lane_ids, width)
+        sampled = self._decode_call(tokens, positions, lane_ids)
         chosen = np.asarray(sampled.token)
         logprobs = None
         if any(row.request.request.sampling.logprobs is not None for row in rows):

@@ -17,8 +17,6 @@ class EngineConfig:
     prefill_chunk: int = 256  # prompt tokens per prefill step; bounds how long decode rows wait
     # Stop ids besides the model config's EOS ids (the tokenizer's end-of-turn ids go here).
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
-    # Smallest block-table width (pages per row) compiled; widths grow by bucket_growth up to the context.
-    min_page_bucket: int = 8
-    # Each row-count and block-table-width bucket is this many times the last: every bucket is a
-    # start-up compile of the whole model, so coarser buckets start faster and pad more per step.
+    # Each decode row-count bucket is this many times the last: every bucket is a start-up compile
+    # of the whole model, so coarser buckets start faster and pad more per step.
     bucket_growth: int = 4

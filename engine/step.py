@@ -106,8 +106,14 @@ class StepFunctions:
 
         def write(kv: KVPages, written: Written) -> KVPages:
             pages, slots = written.pages, written.slots
+
+            def heads_first(new: Array) -> Array:  # [B,T,K,H] -> [K,B,T,H], the pool's layout
+                return jnp.moveaxis(new, 2, 0)
+
             return tuple(
-                PagedLayerCache(c.k.at[pages, slots].set(n.k), c.v.at[pages, slots].set(n.v))
+                PagedLayerCache(
+                    c.k.at[:, pages, slots].set(heads_first(n.k)), c.v.at[:, pages, slots].set(heads_first(n.v))
+                )
                 for c, n in zip(kv, written.new, strict=True)
             )
 
@@ -122,7 +128,10 @@ class StepFunctions:
             return LaneState(seen, counts)
 
         def copy_page(kv: KVPages, source: Array, target: Array) -> KVPages:
-            return tuple(PagedLayerCache(c.k.at[target].set(c.k[source]), c.v.at[target].set(c.v[source])) for c in kv)
+            return tuple(
+                PagedLayerCache(c.k.at[:, target].set(c.k[:, source]), c.v.at[:, target].set(c.v[:, source]))
+                for c in kv
+            )
 
         self.prefill = jax.jit(prefill)
         self.decode = jax.jit(decode, donate_argnums=(2,))

@@ -57,9 +57,7 @@ def main() -> None:
     started = time.perf_counter()
     model = load_model(smollm2_gguf(), progress=False)
     loaded = time.perf_counter()
-    config = EngineConfig(
-        decode_lanes=args.lanes, max_context=args.context, prefill_chunk=args.chunk, min_page_bucket=16
-    )
+    config = EngineConfig(decode_lanes=args.lanes, max_context=args.context, prefill_chunk=args.chunk)
     engine = Engine.build(model, config, lambda what, done, total: print(f"[{done}/{total}] {what}", flush=True))
     built = time.perf_counter()
     print(

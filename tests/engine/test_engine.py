@@ -24,7 +24,7 @@ from engine.engine_config import EngineConfig
 from tests.engine.engine_harness import GREEDY, Collected, generate, greedy_request, reference_greedy, start
 
 CONTEXT = 64  # the tiny model's trained length
-CONFIG = EngineConfig(decode_lanes=4, max_queue=2, page_size=8, prefill_chunk=8, min_page_bucket=9)
+CONFIG = EngineConfig(decode_lanes=4, max_queue=2, page_size=8, prefill_chunk=8)
 
 
 def prompt(seed: int, length: int) -> list[int]:

@@ -16,7 +16,7 @@ from tests.engine.engine_harness import generate, greedy_request, reference_gree
 
 CONTEXT = 64
 # 8 pages hold one full-context row; the pool has just that plus one page per lane.
-CONFIG = EngineConfig(decode_lanes=2, page_size=8, prefill_chunk=16, kv_pages=10, min_page_bucket=9)
+CONFIG = EngineConfig(decode_lanes=2, page_size=8, prefill_chunk=16, kv_pages=10)
 
 
 @pytest.fixture(scope="module")
