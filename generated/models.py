@@ -463,7 +463,7 @@ class AnthropicThinkingParam(BaseModel):
     type: Literal["enabled", "disabled", "adaptive"]
     budget_tokens: Annotated[int | None, Field(ge=0)] = None
     """
-    Most tokens to spend thinking (Anthropic asks for at least 1024; pooled takes any).
+    Most tokens to spend thinking (Anthropic asks for at least 1024; pooled takes any). Once they are spent the reasoning is closed and the answer follows. Not applied together with a forced tool call (`tool_choice` `any` or `tool`), whose grammar decides the output alone.
     """
     display: str | None = None
 

@@ -17,6 +17,7 @@ from handlers.anthropic_messages.conversation import conversation
 from handlers.context import GenerationLimits
 from handlers.errors import ApiError
 from handlers.generation.prompt import ChatPrompt, FunctionTool, render_chat
+from handlers.generation.reasoning_budget import with_reasoning_budget
 from handlers.generation.sampling import SamplingFields, output_budget, sampling_params
 from handlers.generation.stop_strings import stop_strings
 from handlers.generation.tool_choice import ToolMode, ToolUse, tool_use
@@ -68,9 +69,15 @@ def plan_message(
         sampling=sampling,
         # Clamped, never refused: Claude Code asks for 32000-64000, far past a small model's context.
         max_tokens=output_budget(body.max_tokens, len(prompt.token_ids), context, limits.max_output_tokens),
-        constraint=tools.constraint(tokenizer, prompt.tool_format),
+        constraint=with_reasoning_budget(
+            tools.constraint(tokenizer, prompt.tool_format), _thinking_budget(body.thinking), tokenizer, prompt
+        ),
     )
     return MessagesPlan(generation, prompt, stops, tools)
+
+
+def _thinking_budget(thinking: models.AnthropicThinkingParam | None) -> int | None:
+    return thinking.budget_tokens if thinking is not None and thinking.type == "enabled" else None
 
 
 def _thinking_switches(thinking: models.AnthropicThinkingParam | None) -> dict[str, Any]:
