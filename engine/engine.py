@@ -77,6 +77,8 @@ Report = Callable[[str, int, int], None]  # (what, done, total)
 FinishReason = Literal["stop", "length", "cancelled", "timeout"]
 # Logit-bias entries per row, padded to this many (OpenAI allows up to 300).
 LOGIT_BIAS_SLOTS = 300
+# Shortest prefill chunk compiled; chunk sizes grow by bucket_growth up to prefill_chunk.
+SMALLEST_PREFILL_CHUNK = 32
 
 
 @dataclass(eq=False)
@@ -158,6 +160,10 @@ class Engine:
         )
         self._pages_per_row = math.ceil(self.max_context / config.page_size)
         self._row_buckets = _geometric_buckets(1, lanes, config.bucket_growth)
+        # A short prompt remainder (the new turn of a resent conversation) runs in a short chunk.
+        self._chunk_buckets = _geometric_buckets(
+            min(SMALLEST_PREFILL_CHUNK, config.prefill_chunk), config.prefill_chunk, config.bucket_growth
+        )
         self._mask_words = math.ceil(c.vocab_size / 32)
         self._block_tables = np.zeros((lanes + 1, self._pages_per_row + 1), np.int32)
         # Padded prompt tokens sit in the block tables' last column, always the null page.
@@ -216,7 +222,7 @@ class Engine:
         # whole context) serves every length: the plan is one prefill shape and one decode shape
         # per row bucket.
         width = self._block_tables.shape[1]
-        plan = [Bucket("prefill", 1, self.config.prefill_chunk, width)]
+        plan = [Bucket("prefill", 1, tokens, width) for tokens in self._chunk_buckets]
         plan += [Bucket("decode", b, 1, width) for b in self._row_buckets]
         plan += [Bucket("reset_lane", 1, self.max_context, 0), Bucket("copy_page", 1, self._page_size, 0)]
         for done, bucket in enumerate(plan):
@@ -432,8 +438,9 @@ class Engine:
         end = min(prefill.next_position + self.config.prefill_chunk, len(prefill.tokens) - 1)
         if end > prefill.next_position:
             chunk = prefill.tokens[prefill.next_position : end]
-            tokens = np.zeros((1, self.config.prefill_chunk), np.int32)
-            positions = np.full((1, self.config.prefill_chunk), self._padding_position, np.int32)
+            size = next(b for b in self._chunk_buckets if b >= len(chunk))
+            tokens = np.zeros((1, size), np.int32)
+            positions = np.full((1, size), self._padding_position, np.int32)
             tokens[0, : len(chunk)] = chunk
             positions[0, : len(chunk)] = np.arange(prefill.next_position, end)
             table = np.zeros((1, self._block_tables.shape[1]), np.int32)
