@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 
 from engine.api import (
+    EngineEvent,
     EngineUnavailable,
     GenerationRequest,
     QueueFull,
     RequestRefused,
     SamplingParams,
+    Tokens,
 )
 from engine.checkpoint.loader import LoadedModel, load_model
 from engine.engine import Engine
@@ -153,6 +155,28 @@ def test_refusals_on_their_face(engine: Engine) -> None:
         engine.submit(greedy_request([], 1), lambda event: None)
     with pytest.raises(RequestRefused):
         engine.submit(GenerationRequest((5,), GREEDY, 1, n=CONFIG.decode_lanes + 1), lambda event: None)
+
+
+def test_a_long_prompt_prefills_between_decode_steps(engine: Engine) -> None:
+    """Each engine iteration runs one prefill chunk, then a decode step for the running rows: the
+    running stream keeps getting tokens while a 7-chunk prompt is prefilled."""
+    running = start(engine, greedy_request(prompt(18, 9), 45))
+    while not running.tokens[0]:
+        time.sleep(0.001)
+    seen_when_first_token: list[int] = []
+    long_prompt = Collected(1)
+
+    def sink(event: EngineEvent) -> None:
+        if isinstance(event, Tokens) and not long_prompt.tokens[0]:
+            seen_when_first_token.append(len(running.tokens[0]))
+        long_prompt(event)
+
+    tokens_before = len(running.tokens[0])
+    engine.submit(greedy_request(prompt(19, 7 * CONFIG.prefill_chunk + 1), 2), sink)
+    long_prompt.wait()
+    running.wait()
+    assert seen_when_first_token[0] - tokens_before >= 4
+    assert_idle(engine)
 
 
 def test_cancel_and_deadline_free_lanes_and_pages(engine: Engine) -> None:
