@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from fastapi import Request
 
-from handlers.context import ModelService, context
+from engine.tokenizer import Tokenizer
+from handlers.context import ModelService, ServerContext, context
 from handlers.errors import ApiError
 
 RETRY_AFTER_LOADING_S = 5
@@ -34,3 +37,31 @@ def not_serving(model: ModelService, unavailable_status: int) -> ApiError:
         return ApiError(unavailable_status, "The server is shutting down and takes no new requests.", code="draining")
     cause, reason = model.failure or ("fault", "unknown")
     return ApiError(unavailable_status, f"The model is not running ({cause}: {reason}).", code="model_dead")
+
+
+@dataclass(frozen=True)
+class Serving:
+    """A model ready to generate, with the parts every generating handler needs."""
+
+    server: ServerContext
+    model: ModelService
+    tokenizer: Tokenizer
+    ctx: int
+
+
+def serving(request: Request, unavailable_status: int = 503) -> Serving:
+    """The serving model, or the API's 'not now' answer (see `require_ready`)."""
+    require_ready(request, unavailable_status)
+    server = context(request)
+    model = server.model
+    if model.tokenizer is None or model.ctx is None:
+        raise not_serving(model, unavailable_status)
+    return Serving(server, model, model.tokenizer, model.ctx)
+
+
+def loaded_tokenizer(model: ModelService, unavailable_status: int = 503) -> Tokenizer:
+    """The tokenizer alone, for routes that count or convert tokens: it is read before the engine
+    compiles, so they answer while the model is still warming up."""
+    if model.tokenizer is None:
+        raise not_serving(model, unavailable_status)
+    return model.tokenizer

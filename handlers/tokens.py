@@ -7,24 +7,17 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from engine.tokenizer import Tokenizer
 from generated import models
-from handlers.availability import not_serving
-from handlers.context import ModelService, context
+from handlers.availability import loaded_tokenizer
+from handlers.context import context
 from handlers.errors import ApiError
 from handlers.generation.prompt import render_chat
 from handlers.openai_chat.request import chat_messages, function_tools
 
 
-def _tokenizer(model: ModelService) -> Tokenizer:
-    if model.tokenizer is None:
-        raise not_serving(model, 503)
-    return model.tokenizer
-
-
 async def tokenize(request: Request, body: models.TokenizeRequest) -> models.TokenizeResponse:
     model = context(request).model
-    tokenizer = _tokenizer(model)
+    tokenizer = loaded_tokenizer(model)
     query = body.root
     if isinstance(query, models.TokenizeCompletionRequest):
         tokens = tokenizer.encode(query.prompt, add_special_tokens=query.add_special_tokens is not False)
@@ -50,7 +43,7 @@ async def tokenize(request: Request, body: models.TokenizeRequest) -> models.Tok
 
 
 async def detokenize(request: Request, body: models.DetokenizeRequest) -> models.DetokenizeResponse:
-    tokenizer = _tokenizer(context(request).model)
+    tokenizer = loaded_tokenizer(context(request).model)
     outside = [token for token in body.tokens if not 0 <= token < tokenizer.vocab_size]
     if outside:
         raise ApiError(

@@ -10,32 +10,23 @@ from __future__ import annotations
 from fastapi import Request
 from fastapi.responses import Response
 
-from engine.tokenizer import Tokenizer
 from generated import models
 from handlers.anthropic_messages.request import messages_prompt, plan_message
 from handlers.anthropic_messages.response import PING, MessageStream, message
-from handlers.availability import not_serving, require_ready
-from handlers.context import ModelService, context
+from handlers.availability import loaded_tokenizer, serving
+from handlers.context import context
 from handlers.generation.disconnect import unless_disconnected
 from handlers.generation.engine_bridge import ANTHROPIC_BUSY, open_generations
 from handlers.generation.sse import EventStream
-
-
-def _tokenizer(model: ModelService) -> Tokenizer:
-    if model.tokenizer is None or model.ctx is None:
-        raise not_serving(model, ANTHROPIC_BUSY.unavailable)
-    return model.tokenizer
 
 
 async def create_message(
     request: Request, body: models.AnthropicMessagesRequest, beta: str | None = None
 ) -> models.AnthropicMessage | Response:
     """`beta` (Claude Code's `?beta=true`) and the `anthropic-*` headers change nothing here."""
-    require_ready(request, ANTHROPIC_BUSY.unavailable)
-    server = context(request)
-    model, limits = server.model, server.limits
-    tokenizer = _tokenizer(model)
-    plan = plan_message(body, model.chat_template, tokenizer, model.ctx or 0, limits, server.volatile_lines)
+    ready = serving(request, ANTHROPIC_BUSY.unavailable)
+    server, model, tokenizer, limits = ready.server, ready.model, ready.tokenizer, ready.server.limits
+    plan = plan_message(body, model.chat_template, tokenizer, ready.ctx, limits, server.volatile_lines)
     if body.stream:
         (generation,), close = await open_generations(
             model, [plan.generation], limits.request_timeout_s, ANTHROPIC_BUSY
@@ -50,5 +41,6 @@ async def count_message_tokens(
 ) -> models.AnthropicCountTokensResponse:
     """The prompt's exact length as `create_message` renders it; needs the tokenizer only, not the engine."""
     server = context(request)
-    prompt, _ = messages_prompt(body, server.model.chat_template, _tokenizer(server.model), server.volatile_lines)
+    tokenizer = loaded_tokenizer(server.model, ANTHROPIC_BUSY.unavailable)
+    prompt, _ = messages_prompt(body, server.model.chat_template, tokenizer, server.volatile_lines)
     return models.AnthropicCountTokensResponse(input_tokens=len(prompt.token_ids))

@@ -6,8 +6,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from generated import models
-from handlers.availability import not_serving, require_ready
-from handlers.context import context
+from handlers.availability import serving
 from handlers.generation.disconnect import unless_disconnected
 from handlers.generation.engine_bridge import OPENAI_BUSY, open_generations
 from handlers.generation.sse import EventStream
@@ -18,13 +17,9 @@ from handlers.openai_chat.response import ChatStream, chat_completion
 async def create_chat_completion(
     request: Request, body: models.ChatCompletionRequest
 ) -> models.ChatCompletion | Response:
-    require_ready(request)
-    server = context(request)
-    model, limits = server.model, server.limits
-    tokenizer = model.tokenizer
-    if tokenizer is None or model.ctx is None:
-        raise not_serving(model, OPENAI_BUSY.unavailable)
-    plan = plan_chat(body, model.chat_template, tokenizer, model.ctx, model.decode_lanes, limits)
+    ready = serving(request, OPENAI_BUSY.unavailable)
+    model, tokenizer, limits = ready.model, ready.tokenizer, ready.server.limits
+    plan = plan_chat(body, model.chat_template, tokenizer, ready.ctx, model.decode_lanes, limits)
     if body.stream:
         (generation,), close = await open_generations(model, [plan.generation], limits.request_timeout_s, OPENAI_BUSY)
         stream = ChatStream(plan, generation, model.model_id, tokenizer)

@@ -6,8 +6,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from generated import models
-from handlers.availability import not_serving, require_ready
-from handlers.context import context
+from handlers.availability import serving
 from handlers.generation.disconnect import unless_disconnected
 from handlers.generation.engine_bridge import OPENAI_BUSY, open_generations
 from handlers.generation.sse import EventStream
@@ -16,13 +15,9 @@ from handlers.openai_completions.response import CompletionRun, completion, comp
 
 
 async def create_completion(request: Request, body: models.CompletionRequest) -> models.Completion | Response:
-    require_ready(request)
-    server = context(request)
-    model, limits = server.model, server.limits
-    tokenizer = model.tokenizer
-    if tokenizer is None or model.ctx is None:
-        raise not_serving(model, OPENAI_BUSY.unavailable)
-    plan = plan_completion(body, tokenizer, model.ctx, model.decode_lanes, limits)
+    ready = serving(request, OPENAI_BUSY.unavailable)
+    model, tokenizer, limits = ready.model, ready.tokenizer, ready.server.limits
+    plan = plan_completion(body, tokenizer, ready.ctx, model.decode_lanes, limits)
     generations, close = await open_generations(model, plan.requests, limits.request_timeout_s, OPENAI_BUSY)
     run = CompletionRun(plan, generations, tokenizer)
     if body.stream:

@@ -6,7 +6,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from generated import models
-from handlers.availability import not_serving, require_ready
+from handlers.availability import loaded_tokenizer, serving
 from handlers.context import context
 from handlers.generation.disconnect import unless_disconnected
 from handlers.generation.engine_bridge import OPENAI_BUSY, open_generations
@@ -17,13 +17,9 @@ from handlers.openai_responses.response import ResponseRun, response_answer, res
 
 
 async def create_response(request: Request, body: models.CreateResponseRequest) -> models.ResponseObject | Response:
-    require_ready(request)
-    server = context(request)
-    model, limits = server.model, server.limits
-    tokenizer = model.tokenizer
-    if tokenizer is None or model.ctx is None:
-        raise not_serving(model, OPENAI_BUSY.unavailable)
-    plan = plan_response(body, model.chat_template, tokenizer, model.ctx, limits, server.responses)
+    ready = serving(request, OPENAI_BUSY.unavailable)
+    server, model, tokenizer, limits = ready.server, ready.model, ready.tokenizer, ready.server.limits
+    plan = plan_response(body, model.chat_template, tokenizer, ready.ctx, limits, server.responses)
     store = server.responses if body.store is not False else None
     run = ResponseRun(plan, echoed_fields(body, model.model_id), store, tokenizer)
     if body.stream:
@@ -36,8 +32,6 @@ async def count_response_input_tokens(
     request: Request, body: models.ResponseInputTokensRequest
 ) -> models.ResponseInputTokens:
     server = context(request)
-    model = server.model
-    if model.tokenizer is None:
-        raise not_serving(model, OPENAI_BUSY.unavailable)
-    rendered = render_input(body, model.chat_template, model.tokenizer, server.responses)
+    tokenizer = loaded_tokenizer(server.model, OPENAI_BUSY.unavailable)
+    rendered = render_input(body, server.model.chat_template, tokenizer, server.responses)
     return models.ResponseInputTokens(object="response.input_tokens", input_tokens=len(rendered.prompt.token_ids))
