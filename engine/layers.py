@@ -283,11 +283,13 @@ def _llama3(base: float, dim: int, s: RopeScaling) -> np.ndarray:
     return np.where(is_medium, smoothed, scaled).astype(np.float32)
 
 
-def rope_frequencies(config: ModelConfig, positions: Array) -> tuple[Array, float]:
-    """Inverse frequencies [R] and the cos/sin scale for a step at `positions`.
+def rope_frequencies(config: ModelConfig, positions: Array, real: Array | None = None) -> tuple[Array, float]:
+    """Inverse frequencies ([R], or [B,R] for dynamic NTK) and the cos/sin scale for a step at
+    `positions` [B,T]; `real` [B,T] marks the tokens that are not padding (default: all).
 
     Only dynamic NTK depends on the positions: like transformers, it stretches the base once the
-    sequence outgrows `max_position_embeddings`.
+    sequence outgrows `max_position_embeddings`, here per row (from the row's own furthest real
+    position), so a row's rotation never depends on the rows batched with it.
     """
     base, dim, s = config.rope_theta, config.head_dim, config.rope_scaling
     if s.kind == "linear":
@@ -299,16 +301,19 @@ def rope_frequencies(config: ModelConfig, positions: Array) -> tuple[Array, floa
         return jnp.asarray(_llama3(base, dim, s)), 1.0
     if s.kind == "dynamic":
         trained = config.max_position_embeddings
-        seq_len = jnp.maximum(jnp.max(positions) + 1, trained).astype(jnp.float32)
+        furthest = jnp.max(positions if real is None else jnp.where(real, positions, 0), axis=1)
+        seq_len = jnp.maximum(furthest + 1, trained).astype(jnp.float32)  # [B]
         stretched = base * ((s.factor * seq_len / trained) - (s.factor - 1)) ** (dim / (dim - 2))
         exponents = jnp.arange(0, dim, 2, dtype=jnp.float32) / dim
-        return 1.0 / stretched**exponents, 1.0
+        return 1.0 / stretched[:, None] ** exponents, 1.0
     return jnp.asarray(_default_inv_freq(base, dim)), 1.0
 
 
 def apply_rope(x: Array, positions: Array, inv_freq: Array, scale: float) -> Array:
-    """Rotates x [B,T,*,H] by positions [B,T] (HF "rotate_half" layout: first half pairs with second)."""
-    angles = jnp.einsum("BT,R->BTR", positions.astype(jnp.float32), inv_freq)
+    """Rotates x [B,T,*,H] by positions [B,T] at inv_freq [R] or per row [B,R] (HF "rotate_half"
+    layout: first half pairs with second)."""
+    per_row = inv_freq if inv_freq.ndim == 2 else inv_freq[None]
+    angles = positions.astype(jnp.float32)[:, :, None] * per_row[:, None, :]
     cos = (jnp.cos(angles) * scale)[:, :, None, :]
     sin = (jnp.sin(angles) * scale)[:, :, None, :]
     x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
@@ -348,7 +353,11 @@ class Attention(nn.Module):
         if c.qk_norm:
             q = RMSNorm(H, c.rms_norm_eps, "head_dim", self.dtype, name="q_norm")(q)
             k = RMSNorm(H, c.rms_norm_eps, "head_dim", self.dtype, name="k_norm")(k)
-        inv_freq, rope_scale = rope_frequencies(c, positions)
+        # Padded prompt tokens sit in the block table's last column, the null page.
+        real = None
+        if isinstance(cache, PagedLayerCache) and block_tables is not None:
+            real = positions < (block_tables.shape[1] - 1) * cache.k.shape[2]
+        inv_freq, rope_scale = rope_frequencies(c, positions, real)
         q = apply_rope(q, positions, inv_freq, rope_scale)
         k = apply_rope(k, positions, inv_freq, rope_scale)
 
