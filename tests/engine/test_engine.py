@@ -191,6 +191,23 @@ def test_cancel_and_deadline_free_lanes_and_pages(engine: Engine) -> None:
     assert_idle(engine)
 
 
+def test_a_deadline_reached_mid_decode_ends_the_row_and_frees_its_lane(engine: Engine) -> None:
+    """A sink that takes 0.1 s per event slows the engine thread (sinks run on it), so 40 tokens
+    need ~4 s and the 1 s deadline falls in the middle of decoding."""
+    collected = Collected(1)
+
+    def slow_sink(event: EngineEvent) -> None:
+        time.sleep(0.1)
+        collected(event)
+
+    request = GenerationRequest(tuple(prompt(20, 9)), GREEDY, 40, deadline=time.monotonic() + 1.0)
+    engine.submit(request, slow_sink)
+    collected.wait()
+    assert collected.finished[0].reason == "timeout"
+    assert 0 < len(collected.tokens[0]) < 40
+    assert_idle(engine)
+
+
 def test_queue_overflow_refuses_with_retry_after_and_loses_nothing(engine: Engine) -> None:
     accepted: list[Collected] = []
     retry_after: list[int] = []
