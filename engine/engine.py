@@ -77,7 +77,9 @@ Report = Callable[[str, int, int], None]  # (what, done, total)
 FinishReason = Literal["stop", "length", "cancelled", "timeout"]
 # Logit-bias entries per row, padded to this many (OpenAI allows up to 300).
 LOGIT_BIAS_SLOTS = 300
-# Shortest prefill chunk compiled; chunk sizes grow by bucket_growth up to prefill_chunk.
+# Shortest prefill chunk compiled; chunk sizes double up to prefill_chunk. A padded prompt token
+# costs as much as a real one, and the new turn of a resent conversation is often a few dozen
+# tokens: doubling keeps its padding under half a chunk for one compile per size.
 SMALLEST_PREFILL_CHUNK = 32
 
 
@@ -160,9 +162,8 @@ class Engine:
         )
         self._pages_per_row = math.ceil(self.max_context / config.page_size)
         self._row_buckets = _geometric_buckets(1, lanes, config.bucket_growth)
-        # A short prompt remainder (the new turn of a resent conversation) runs in a short chunk.
         self._chunk_buckets = _geometric_buckets(
-            min(SMALLEST_PREFILL_CHUNK, config.prefill_chunk), config.prefill_chunk, config.bucket_growth
+            min(SMALLEST_PREFILL_CHUNK, config.prefill_chunk), config.prefill_chunk, 2
         )
         self._mask_words = math.ceil(c.vocab_size / 32)
         self._block_tables = np.zeros((lanes + 1, self._pages_per_row + 1), np.int32)
