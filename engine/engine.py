@@ -220,8 +220,8 @@ class Engine:
 
     def _compile_all(self, report: Report) -> None:
         # Attention loops over the pages a step's rows have filled, so one block-table width (the
-        # whole context) serves every length: the plan is one prefill shape and one decode shape
-        # per row bucket.
+        # whole context) serves every length: the plan is one prefill shape per chunk size and one
+        # decode shape per row bucket.
         width = self._block_tables.shape[1]
         plan = [Bucket("prefill", 1, tokens, width) for tokens in self._chunk_buckets]
         plan += [Bucket("decode", b, 1, width) for b in self._row_buckets]

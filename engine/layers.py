@@ -63,8 +63,8 @@ class NewKV:
 
 # Keys gathered from the page pool per turn of the attention loop. The loop runs only over the
 # blocks a step's rows have filled, so a step costs what its context holds, whatever the block
-# table's width. On the default model, 256 beat 128 (more turns, each with a fixed overhead) and
-# 512 (more padding keys for short rows), at 1 and 32 decode rows alike.
+# table's width. On the default model, 256 decoded one row faster than 128 (more turns, each with
+# a fixed overhead) and than 512 (more padding keys for short rows), and 32 rows as fast as 128.
 ATTENTION_BLOCK_TOKENS = 256
 
 
