@@ -93,21 +93,13 @@ def _message_item(
         parts = [models.ResponseInputContentParam(type="input_text", text=content or "")]
     else:
         parts = list(content)
-    if role == "assistant":
-        output = [_output_part(part) for part in parts]
-        return {
-            "id": item_id or new_item_id("message"),
-            "type": "message",
-            "role": role,
-            "status": "completed",
-            "content": output,
-        }
+    shaped = [_output_part(part) if role == "assistant" else _input_part(part) for part in parts]
     return {
         "id": item_id or new_item_id("message"),
         "type": "message",
         "role": role,
         "status": "completed",
-        "content": [_input_part(part) for part in parts],
+        "content": shaped,
     }
 
 

@@ -150,7 +150,7 @@ class OutputBuilder:
     def _call(self, call: ToolCall) -> list[Event]:
         events = self._close("completed")
         index = len(self.items)
-        item = self._tools.call_item(call, new_item_id(_call_type(self._tools, call)))
+        item = self._tools.call_item(call)
         self.items.append(item)
         where = {"item_id": item["id"], "output_index": index}
         if item["type"] == "custom_tool_call":
@@ -173,10 +173,6 @@ class OutputBuilder:
             },
             _item_event("response.output_item.done", index, item),
         ]
-
-
-def _call_type(tools: ResponseTools, call: ToolCall) -> str:
-    return "custom_tool_call" if call.name in tools.custom else "function_call"
 
 
 def _part(kind: str, text: str, logprobs: list[dict[str, Any]]) -> dict[str, Any]:

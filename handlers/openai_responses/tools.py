@@ -26,6 +26,7 @@ from handlers.generation.constraints import constraint_factory, lark_grammar, re
 from handlers.generation.prompt import FunctionTool
 from handlers.generation.tool_calls import ToolCall
 from handlers.generation.tool_choice import ToolMode, ToolUse, tool_use
+from handlers.openai_responses.items import new_item_id
 
 CUSTOM_INPUT_PARAMETERS: Mapping[str, Any] = {
     "type": "object",
@@ -60,14 +61,15 @@ class ResponseTools:
     custom: Mapping[str, CustomTool] = field(default_factory=dict)
     namespaces: Mapping[str, str] = field(default_factory=dict)  # member function name → its namespace
 
-    def call_item(self, call: ToolCall, item_id: str) -> dict[str, Any]:
+    def call_item(self, call: ToolCall) -> dict[str, Any]:
         """A parsed call as a Responses output item (`function_call`, or `custom_tool_call` for a custom tool)."""
         if call.name in self.custom:
             arguments = json.loads(call.arguments)
             text = arguments.get("input")
-            return custom_call_item(item_id, call.id, call.name, text if isinstance(text, str) else call.arguments)
+            input_text = text if isinstance(text, str) else call.arguments
+            return custom_call_item(new_item_id("custom_tool_call"), call.id, call.name, input_text)
         item: dict[str, Any] = {
-            "id": item_id,
+            "id": new_item_id("function_call"),
             "type": "function_call",
             "call_id": call.id,
             "name": call.name,
