@@ -36,7 +36,7 @@ COUNTERS = {
     "compiles_after_startup_total": "XLA compilations after the compile plan finished.",
 }
 HISTOGRAMS = {
-    "time_to_first_token_seconds": "Time from admission to the first generated token.",
+    "time_to_first_token_seconds": "Time from submission to the first generated token.",
     "inter_token_latency_seconds": "Time between consecutive generated tokens of a row.",
     "e2e_request_latency_seconds": "Time from submission to the last row's end.",
 }
