@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -326,7 +327,9 @@ def main() -> int:
             # Keep what was measured: a failed baseline must not throw away pooled's figures.
             print(f"bench: llama-server could not be measured: {error}", file=sys.stderr)
     bandwidth = memory_bandwidth_gbs()
-    text = markdown(reports, bandwidth, "make bench" + (f" ARGS='--only {args.only}'" if args.only else ""))
+    # The page names the command that wrote it, every flag included.
+    flags = shlex.join(sys.argv[1:])
+    text = markdown(reports, bandwidth, "make bench" + (f" ARGS={shlex.quote(flags)}" if flags else ""))
     write_section(args.write, args.section, text)
     print(text)
     return 0
