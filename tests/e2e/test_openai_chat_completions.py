@@ -109,6 +109,8 @@ def call_arguments(answer: Any) -> list[tuple[str, Any]]:
 
 
 def test_tool_choice_required_yields_a_valid_call(client: OpenAI) -> None:
+    # Greedy: get_time's open parameters admit any keys and strings, which a sampled 135M model
+    # can fill until max_tokens (seen in CI: finish_reason "length" inside a string).
     answer = client.chat.completions.create(
         model="m",
         messages=[{"role": "user", "content": "What's the weather in Paris for 3 days?"}],
@@ -116,6 +118,7 @@ def test_tool_choice_required_yields_a_valid_call(client: OpenAI) -> None:
         tool_choice="required",
         parallel_tool_calls=False,
         max_tokens=60,
+        temperature=0,
     )
     assert answer.choices[0].finish_reason == "tool_calls"
     ((name, arguments),) = call_arguments(answer)
