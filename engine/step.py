@@ -1,4 +1,5 @@
-"""The engine's compiled device functions: prefill chunk, decode step, page write, and helpers.
+"""The engine's compiled device functions: prefill chunk, first-token sampling, decode step, page
+write, and helpers.
 
 Prefill and decode only read the KV pages and return the step's new keys and values (`Written`);
 `write` then stores them into the donated pool. Kept apart, XLA updates the pool in place; in one
@@ -77,10 +78,31 @@ class StepFunctions:
     """The jitted functions for one model's forward pass (one set per engine)."""
 
     def __init__(self, model: nn.Module, page_size: int) -> None:
-        def prefill(params: Any, kv: KVPages, tokens: Array, positions: Array, block_tables: Array) -> Written:
-            logits_at = jnp.zeros(tokens.shape[0], jnp.int32)  # prefill needs no logits; take the cheapest
-            _, new = model.apply({"params": params}, tokens, positions, kv, block_tables, logits_at)
-            return _written(new, positions, block_tables, page_size)
+        def sampled_rows(
+            logits: Array, lanes: LaneState, lane_ids: Array, rows: RowParams
+        ) -> tuple[LaneState, Sampled]:
+            inputs = SamplerInputs(**vars(rows), seen=lanes.seen[lane_ids], output_counts=lanes.output_counts[lane_ids])
+            sampled = sample(logits, inputs)
+            lanes = LaneState(
+                lanes.seen.at[lane_ids, sampled.token].set(True),
+                lanes.output_counts.at[lane_ids, sampled.token].add(1),
+            )
+            return lanes, sampled
+
+        def prefill(
+            params: Any, kv: KVPages, tokens: Array, positions: Array, block_tables: Array, last: Array
+        ) -> tuple[Written, Array]:
+            """A chunk's keys and values, and the logits [1,V] at chunk index `last` (on a prompt's
+            final chunk, its last token: the first output token is sampled from them)."""
+            logits, new = model.apply({"params": params}, tokens, positions, kv, block_tables, last[None])
+            return _written(new, positions, block_tables, page_size), logits[:, 0]
+
+        def first_tokens(
+            lanes: LaneState, logits: Array, lane_ids: Array, rows: RowParams
+        ) -> tuple[LaneState, Sampled]:
+            """Each row's first output token from the prompt's last logits: a request's n rows share
+            one prefill, each draws with its own key and parameters."""
+            return sampled_rows(jnp.broadcast_to(logits, (lane_ids.shape[0], logits.shape[-1])), lanes, lane_ids, rows)
 
         def decode(
             params: Any,
@@ -96,12 +118,7 @@ class StepFunctions:
             logits, new = model.apply(
                 {"params": params}, tokens[:, None], positions[:, None], kv, block_tables, logits_at
             )
-            inputs = SamplerInputs(**vars(rows), seen=lanes.seen[lane_ids], output_counts=lanes.output_counts[lane_ids])
-            sampled = sample(logits[:, 0], inputs)
-            lanes = LaneState(
-                lanes.seen.at[lane_ids, sampled.token].set(True),
-                lanes.output_counts.at[lane_ids, sampled.token].add(1),
-            )
+            lanes, sampled = sampled_rows(logits[:, 0], lanes, lane_ids, rows)
             return _written(new, positions[:, None], block_tables, page_size), lanes, sampled
 
         def write(kv: KVPages, written: Written) -> KVPages:
@@ -135,6 +152,7 @@ class StepFunctions:
 
         self.prefill = jax.jit(prefill)
         self.decode = jax.jit(decode, donate_argnums=(2,))
+        self.first_tokens = jax.jit(first_tokens, donate_argnums=(0,))
         self.write = jax.jit(write, donate_argnums=(0,))
         self.reset_lane = jax.jit(reset_lane, donate_argnums=(0,))
         self.copy_page = jax.jit(copy_page, donate_argnums=(0,))

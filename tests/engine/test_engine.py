@@ -98,6 +98,27 @@ def test_n_rows_share_the_prompt(engine: Engine, model: LoadedModel) -> None:
     assert_idle(engine)
 
 
+def test_the_first_token_comes_from_the_prefill(
+    engine: Engine, model: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No decode step runs for a row's first token: each of the n rows draws it from the logits of
+    the prompt's last position, and the second token is the first decode step's."""
+    decode_steps: list[int] = []
+    decode = engine._steps.decode
+
+    def counted(*args: object) -> object:
+        decode_steps.append(1)
+        return decode(*args)
+
+    monkeypatch.setattr(engine._steps, "decode", counted)
+    tokens = prompt(20, 16)  # the last prompt token fills a page: the first token starts a new one
+    one = generate(engine, GenerationRequest(tuple(tokens), GREEDY, 1, n=2))
+    assert one.tokens == [reference_greedy(model, tokens, 1, CONTEXT)] * 2 and not decode_steps
+    two = generate(engine, greedy_request(tokens, 2))
+    assert two.tokens[0] == reference_greedy(model, tokens, 2, CONTEXT) and len(decode_steps) == 1
+    assert_idle(engine)
+
+
 def test_stop_ids_constraint_logprobs_and_clamping(engine: Engine, model: LoadedModel) -> None:
     tokens = prompt(9, 10)
     first = reference_greedy(model, tokens, 1, CONTEXT)[0]
