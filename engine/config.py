@@ -92,6 +92,8 @@ class ModelConfig:
     sliding_window: int | None = None
     # Longest sequence this server will run; equals the trained length unless `with_context` raised it.
     context_length: int = field(default=0)
+    # Projections and the output head as int8 × int8 matmuls (`engine/int8.py`); a serving choice.
+    int8_matmuls: bool = False
 
     @classmethod
     def from_hf(cls, d: dict[str, Any]) -> "ModelConfig":

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from engine import int8
 from engine.config import ModelConfig, RopeScaling
 
 Array = jax.Array
@@ -183,15 +184,23 @@ class Projection(nn.Module):
     # matmul (the equation only documents it): given several contracting axes (o: N, H), XLA CPU
     # transposed the whole weight on every call.
     merged: int = 1
+    int8_matmul: bool = False  # an int8 kernel with a `kernel_scale` per output channel
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        kernel = logical_param(self, "kernel", self.kernel_shape, self.kernel_axes, self.dtype)
-        if self.merged > 1:
+        if self.int8_matmul:
+            kernel = logical_param(self, "kernel", self.kernel_shape, self.kernel_axes, jnp.int8)
+            channels, channel_axes = self.kernel_shape[self.merged :], self.kernel_axes[self.merged :]
+            scale = logical_param(self, "kernel_scale", channels, channel_axes, jnp.float32)
+            # Every projection contracts x's last `merged` axes with the kernel's first ones.
+            y = int8.flat_matmul(x, kernel, scale, self.merged).astype(self.dtype)
+        elif self.merged > 1:
+            kernel = logical_param(self, "kernel", self.kernel_shape, self.kernel_axes, self.dtype)
             flat_x = x.reshape(*x.shape[: -self.merged], -1)
             flat_kernel = kernel.reshape(-1, *kernel.shape[self.merged :])
             y = jnp.matmul(flat_x, flat_kernel, preferred_element_type=jnp.float32).astype(self.dtype)
         else:
+            kernel = logical_param(self, "kernel", self.kernel_shape, self.kernel_axes, self.dtype)
             y = einsum(self.equation, x, kernel, dtype=self.dtype)
         if self.bias_axes is not None:
             bias_shape = self.kernel_shape[-len(self.bias_axes) :]
@@ -218,17 +227,26 @@ class Embedding(nn.Module):
     vocab_size: int
     hidden_size: int
     dtype: jnp.dtype = jnp.float32
+    int8_matmul: bool = False  # an int8 table with an `embedding_scale` per token
 
     def setup(self) -> None:
+        shape = (self.vocab_size, self.hidden_size)
         self.embedding = logical_param(
-            self, "embedding", (self.vocab_size, self.hidden_size), ("vocab", "embed"), self.dtype
+            self, "embedding", shape, ("vocab", "embed"), jnp.int8 if self.int8_matmul else self.dtype
         )
+        if self.int8_matmul:
+            self.embedding_scale = logical_param(self, "embedding_scale", shape[:1], ("vocab",), jnp.float32)
 
     def __call__(self, tokens: Array) -> Array:
-        return jnp.take(self.embedding, tokens, axis=0)
+        rows = jnp.take(self.embedding, tokens, axis=0)
+        if self.int8_matmul:
+            return (rows * jnp.take(self.embedding_scale, tokens, axis=0)[..., None]).astype(self.dtype)
+        return rows
 
     def attend(self, x: Array) -> Array:
         """Logits against the embedding matrix (tied output head)."""
+        if self.int8_matmul:
+            return int8.matmul(x, self.embedding, self.embedding_scale, contract_weight_axis=1)
         return einsum("BTD,VD->BTV", x, self.embedding, dtype=jnp.float32)
 
 
@@ -347,9 +365,33 @@ class Attention(nn.Module):
         D, N, K, H, G = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.queries_per_kv_head
         bias_q = ("q_heads", "head_dim") if c.qkv_bias else None
         bias_kv = ("kv_heads", "head_dim") if c.qkv_bias else None
-        q = Projection("BTD,DNH->BTNH", (D, N, H), ("embed", "q_heads", "head_dim"), bias_q, self.dtype, name="q")(x)
-        k = Projection("BTD,DKH->BTKH", (D, K, H), ("embed", "kv_heads", "head_dim"), bias_kv, self.dtype, name="k")(x)
-        v = Projection("BTD,DKH->BTKH", (D, K, H), ("embed", "kv_heads", "head_dim"), bias_kv, self.dtype, name="v")(x)
+        q = Projection(
+            "BTD,DNH->BTNH",
+            (D, N, H),
+            ("embed", "q_heads", "head_dim"),
+            bias_q,
+            self.dtype,
+            int8_matmul=c.int8_matmuls,
+            name="q",
+        )(x)
+        k = Projection(
+            "BTD,DKH->BTKH",
+            (D, K, H),
+            ("embed", "kv_heads", "head_dim"),
+            bias_kv,
+            self.dtype,
+            int8_matmul=c.int8_matmuls,
+            name="k",
+        )(x)
+        v = Projection(
+            "BTD,DKH->BTKH",
+            (D, K, H),
+            ("embed", "kv_heads", "head_dim"),
+            bias_kv,
+            self.dtype,
+            int8_matmul=c.int8_matmuls,
+            name="v",
+        )(x)
         if c.qk_norm:
             q = RMSNorm(H, c.rms_norm_eps, "head_dim", self.dtype, name="q_norm")(q)
             k = RMSNorm(H, c.rms_norm_eps, "head_dim", self.dtype, name="k_norm")(k)
@@ -381,7 +423,14 @@ class Attention(nn.Module):
         out = attended.astype(self.dtype).reshape(B, T, N, H)
         o_bias = ("embed",) if c.o_bias else None
         o = Projection(
-            "BTNH,NHD->BTD", (N, H, D), ("q_heads", "head_dim", "embed"), o_bias, self.dtype, merged=2, name="o"
+            "BTNH,NHD->BTD",
+            (N, H, D),
+            ("q_heads", "head_dim", "embed"),
+            o_bias,
+            self.dtype,
+            merged=2,
+            int8_matmul=c.int8_matmuls,
+            name="o",
         )
         return o(out), returned_cache
 
@@ -392,13 +441,15 @@ class GatedMLP(nn.Module):
     hidden_size: int
     intermediate_size: int
     dtype: jnp.dtype = jnp.float32
+    int8_matmul: bool = False
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        D, F = self.hidden_size, self.intermediate_size
-        gate = Projection("BTD,DF->BTF", (D, F), ("embed", "ffn"), dtype=self.dtype, name="gate")(x)
-        up = Projection("BTD,DF->BTF", (D, F), ("embed", "ffn"), dtype=self.dtype, name="up")(x)
-        return Projection("BTF,FD->BTD", (F, D), ("ffn", "embed"), dtype=self.dtype, name="down")(nn.silu(gate) * up)
+        D, F, q8 = self.hidden_size, self.intermediate_size, self.int8_matmul
+        gate = Projection("BTD,DF->BTF", (D, F), ("embed", "ffn"), dtype=self.dtype, int8_matmul=q8, name="gate")(x)
+        up = Projection("BTD,DF->BTF", (D, F), ("embed", "ffn"), dtype=self.dtype, int8_matmul=q8, name="up")(x)
+        down = Projection("BTF,FD->BTD", (F, D), ("ffn", "embed"), dtype=self.dtype, int8_matmul=q8, name="down")
+        return down(nn.silu(gate) * up)
 
 
 class MoE(nn.Module):
@@ -454,7 +505,7 @@ class DecoderLayer(nn.Module):
         mlp: nn.Module = (
             MoE(c, self.dtype, name="moe")
             if self.sparse_mlp
-            else GatedMLP(c.hidden_size, c.intermediate_size, self.dtype, name="mlp")
+            else GatedMLP(c.hidden_size, c.intermediate_size, self.dtype, c.int8_matmuls, name="mlp")
         )
         return x + mlp(normed), cache_out
 
@@ -480,7 +531,7 @@ class Transformer(nn.Module):
         logits_at: Array | None = None,
     ) -> tuple[Array, tuple[CacheOut, ...] | None]:
         c = self.config
-        embed = Embedding(c.vocab_size, c.hidden_size, self.dtype, name="embed")
+        embed = Embedding(c.vocab_size, c.hidden_size, self.dtype, c.int8_matmuls, name="embed")
         x = embed(tokens)
         new_caches = []
         for i in range(c.num_layers):
@@ -493,6 +544,10 @@ class Transformer(nn.Module):
         x = RMSNorm(c.hidden_size, c.rms_norm_eps, "embed", self.dtype, name="final_norm")(x)
         if c.tie_word_embeddings:
             logits = embed.attend(x)
+        elif c.int8_matmuls:
+            lm_head = logical_param(self, "lm_head", (c.hidden_size, c.vocab_size), ("embed", "vocab"), jnp.int8)
+            scale = logical_param(self, "lm_head_scale", (c.vocab_size,), ("vocab",), jnp.float32)
+            logits = int8.matmul(x, lm_head, scale)
         else:
             lm_head = logical_param(self, "lm_head", (c.hidden_size, c.vocab_size), ("embed", "vocab"), self.dtype)
             logits = einsum("BTD,DV->BTV", x, lm_head, dtype=jnp.float32)

@@ -96,6 +96,7 @@ def load_checkpoint(path: Path, settings: Settings) -> Checkpoint:
         devices=_devices(settings.devices),
         context_length=settings.ctx,
         rope_scaling=settings.rope_scaling,
+        quantization=settings.quantization,
     )
     tokenizer = _tokenizer(model)
     template = ChatTemplate(model.chat_template, tokenizer) if model.chat_template else None

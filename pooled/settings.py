@@ -29,6 +29,16 @@ def _optional_str(value: str) -> str | None:
     return value or None
 
 
+def _one_of(*choices: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value not in choices:
+            raise ValueError(f"one of {', '.join(choices)}")
+        return value
+
+    parse.__name__ = "choice"  # argparse says "invalid choice value"
+    return parse
+
+
 def _regex(value: str) -> str | None:
     if not value:
         return None
@@ -83,6 +93,13 @@ class Settings:
     )
     decode_lanes: int = setting(32, int, "Sequences decoded at once; `n` above it is a 400.")
     dtype: str = setting("auto", str, "Weight and compute dtype: auto, float32 or bfloat16 (auto picks per backend).")
+    quantization: str = setting(
+        "none",
+        _one_of("none", "w8a8"),
+        "w8a8: projections and output head as int8 × int8 matmuls (int8 weights, activations quantized per "
+        "token); on the CPU ~2-3× faster decode and prefill for some accuracy (SmolLM2-135M: perplexity "
+        "+4 %); see docs/BENCHMARKS.md. none: the weights in --dtype.",
+    )
     kv_memory: int | None = setting(
         None,
         _optional_int,

@@ -5,11 +5,14 @@
 2. Otherwise read the checkpoint (safetensors directory or GGUF file) into a `RawCheckpoint`, let
    the family convert HF tensors to its parameter tree a layer at a time, check every shape
    against the model, cast, place each tensor shard by shard, and write the cache entry.
+3. With `quantization="w8a8"`, turn the projections and the output head into int8 weights with
+   per-channel scales (`engine/int8.py`). The cache keeps the float parameters: the quantization
+   is a serving choice, cheap to redo at each load.
 """
 
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, overload
 
@@ -19,6 +22,7 @@ import numpy as np
 from jax.sharding import Mesh
 from tqdm import tqdm
 
+from engine import int8
 from engine.checkpoint.errors import CheckpointError
 from engine.checkpoint.prepared_cache import PreparedCache, cache_root, fingerprint
 from engine.checkpoint.raw import RawCheckpoint
@@ -32,6 +36,7 @@ from engine.sharding import make_mesh, place, shardings_for
 log = logging.getLogger(__name__)
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+QUANTIZATIONS = ("none", "w8a8")
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ def load_model(
     *,
     context_length: int | None = None,
     rope_scaling: str | None = None,
+    quantization: str = "none",
 ) -> LoadedModel:
     """Loads a safetensors directory or `.gguf` file; raises CheckpointError with a one-line reason.
 
@@ -82,6 +88,8 @@ def load_model(
     path = Path(path).expanduser()
     if dtype not in DTYPES:
         raise CheckpointError(f"unsupported dtype {dtype!r} (supported: {', '.join(DTYPES)})")
+    if quantization not in QUANTIZATIONS:
+        raise CheckpointError(f"unsupported quantization {quantization!r} (supported: {', '.join(QUANTIZATIONS)})")
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist")
     is_gguf = path.suffix == ".gguf"
@@ -114,6 +122,10 @@ def load_model(
         params = _prepare(family.convert(raw.tensors, config), shapes, shardings, progress)
         log.info("saving prepared parameters to %s", cache.entry)
         cache.save(params, meta)
+    if quantization == "w8a8":
+        config = replace(config, int8_matmuls=True)
+        model = family.model(config, DTYPES[dtype])
+        params = _int8_params(params, model, mesh)
 
     tokenizer_dir = meta["tokenizer_dir"]
     return LoadedModel(
@@ -128,6 +140,29 @@ def load_model(
         chat_template=meta["chat_template"],
         from_cache=raw is None,
     )
+
+
+def _int8_params(params: Any, model: Any, mesh: Mesh) -> Any:
+    """Float parameters → the int8 model's tree: each int8 weight `w` with its `w_scale`."""
+    shapes, logical = abstract_params(model)
+
+    def convert(floats: dict[str, Any], shapes: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, shape in shapes.items():
+            if isinstance(shape, dict):
+                out[name] = convert(floats[name], shape)
+            elif shape.dtype == jnp.int8:
+                scale = f"{name}_scale"
+                # An embedding table's channels are its rows (tokens); a kernel's are its last axes.
+                out[name], out[scale] = int8.quantize(
+                    floats[name], shapes[scale].ndim, channels_last=name != "embedding"
+                )
+            elif name not in out:
+                out[name] = floats[name]
+        return out
+
+    quantize = jax.jit(lambda floats: convert(floats, shapes), out_shardings=shardings_for(shapes, logical, mesh))
+    return quantize(params)
 
 
 def _read(path: Path, is_gguf: bool) -> RawCheckpoint:

@@ -40,6 +40,9 @@ def test_flag_wins_over_environment() -> None:
 def test_bad_value_is_refused() -> None:
     with pytest.raises(SystemExit):
         parse(["--port", "eighty"], {})
+    with pytest.raises(SystemExit):
+        parse(["--quantization", "int4"], {})
+    assert parse(["--quantization", "w8a8"], {}).quantization == "w8a8"
 
 
 def test_docs_list_every_setting_with_its_default() -> None:
