@@ -278,11 +278,18 @@ def _memory_gib() -> float:
     return int(first.split()[1]) / 1024 / 1024
 
 
-def pooled_bytes_per_step(model: Path) -> int:
-    """Weights read once per decode step at float32; a tied embedding is read once, as the output matrix."""
+def pooled_bytes_per_step(model: Path, pooled_args: list[str]) -> int:
+    """Weights read once per decode step: float32, or with `--quantization w8a8` one byte for each
+    matrix element (the per-channel scales are under 1 %); a tied embedding is read once, as the
+    output matrix."""
     from gguf import GGUFReader
 
-    return 4 * sum(int(tensor.n_elements) for tensor in GGUFReader(model).tensors)
+    int8 = "--quantization=w8a8" in pooled_args or any(
+        flag == "--quantization" and value == "w8a8" for flag, value in zip(pooled_args, pooled_args[1:])
+    )
+    return sum(
+        int(tensor.n_elements) * (1 if int8 and len(tensor.shape) > 1 else 4) for tensor in GGUFReader(model).tensors
+    )
 
 
 def measure_llama_server(model: Path, tokenizer: Tokenizer, threads: int, slots: int) -> Report:
@@ -318,7 +325,7 @@ def main() -> int:
         url = "http://127.0.0.1:8091"
         with running(pooled_command(model, 8091, args.pooled_args.split()), url, "/health") as process:
             report = asyncio.run(measure("pooled", url, tokenizer, process.pid))
-        report.bytes_per_step = pooled_bytes_per_step(model)
+        report.bytes_per_step = pooled_bytes_per_step(model, args.pooled_args.split())
         reports.append(report)
     if args.only in (None, "llama-server"):
         try:
