@@ -64,9 +64,11 @@ class NewKV:
 
 # Keys gathered from the page pool per turn of the attention loop. The loop runs only over the
 # blocks a step's rows have filled, so a step costs what its context holds, whatever the block
-# table's width. On the default model, 256 decoded one row faster than 128 (more turns, each with
-# a fixed overhead) and than 512 (more padding keys for short rows), and 32 rows as fast as 128.
-ATTENTION_BLOCK_TOKENS = 256
+# table's width. Smaller blocks gather fewer padding keys for short rows, larger ones take fewer
+# turns (each with a fixed overhead). On the default model with int8 matmuls, 128 ran a 32-row
+# step at ~100-token contexts in 78 ms (256: 110 ms, 64: 85 ms); one row at 64, 3k and 7k
+# tokens of context and a 3k-token prefill ran as fast as with 256, in float32 too.
+ATTENTION_BLOCK_TOKENS = 128
 
 
 # Attention works head-major: queries [K*B, G*T, H] (every query head of a KV head, for every step
