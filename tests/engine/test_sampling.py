@@ -52,6 +52,24 @@ def test_top_k_1_equals_greedy() -> None:
     assert (np.asarray(sample(x, inputs(temperature=0.0)).token) == expected).all()
 
 
+def test_draws_follow_the_softmax_at_the_temperature() -> None:
+    """4,000 draws of one row (distinct seeds) land on each token about as often as
+    softmax(logits / T) says, and never on a token the grammar bans."""
+    row = np.log(np.array([0.5, 0.3, 0.15, 0.05, *([1e-9] * (V - 4))], np.float32))
+    x = jnp.asarray(np.tile(row, (4000, 1)))
+    allowed = np.full((4000, V // 32), -1, np.int32)
+    allowed[:, 0] &= ~(1 << 2)  # token 2 banned
+    for temperature in (1.0, 0.5):
+        chosen = np.asarray(
+            sample(x, inputs(4000, temperature=temperature, seed=np.arange(4000), allowed=allowed)).token
+        )
+        expected = np.exp(row / temperature) * (np.arange(V) != 2)
+        expected /= expected.sum()
+        counts = np.bincount(chosen, minlength=V) / len(chosen)
+        assert counts[2] == 0
+        np.testing.assert_allclose(counts[:4], expected[:4], atol=0.03)
+
+
 def test_logit_bias_minus_100_bans_a_token() -> None:
     x = logits()
     best = np.argmax(np.asarray(x), axis=-1)
