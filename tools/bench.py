@@ -285,7 +285,7 @@ def pooled_bytes_per_step(model: Path, pooled_args: list[str]) -> int:
     from gguf import GGUFReader
 
     int8 = "--quantization=w8a8" in pooled_args or any(
-        flag == "--quantization" and value == "w8a8" for flag, value in zip(pooled_args, pooled_args[1:])
+        flag == "--quantization" and value == "w8a8" for flag, value in zip(pooled_args, pooled_args[1:], strict=False)
     )
     return sum(
         int(tensor.n_elements) * (1 if int8 and len(tensor.shape) > 1 else 4) for tensor in GGUFReader(model).tensors
