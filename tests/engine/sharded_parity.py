@@ -1,7 +1,8 @@
 """Run in a subprocess by test_sharding.py: needs 4 CPU devices, which must be set before jax starts.
 
 Prints one JSON line: per model, the max logit difference between 1-device and 4-device loads
-(fresh and from the prepared cache) and the partition specs of a few parameters.
+(fresh and from the prepared cache, and with int8 matmuls) and the partition specs of a few
+parameters.
 """
 
 import json
@@ -39,6 +40,11 @@ def main(names: list[str]) -> None:
             restored = load_model(checkpoint, devices=devices, cache_dir=shared_cache, progress=False)
             fresh = load_model(checkpoint, devices=devices, cache_dir=fresh_cache, progress=False)
             reference = logits(single)
+            int8_single, int8_sharded = (
+                load_model(checkpoint, devices=d, cache_dir=shared_cache, progress=False, quantization="w8a8")
+                for d in (devices[:1], devices)
+            )
+            int8_reference = logits(int8_single)
             report[name] = {
                 "restored_from_cache": restored.from_cache,
                 "max_diff_restored": float(np.abs(logits(restored) - reference).max()),
@@ -48,6 +54,11 @@ def main(names: list[str]) -> None:
                     for path, leaf in jax.tree_util.tree_flatten_with_path(fresh.params["layer_0"])[0]
                 },
                 "embedding_spec": str(tuple(fresh.params["embed"]["embedding"].sharding.spec)),
+                "max_diff_w8a8": float(np.abs(logits(int8_sharded) - int8_reference).max()),
+                "max_abs_w8a8": float(np.abs(int8_reference).max()),
+                "w8a8_q_scale_spec": str(
+                    tuple(int8_sharded.params["layer_0"]["attn"]["q"]["kernel_scale"].sharding.spec)
+                ),
             }
     print(json.dumps(report))
 
