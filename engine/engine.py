@@ -8,8 +8,10 @@ Request path (after JetStream's orchestrator):
 2. The engine thread is the only one that touches the device, the page pool and the rows. Each
    iteration it takes the inbox and pending cancels, ends rows past their deadline, admits waiting
    requests while lanes and pages allow (reusing prefix-cached pages), runs at most one prefill
-   chunk, then one decode step for every decoding row (which also samples, on the device), and
-   sends each row's new token or finish to the request's sink.
+   step (the next chunk of the oldest prompt, or the short last chunks of up to PREFILL_ROWS
+   prompts together; a finished prompt's rows draw their first tokens), then one decode step for
+   every decoding row (which also samples, on the device), and sends each row's new token or
+   finish to the request's sink.
 3. When there is nothing to do, the engine thread waits on the condition variable; `submit`,
    `cancel`, `drain` and `shutdown` notify it. Nothing polls.
 
@@ -83,6 +85,10 @@ LOGIT_BIAS_SLOTS = 300
 # Measured on 2 CPU cores, a resent 1k conversation plus 12 tokens: first token in ~0.12 s with
 # chunks from 8, ~0.16 s from 32.
 SMALLEST_PREFILL_CHUNK = 8
+# Prompts prefilled together in one step when each has a short chunk left (together at most
+# prefill_chunk tokens): a burst of short prompts costs one pass over the weights per step
+# instead of one per prompt, and the last of them starts that many steps sooner.
+PREFILL_ROWS = 8
 
 
 @dataclass(eq=False)
@@ -152,7 +158,7 @@ class Engine:
         self._model = model
         self._page_size = config.page_size
         self._pool = PagePool(pages, config.page_size)
-        self._steps = StepFunctions(model.family.model(c, DTYPES[model.dtype]), config.page_size)
+        self._steps = StepFunctions(model.family.model(c, DTYPES[model.dtype]), config.page_size, PREFILL_ROWS)
         lanes = config.decode_lanes
         # Placed like the step outputs (replicated on the model's mesh), so the first real step
         # finds the start-up compile instead of compiling again for a different input placement.
@@ -166,6 +172,10 @@ class Engine:
         self._row_buckets = _geometric_buckets(1, lanes, config.bucket_growth)
         self._chunk_buckets = _geometric_buckets(
             min(SMALLEST_PREFILL_CHUNK, config.prefill_chunk), config.prefill_chunk, 2
+        )
+        # The longest chunk of each prompt in a batched prefill step (0: steps never batch).
+        self._batched_chunk = max(
+            (b for b in self._chunk_buckets if b * PREFILL_ROWS <= config.prefill_chunk), default=0
         )
         self._mask_words = math.ceil(c.vocab_size / 32)
         self._block_tables = np.zeros((lanes + 1, self._pages_per_row + 1), np.int32)
@@ -195,7 +205,7 @@ class Engine:
         # Engine thread only:
         self._free_lanes = list(range(lanes - 1, -1, -1))
         self._waiting: deque[list[_Row]] = deque()
-        self._prefill: _Prefill | None = None
+        self._prefills: list[_Prefill] = []  # admitted, in admission order
         self._decoding: list[_Row] = []
         self._admissions = 0
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
@@ -222,10 +232,15 @@ class Engine:
 
     def _compile_all(self, report: Report) -> None:
         # Attention loops over the pages a step's rows have filled, so one block-table width (the
-        # whole context) serves every length: the plan is one prefill shape per chunk size, and one
-        # first-token and one decode shape per row bucket.
+        # whole context) serves every length: the plan is one prefill shape per chunk size (and per
+        # batched chunk size), and one first-token and one decode shape per row bucket.
         width = self._block_tables.shape[1]
         plan = [Bucket("prefill", 1, tokens, width) for tokens in self._chunk_buckets]
+        plan += [
+            Bucket("prefill", PREFILL_ROWS, tokens, width)
+            for tokens in self._chunk_buckets
+            if tokens <= self._batched_chunk
+        ]
         plan += [Bucket("first_tokens", b, 1, 0) for b in self._row_buckets]
         plan += [Bucket("decode", b, 1, width) for b in self._row_buckets]
         plan += [Bucket("reset_lane", 1, self.max_context, 0), Bucket("copy_page", 1, self._page_size, 0)]
@@ -243,15 +258,18 @@ class Engine:
     def _run_bucket(self, bucket: Bucket) -> None:
         """Runs one bucket on padding (null page, spare lane), which compiles it and changes nothing real."""
         if bucket.kind == "prefill":
-            tokens = np.zeros((1, bucket.tokens), np.int32)
-            positions = np.full((1, bucket.tokens), self._padding_position, np.int32)
-            table = np.zeros((1, bucket.pages), np.int32)
-            written, _ = self._steps.prefill(self._model.params, self._kv, tokens, positions, table, np.int32(0))
+            shape = (bucket.rows, bucket.tokens)
+            tokens, positions = np.zeros(shape, np.int32), np.zeros(shape, np.int32)
+            table, last = np.zeros((bucket.rows, bucket.pages), np.int32), np.zeros(bucket.rows, np.int32)
+            written, _ = self._steps.prefill(self._model.params, self._kv, tokens, positions, table, last)
             self._kv = self._steps.write(self._kv, written)
         elif bucket.kind == "first_tokens":
             lane_ids = np.full(bucket.rows, self.decode_lanes, np.int32)
-            logits = jax.device_put(jnp.zeros((1, self.vocab_size), jnp.float32), self._replicated)
-            self._lane_state, _ = self._steps.first_tokens(self._lane_state, logits, lane_ids, self._rows(lane_ids))
+            logits = jax.device_put(jnp.zeros((PREFILL_ROWS, self.vocab_size), jnp.float32), self._replicated)
+            source = np.zeros(bucket.rows, np.int32)
+            self._lane_state, _ = self._steps.first_tokens(
+                self._lane_state, logits, source, lane_ids, self._rows(lane_ids)
+            )
         elif bucket.kind == "decode":
             lane_ids = np.full(bucket.rows, self.decode_lanes, np.int32)
             self._decode_call(np.zeros(bucket.rows, np.int32), np.zeros(bucket.rows, np.int32), lane_ids)
@@ -374,7 +392,7 @@ class Engine:
             self._die(error)
 
     def _busy(self) -> bool:
-        return bool(self._waiting or self._prefill or self._decoding)
+        return bool(self._waiting or self._prefills or self._decoding)
 
     def _iterate(self, inbox: deque[_Request], cancels: dict[int, FinishReason]) -> None:
         for entry in inbox:
@@ -387,16 +405,15 @@ class Engine:
         if cancels:
             self._end_requests(cancels)
         self._admit()
-        if self._prefill is not None:
-            self._prefill_chunk(self._prefill)
+        if self._prefills:
+            self._prefill_step()
         if self._decoding:
             self._decode_step()
 
     def _in_flight(self) -> list[_Request]:
         requests = {row.request for unit in self._waiting for row in unit}
         requests.update(row.request for row in self._decoding)
-        if self._prefill is not None:
-            requests.update(row.request for row in self._prefill.rows)
+        requests.update(row.request for prefill in self._prefills for row in prefill.rows)
         return list(requests)
 
     def _new_rows(self, entry: _Request) -> list[_Row]:
@@ -411,7 +428,7 @@ class Engine:
     # --- admission and prefill --------------------------------------------------------------
 
     def _admit(self) -> None:
-        while self._prefill is None and self._waiting and len(self._free_lanes) >= len(self._waiting[0]):
+        while len(self._prefills) < PREFILL_ROWS and self._waiting and len(self._free_lanes) >= len(self._waiting[0]):
             unit = self._waiting[0]
             tokens = unit[0].tokens
             cacheable = page_hashes(tokens[:-1], self._page_size)
@@ -440,30 +457,41 @@ class Engine:
                 row.lane = self._free_lanes.pop()
                 self._admissions += 1
                 row.admitted_seq = self._admissions
-            self._prefill = _Prefill(unit, tokens, pages + fresh, len(pages) * self._page_size)
+            self._prefills.append(_Prefill(unit, tokens, pages + fresh, len(pages) * self._page_size))
 
-    def _prefill_chunk(self, prefill: _Prefill) -> None:
-        """Prefills the next chunk (at least the prompt's last token, which no cached page holds)."""
-        end = min(prefill.next_position + self.config.prefill_chunk, len(prefill.tokens))
-        chunk = prefill.tokens[prefill.next_position : end]
-        size = next(b for b in self._chunk_buckets if b >= len(chunk))
-        tokens = np.zeros((1, size), np.int32)
-        positions = np.full((1, size), self._padding_position, np.int32)
-        tokens[0, : len(chunk)] = chunk
-        positions[0, : len(chunk)] = np.arange(prefill.next_position, end)
-        table = np.zeros((1, self._block_tables.shape[1]), np.int32)
-        table[0, : len(prefill.pages)] = prefill.pages
-        last = np.int32(len(chunk) - 1)
+    def _prefill_step(self) -> None:
+        """Prefills the next chunk of the oldest prompt or, when several have no more than a short
+        chunk left, of up to PREFILL_ROWS of them at once. Each chunk holds at least the prompt's
+        last token, which no cached page holds; a finished prompt starts decoding."""
+        short = [p for p in self._prefills if len(p.tokens) - p.next_position <= self._batched_chunk]
+        batch = short[:PREFILL_ROWS] if len(short) > 1 else self._prefills[:1]
+        limit = self._batched_chunk if len(batch) > 1 else self.config.prefill_chunk
+        chunks = [p.tokens[p.next_position : p.next_position + limit] for p in batch]
+        size = next(b for b in self._chunk_buckets if b >= max(map(len, chunks)))
+        rows = 1 if len(batch) == 1 else PREFILL_ROWS
+        # Padding rows sit at position 0 of the null page: attention reads nothing for them, while
+        # the loop over pages runs as far as the row that starts latest.
+        tokens = np.zeros((rows, size), np.int32)
+        positions = np.zeros((rows, size), np.int32)
+        table = np.zeros((rows, self._block_tables.shape[1]), np.int32)
+        last = np.zeros(rows, np.int32)
+        for i, (prefill, chunk) in enumerate(zip(batch, chunks, strict=True)):
+            tokens[i, : len(chunk)] = chunk
+            positions[i] = self._padding_position
+            positions[i, : len(chunk)] = np.arange(prefill.next_position, prefill.next_position + len(chunk))
+            table[i, : len(prefill.pages)] = prefill.pages
+            last[i] = len(chunk) - 1
+            prefill.next_position += len(chunk)
         written, logits = self._steps.prefill(self._model.params, self._kv, tokens, positions, table, last)
         self._kv = self._steps.write(self._kv, written)
-        prefill.next_position = end
-        if end == len(prefill.tokens):
-            self._prefill = None
-            self._start_decoding(prefill, logits)
+        for i, prefill in enumerate(batch):
+            if prefill.next_position == len(prefill.tokens):
+                self._prefills.remove(prefill)
+                self._start_decoding(prefill, logits, i)
 
-    def _start_decoding(self, prefill: _Prefill, logits: jax.Array) -> None:
+    def _start_decoding(self, prefill: _Prefill, logits: jax.Array, logits_row: int) -> None:
         """Gives each row the shared prompt pages (rows after the first copy a partial last page)
-        and its first token, drawn from the prompt's last logits."""
+        and its first token, drawn from the prompt's last logits (row `logits_row` of the step's)."""
         full_pages = len(prefill.tokens) // self._page_size
         starting = []
         for row in prefill.rows:
@@ -485,8 +513,9 @@ class Engine:
             starting.append(row)
         if starting:
             lane_ids = self._lane_ids(starting)
+            source = np.full(len(lane_ids), logits_row, np.int32)
             self._lane_state, sampled = self._steps.first_tokens(
-                self._lane_state, logits, lane_ids, self._rows(lane_ids)
+                self._lane_state, logits, source, lane_ids, self._rows(lane_ids)
             )
             self._take_tokens(starting, sampled)
 
@@ -706,9 +735,9 @@ class Engine:
         with self._lock:
             ending = {entry for entry in self._running.values() if entry.id in reasons}
         ending.update(row.request for unit in self._waiting for row in unit if row.request.id in reasons)
-        if self._prefill is not None and self._prefill.rows[0].request in ending:
-            self._pool.release(self._prefill.pages)
-            self._prefill = None
+        for prefill in [p for p in self._prefills if p.rows[0].request in ending]:
+            self._pool.release(prefill.pages)
+            self._prefills.remove(prefill)
         for unit in self._waiting:
             unit[:] = [row for row in unit if row.request not in ending]
         self._waiting = deque(unit for unit in self._waiting if unit)

@@ -77,7 +77,7 @@ class RowParams:
 class StepFunctions:
     """The jitted functions for one model's forward pass (one set per engine)."""
 
-    def __init__(self, model: nn.Module, page_size: int) -> None:
+    def __init__(self, model: nn.Module, page_size: int, prefill_rows: int) -> None:
         def sampled_rows(
             logits: Array, lanes: LaneState, lane_ids: Array, rows: RowParams
         ) -> tuple[LaneState, Sampled]:
@@ -92,17 +92,19 @@ class StepFunctions:
         def prefill(
             params: Any, kv: KVPages, tokens: Array, positions: Array, block_tables: Array, last: Array
         ) -> tuple[Written, Array]:
-            """A chunk's keys and values, and the logits [1,V] at chunk index `last` (on a prompt's
-            final chunk, its last token: the first output token is sampled from them)."""
-            logits, new = model.apply({"params": params}, tokens, positions, kv, block_tables, last[None])
-            return _written(new, positions, block_tables, page_size), logits[:, 0]
+            """The chunks' keys and values, and each row's logits at its chunk index `last` [B] (on a
+            prompt's final chunk, its last token: the first output token is sampled from them),
+            padded to [prefill_rows, V] so that `first_tokens` sees one shape."""
+            logits, new = model.apply({"params": params}, tokens, positions, kv, block_tables, last)
+            padded = jnp.zeros((prefill_rows, logits.shape[-1]), logits.dtype).at[: logits.shape[0]].set(logits[:, 0])
+            return _written(new, positions, block_tables, page_size), padded
 
         def first_tokens(
-            lanes: LaneState, logits: Array, lane_ids: Array, rows: RowParams
+            lanes: LaneState, logits: Array, source: Array, lane_ids: Array, rows: RowParams
         ) -> tuple[LaneState, Sampled]:
-            """Each row's first output token from the prompt's last logits: a request's n rows share
-            one prefill, each draws with its own key and parameters."""
-            return sampled_rows(jnp.broadcast_to(logits, (lane_ids.shape[0], logits.shape[-1])), lanes, lane_ids, rows)
+            """Each row's first output token from its prompt's last logits (row `source` of a prefill
+            step's): a request's n rows share one prefill, each draws with its own key and parameters."""
+            return sampled_rows(logits[source], lanes, lane_ids, rows)
 
         def decode(
             params: Any,

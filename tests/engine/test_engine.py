@@ -4,9 +4,11 @@ One engine serves the whole module (compiling its buckets once); the last test c
 of the mixed workload before it compiled anything.
 """
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -259,3 +261,47 @@ def test_no_compiles_after_startup(engine: Engine) -> None:
     stats = engine.stats()
     assert stats.compiles_after_startup == 0
     assert stats.generation_tokens > 0 and stats.time_to_first_token.count > 0 and stats.e2e_latency.count > 0
+
+
+def test_short_prompts_arriving_together_share_prefill_steps(
+    model: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With room for it (8 prompts × an 8-token chunk within a 64-token prefill chunk), prompts
+    with a short chunk left are prefilled in one step; each still gets exactly its own tokens,
+    n > 1 rows included, and a longer prompt gets a step of its own."""
+    engine = Engine.build(model, EngineConfig(decode_lanes=8, page_size=8, prefill_chunk=64), lambda *_: None)
+    rows_per_step: list[int] = []
+    prefill = engine._steps.prefill
+
+    def counted(*args: Any) -> Any:
+        rows_per_step.append(args[2].shape[0])
+        return prefill(*args)
+
+    # Sinks run on the engine thread: holding the first token of this request holds the engine,
+    # so the prompts below arrive together.
+    release, held = threading.Event(), threading.Event()
+    blocker = Collected(1)
+
+    def holding_sink(event: EngineEvent) -> None:
+        if isinstance(event, Tokens) and not held.is_set():
+            held.set()
+            release.wait()
+        blocker(event)
+
+    try:
+        engine.submit(greedy_request(prompt(29, 4), 2), holding_sink)
+        assert held.wait(30)
+        monkeypatch.setattr(engine._steps, "prefill", counted)
+        prompts = [prompt(30 + i, 3 + i) for i in range(4)] + [prompt(40, 40)]
+        requests = [GenerationRequest(tuple(p), GREEDY, 5, n=2 if i == 1 else 1) for i, p in enumerate(prompts)]
+        collected = [start(engine, request) for request in requests]
+        release.set()
+        for p, request, result in zip(prompts, requests, collected, strict=True):
+            assert result.wait().tokens == [reference_greedy(model, p, 5, CONTEXT)] * request.n
+        assert rows_per_step == [8, 1]  # the four short prompts together (padded to 8 rows), then the long one
+        blocker.wait()
+        assert engine.stats().compiles_after_startup == 0
+        assert_idle(engine)
+    finally:
+        release.set()
+        engine.shutdown()
