@@ -97,7 +97,7 @@ class Settings:
         "none",
         _one_of("none", "w8a8"),
         "w8a8: projections and output head as int8 × int8 matmuls (int8 weights, activations quantized per "
-        "token); on the CPU 1.3-2× faster decode and prefill for some accuracy (SmolLM2-135M: perplexity "
+        "token); on the CPU 1.3-2.5× faster decode and prefill for some accuracy (SmolLM2-135M: perplexity "
         "+3-4 %); see docs/BENCHMARKS.md. none: the weights in --dtype.",
     )
     kv_memory: int | None = setting(
