@@ -272,9 +272,8 @@ class Engine:
         elif bucket.kind == "first_tokens":
             lane_ids = np.full(bucket.rows, self.decode_lanes, np.int32)
             logits = jax.device_put(jnp.zeros((PREFILL_ROWS, self.vocab_size), jnp.float32), self._replicated)
-            source = np.zeros(bucket.rows, np.int32)
             self._lane_state, _ = self._steps.first_tokens(
-                self._lane_state, logits, source, lane_ids, self._rows(lane_ids)
+                self._lane_state, logits, np.int32(0), lane_ids, self._rows(lane_ids)
             )
         elif bucket.kind == "decode":
             lane_ids = np.full(bucket.rows, self.decode_lanes, np.int32)
@@ -519,9 +518,8 @@ class Engine:
             starting.append(row)
         if starting:
             lane_ids = self._lane_ids(starting)
-            source = np.full(len(lane_ids), logits_row, np.int32)
             self._lane_state, sampled = self._steps.first_tokens(
-                self._lane_state, logits, source, lane_ids, self._rows(lane_ids)
+                self._lane_state, logits, np.int32(logits_row), lane_ids, self._rows(lane_ids)
             )
             self._take_tokens(starting, sampled)
 

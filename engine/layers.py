@@ -66,8 +66,9 @@ class NewKV:
 # blocks a step's rows have filled, so a step costs what its context holds, whatever the block
 # table's width. Smaller blocks gather fewer padding keys for short rows, larger ones take fewer
 # turns (each with a fixed overhead). On the default model with int8 matmuls, 128 ran a 32-row
-# step at ~100-token contexts in 78 ms (256: 110 ms, 64: 85 ms); one row at 64, 3k and 7k
-# tokens of context and a 3k-token prefill ran as fast as with 256, in float32 too.
+# step at ~100-token contexts in 78 ms (256: 110 ms, 64: 85 ms) and a 3k-token prefill as fast
+# as 256; one row at 64, 3k and 7k tokens of context decoded as fast as with 256, in float32
+# and int8 alike.
 ATTENTION_BLOCK_TOKENS = 128
 
 
@@ -367,33 +368,15 @@ class Attention(nn.Module):
         D, N, K, H, G = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.queries_per_kv_head
         bias_q = ("q_heads", "head_dim") if c.qkv_bias else None
         bias_kv = ("kv_heads", "head_dim") if c.qkv_bias else None
-        q = Projection(
-            "BTD,DNH->BTNH",
-            (D, N, H),
-            ("embed", "q_heads", "head_dim"),
-            bias_q,
-            self.dtype,
-            int8_matmul=c.int8_matmuls,
-            name="q",
-        )(x)
-        k = Projection(
-            "BTD,DKH->BTKH",
-            (D, K, H),
-            ("embed", "kv_heads", "head_dim"),
-            bias_kv,
-            self.dtype,
-            int8_matmul=c.int8_matmuls,
-            name="k",
-        )(x)
-        v = Projection(
-            "BTD,DKH->BTKH",
-            (D, K, H),
-            ("embed", "kv_heads", "head_dim"),
-            bias_kv,
-            self.dtype,
-            int8_matmul=c.int8_matmuls,
-            name="v",
-        )(x)
+
+        def projection(
+            equation: str, shape: tuple[int, ...], axes: tuple[str, ...], bias: tuple[str, ...] | None, name: str
+        ) -> Array:
+            return Projection(equation, shape, axes, bias, self.dtype, int8_matmul=c.int8_matmuls, name=name)(x)
+
+        q = projection("BTD,DNH->BTNH", (D, N, H), ("embed", "q_heads", "head_dim"), bias_q, "q")
+        k = projection("BTD,DKH->BTKH", (D, K, H), ("embed", "kv_heads", "head_dim"), bias_kv, "k")
+        v = projection("BTD,DKH->BTKH", (D, K, H), ("embed", "kv_heads", "head_dim"), bias_kv, "v")
         if c.qk_norm:
             q = RMSNorm(H, c.rms_norm_eps, "head_dim", self.dtype, name="q_norm")(q)
             k = RMSNorm(H, c.rms_norm_eps, "head_dim", self.dtype, name="k_norm")(k)

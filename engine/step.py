@@ -104,7 +104,8 @@ class StepFunctions:
         ) -> tuple[LaneState, Sampled]:
             """Each row's first output token from its prompt's last logits (row `source` of a prefill
             step's): a request's n rows share one prefill, each draws with its own key and parameters."""
-            return sampled_rows(logits[source], lanes, lane_ids, rows)
+            prompt_logits = jnp.broadcast_to(logits[source], (lane_ids.shape[0], logits.shape[-1]))
+            return sampled_rows(prompt_logits, lanes, lane_ids, rows)
 
         def decode(
             params: Any,
