@@ -163,7 +163,8 @@ class Engine:
         # Placed like the step outputs (replicated on the model's mesh), so the first real step
         # finds the start-up compile instead of compiling again for a different input placement.
         self._replicated = NamedSharding(model.mesh, PartitionSpec())
-        self._kv = jax.device_put(init_paged_caches(c, pages, config.page_size, DTYPES[model.dtype]), self._replicated)
+        kv_pool = init_paged_caches(c, pages, config.page_size, kv_dtype(model.dtype, config.kv_cache_dtype))
+        self._kv = jax.device_put(kv_pool, self._replicated)
         self._lane_state = jax.device_put(
             LaneState(jnp.zeros((lanes + 1, c.vocab_size), bool), jnp.zeros((lanes + 1, c.vocab_size), jnp.int32)),
             self._replicated,
@@ -772,14 +773,18 @@ def failure_kind(error: BaseException) -> Literal["fault", "panicked"]:
     return "fault" if isinstance(error, jax.errors.JaxRuntimeError) else "panicked"
 
 
+def kv_dtype(model_dtype: str, kv_cache_dtype: str) -> jnp.dtype:
+    """The KV pool's dtype: the model's unless `kv_cache_dtype` names one."""
+    return jnp.dtype(DTYPES[model_dtype if kv_cache_dtype == "auto" else kv_cache_dtype])
+
+
 def _pool_pages(model: LoadedModel, config: EngineConfig, pages_per_row: int) -> int:
     """Pages in the KV pool (plus the null page), from the first size setting given."""
     if config.kv_pages:
         return config.kv_pages + 1
     c = model.config
-    page_bytes = (
-        2 * c.num_layers * config.page_size * c.num_kv_heads * c.head_dim * jnp.dtype(DTYPES[model.dtype]).itemsize
-    )
+    itemsize = kv_dtype(model.dtype, config.kv_cache_dtype).itemsize
+    page_bytes = 2 * c.num_layers * config.page_size * c.num_kv_heads * c.head_dim * itemsize
     budget = config.kv_memory_bytes
     if not budget:
         memory = model.mesh.devices.flat[0].memory_stats() or {}

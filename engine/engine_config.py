@@ -8,6 +8,9 @@ class EngineConfig:
     decode_lanes: int = 8  # rows decoded together in one device step
     max_queue: int = 16  # requests that may wait for lanes before submit raises QueueFull
     max_context: int = 0  # tokens per row (prompt + output); 0 = the model's context length
+    # The KV pool's dtype: "auto" keeps the model's; bfloat16 halves the pool and runs attention's
+    # matmuls in bfloat16 (float32 accumulation).
+    kv_cache_dtype: str = "auto"
     page_size: int = 16  # tokens per KV page (also the prefix cache's granularity)
     # KV pool size: kv_pages if set, else kv_memory_bytes if set, else kv_memory_fraction of the
     # free device memory (on CPU, where jax reports none, enough pages for every lane's full context).

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.layers import NewKV, PagedLayerCache
+from engine.layers import NewKV, PagedLayerCache, to_pool
 from engine.sampling import Sampled, SamplerInputs, sample
 
 Array = jax.Array
@@ -132,7 +132,8 @@ class StepFunctions:
 
             return tuple(
                 PagedLayerCache(
-                    c.k.at[:, pages, slots].set(heads_first(n.k)), c.v.at[:, pages, slots].set(heads_first(n.v))
+                    c.k.at[:, pages, slots].set(to_pool(heads_first(n.k), c.k)),
+                    c.v.at[:, pages, slots].set(to_pool(heads_first(n.v), c.v)),
                 )
                 for c, n in zip(kv, written.new, strict=True)
             )

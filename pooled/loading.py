@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 
 from engine.checkpoint.errors import CheckpointError
 from engine.checkpoint.loader import LoadedModel, load_model
 from engine.checkpoint.prepared_cache import cache_root
-from engine.engine import Engine
+from engine.engine import Engine, kv_dtype
 from engine.engine_config import EngineConfig
 from engine.tokenizer import ChatTemplate, Tokenizer
 from pooled.model_host import Loaded
@@ -67,7 +66,7 @@ def _kv_memory(settings: Settings, model: LoadedModel, backend: str) -> int:
     if backend != "cpu":
         return 0
     c = model.config
-    per_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim * jnp.dtype(model.dtype).itemsize
+    per_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim * kv_dtype(model.dtype, settings.kv_cache_dtype).itemsize
     every_lane_full = (settings.decode_lanes + 1) * (c.context_length + 2 * settings.page_size) * per_token
     return min(CPU_KV_MEMORY, every_lane_full)
 
@@ -76,6 +75,7 @@ def engine_config(settings: Settings, checkpoint: Checkpoint, backend: str) -> E
     return EngineConfig(
         decode_lanes=settings.decode_lanes,
         max_queue=settings.max_queue,
+        kv_cache_dtype=settings.kv_cache_dtype,
         page_size=settings.page_size,
         prefill_chunk=settings.prefill_chunk,
         kv_memory_bytes=_kv_memory(settings, checkpoint.model, backend),

@@ -1,10 +1,11 @@
-"""What `--quantization w8a8` costs in accuracy: the same text through the float and the int8 model.
+"""What `--quantization w8a8` and `--kv-cache-dtype bfloat16` cost in accuracy: the same text
+through the float32 model and each variant.
 
     python tools/quantization_quality.py [--model PATH] [--tokens N] [FILE ...]
 
-Reports each model's perplexity on the text (default: README.md and docs/architecture.md of this
-repository, the first N tokens), how often the int8 model's most likely next token equals the
-float model's, and the mean KL divergence of its next-token distribution from the float one.
+Reports each variant's perplexity on the text (default: README.md and docs/architecture.md of this
+repository, the first N tokens), how often its most likely next token equals the float32 model's,
+and the mean KL divergence of its next-token distribution from the float32 one.
 """
 
 import argparse
@@ -19,14 +20,23 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engine.checkpoint.loader import load_model  # noqa: E402
+from engine.layers import init_layer_caches  # noqa: E402
 from engine.tokenizer import Tokenizer  # noqa: E402
 from pooled.model_host import default_model_path  # noqa: E402
 
+# name: (quantization, KV cache dtype); attention runs in the cache's dtype, as in the engine.
+VARIANTS = {
+    "w8a8": ("w8a8", jnp.float32),
+    "bfloat16 KV": ("none", jnp.bfloat16),
+    "w8a8 + bfloat16 KV": ("w8a8", jnp.bfloat16),
+}
 
-def next_token_logprobs(path: Path, quantization: str, tokens: list[int]) -> np.ndarray:
+
+def next_token_logprobs(path: Path, quantization: str, kv_dtype: jnp.dtype, tokens: list[int]) -> np.ndarray:
     model = load_model(path, progress=False, quantization=quantization)
     ids = jnp.asarray([tokens], jnp.int32)
-    logits, _ = model.forward(ids, jnp.arange(len(tokens), dtype=jnp.int32)[None])
+    cache = init_layer_caches(model.config, 1, len(tokens), kv_dtype)
+    logits, _ = model.forward(ids, jnp.arange(len(tokens), dtype=jnp.int32)[None], cache)
     return np.asarray(jax.nn.log_softmax(logits[0, :-1].astype(jnp.float32), axis=-1))
 
 
@@ -40,17 +50,21 @@ def main() -> int:
     text = "\n\n".join(f.read_text(encoding="utf-8") for f in args.files)
     tokens = Tokenizer.from_gguf_file(path).encode(text)[: args.tokens]
     targets = np.asarray(tokens[1:])
-    floats = next_token_logprobs(path, "none", tokens)
-    int8 = next_token_logprobs(path, "w8a8", tokens)
+    floats = next_token_logprobs(path, "none", jnp.float32, tokens)
 
     def perplexity(logprobs: np.ndarray) -> float:
         return float(np.exp(-np.take_along_axis(logprobs, targets[:, None], axis=1).mean()))
 
-    agreement = float(np.mean(floats.argmax(-1) == int8.argmax(-1)))
-    kl = float(np.mean(np.sum(np.exp(floats) * (floats - int8), axis=-1)))
     print(f"model: {path.name}, {len(tokens)} tokens of {', '.join(f.name for f in args.files)}")
-    print(f"perplexity: float {perplexity(floats):.2f}, w8a8 {perplexity(int8):.2f}")
-    print(f"same most likely next token: {100 * agreement:.1f} % of positions; mean KL(float || w8a8) {kl:.4f} nats")
+    print(f"float32: perplexity {perplexity(floats):.2f}")
+    for name, (quantization, kv_dtype) in VARIANTS.items():
+        variant = next_token_logprobs(path, quantization, kv_dtype, tokens)
+        agreement = float(np.mean(floats.argmax(-1) == variant.argmax(-1)))
+        kl = float(np.mean(np.sum(np.exp(floats) * (floats - variant), axis=-1)))
+        print(
+            f"{name}: perplexity {perplexity(variant):.2f}, same most likely next token as float32 at "
+            f"{100 * agreement:.1f} % of positions, mean KL(float32 || {name}) {kl:.4f} nats"
+        )
     return 0
 
 
