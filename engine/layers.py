@@ -50,23 +50,24 @@ class PagedLayerCache:
 # converted the whole pool to float32 before each layer's gather (~5 s per decode step of the
 # default model); an integer gather moves the same bytes, and the bitcasts are free.
 _STORED_AS = {jnp.dtype(jnp.bfloat16): jnp.dtype(jnp.uint16)}
+_HOLDS = {stored: values for values, stored in _STORED_AS.items()}
 
 
 def value_dtype(pool: Array) -> jnp.dtype:
     """The dtype of the keys and values a pool holds (bfloat16 for its stored bit pattern)."""
-    return jnp.dtype(jnp.bfloat16) if pool.dtype == jnp.uint16 else pool.dtype
+    return _HOLDS.get(pool.dtype, pool.dtype)
 
 
 def pool_values(stored: Array) -> Array:
     """Values read from a pool, in its value dtype."""
-    return jax.lax.bitcast_convert_type(stored, jnp.bfloat16) if stored.dtype == jnp.uint16 else stored
+    dtype = value_dtype(stored)
+    return stored if dtype == stored.dtype else jax.lax.bitcast_convert_type(stored, dtype)
 
 
 def to_pool(values: Array, pool: Array) -> Array:
     """Values to write into `pool`, in its stored form."""
-    if pool.dtype == jnp.uint16:
-        return jax.lax.bitcast_convert_type(values.astype(jnp.bfloat16), jnp.uint16)
-    return values.astype(pool.dtype)
+    values = values.astype(value_dtype(pool))
+    return values if values.dtype == pool.dtype else jax.lax.bitcast_convert_type(values, pool.dtype)
 
 
 def init_paged_caches(config: ModelConfig, pages: int, page_size: int, dtype: jnp.dtype) -> tuple[PagedLayerCache, ...]:
