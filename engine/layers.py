@@ -225,10 +225,16 @@ class Projection(nn.Module):
     @nn.compact
     def __call__(self, x: Array) -> Array:
         if self.int8_matmul:
-            kernel = logical_param(self, "kernel", self.kernel_shape, self.kernel_axes, jnp.int8)
+            # Output-major ([N..., K...], see engine/int8.py): the output axes move to the front.
             channels, channel_axes = self.kernel_shape[self.merged :], self.kernel_axes[self.merged :]
+            kernel = logical_param(
+                self,
+                "kernel",
+                (*channels, *self.kernel_shape[: self.merged]),
+                (*channel_axes, *self.kernel_axes[: self.merged]),
+                jnp.int8,
+            )
             scale = logical_param(self, "kernel_scale", channels, channel_axes, jnp.float32)
-            # Every projection contracts x's last `merged` axes with the kernel's first ones.
             y = int8.flat_matmul(x, kernel, scale, self.merged).astype(self.dtype)
         elif self.merged > 1:
             kernel = logical_param(self, "kernel", self.kernel_shape, self.kernel_axes, self.dtype)
@@ -282,7 +288,7 @@ class Embedding(nn.Module):
     def attend(self, x: Array) -> Array:
         """Logits against the embedding matrix (tied output head)."""
         if self.int8_matmul:
-            return int8.matmul(x, self.embedding, self.embedding_scale, contract_weight_axis=1)
+            return int8.matmul(x, self.embedding, self.embedding_scale)
         return einsum("BTD,VD->BTV", x, self.embedding, dtype=jnp.float32)
 
 
@@ -564,7 +570,7 @@ class Transformer(nn.Module):
         if c.tie_word_embeddings:
             logits = embed.attend(x)
         elif c.int8_matmuls:
-            lm_head = logical_param(self, "lm_head", (c.hidden_size, c.vocab_size), ("embed", "vocab"), jnp.int8)
+            lm_head = logical_param(self, "lm_head", (c.vocab_size, c.hidden_size), ("vocab", "embed"), jnp.int8)
             scale = logical_param(self, "lm_head_scale", (c.vocab_size,), ("vocab",), jnp.float32)
             logits = int8.matmul(x, lm_head, scale)
         else:
