@@ -17,7 +17,7 @@ class EngineConfig:
     kv_pages: int = 0
     kv_memory_bytes: int = 0
     kv_memory_fraction: float = 0.8
-    prefill_chunk: int = 256  # prompt tokens per prefill step; bounds how long decode rows wait
+    prefill_chunk: int = 512  # prompt tokens per prefill step; bounds how long decode rows wait
     # Stop ids besides the model config's EOS ids (the tokenizer's end-of-turn ids go here).
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
     # Each decode row-count bucket is this many times the last: every bucket is a start-up compile

@@ -114,7 +114,10 @@ class Settings:
     )
     page_size: int = setting(16, int, "Tokens per KV-cache page, also the prefix cache's granularity.")
     prefill_chunk: int = setting(
-        256, int, "Prompt tokens prefilled per step; a long prompt holds running streams back one chunk at most."
+        512,
+        int,
+        "Prompt tokens prefilled per step; a long prompt holds running streams back one chunk at most "
+        "(on the CPU 512 prefilled a 3k-token prompt ~8 % faster than 256, and 1024 slower).",
     )
     devices: int | None = setting(None, _optional_int, "How many accelerator devices to shard over; default: all.")
     stored_responses: int = setting(
