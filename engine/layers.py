@@ -89,15 +89,27 @@ class NewKV:
 
 # Keys gathered from the page pool per turn of the attention loop. The loop runs only over the
 # blocks a step's rows have filled, so a step costs what its context holds, whatever the block
-# table's width. Smaller blocks gather fewer padding keys for short rows, larger ones take fewer
-# turns (each with a fixed overhead). On the default model with int8 matmuls, 128 ran a 32-row
-# step at ~100-token contexts in 78 ms (256: 110 ms, 64: 85 ms) and a 3k-token prefill as fast
-# as 256; one row at 64, 3k and 7k tokens of context decoded as fast as with 256, in float32
-# and int8 alike. Prefill steps bring hundreds of queries per row, so a turn's fixed cost
-# weighs less than its mask and rescaling passes: 512-key blocks ran a 256-token chunk at 2.8k
-# tokens of context in 409 ms against 438 ms with 128 (w8a8, bfloat16 KV).
-ATTENTION_BLOCK_TOKENS = 128
+# table's width. Smaller blocks gather fewer padding keys for short rows and keep a turn's
+# gathered keys small, larger ones take fewer turns (each with a fixed overhead). Measured on the
+# default model with int8 matmuls and a bfloat16 pool (this project's 2-core CPU machine):
+# - decode with 16 or more rows: 64-key blocks ran 32 requests of 32 prompt and 64 output tokens
+#   at 389-421 tokens/s against 328-370 with 128, and 386-391 with 32; a 32-row step at 1k tokens
+#   of context ran as fast with either;
+# - decode with fewer rows: 128 (one row at 3k tokens of context: 48 ms a step against 54 with 64);
+# - prefill: hundreds of queries per row, so a turn's fixed cost weighs less than its mask and
+#   rescaling passes: 512-key blocks ran a 256-token chunk at 2.8k tokens of context in 409 ms
+#   against 438 ms with 128.
+DECODE_ATTENTION_BLOCK_TOKENS = 128
+WIDE_DECODE_ATTENTION_BLOCK_TOKENS = 64
+WIDE_DECODE_ROWS = 16
 PREFILL_ATTENTION_BLOCK_TOKENS = 512
+
+
+def attention_block_tokens(rows: int, step_tokens: int) -> int:
+    """Keys per attention loop turn for a step of `rows` rows of `step_tokens` tokens each."""
+    if step_tokens > 1:
+        return PREFILL_ATTENTION_BLOCK_TOKENS
+    return WIDE_DECODE_ATTENTION_BLOCK_TOKENS if rows >= WIDE_DECODE_ROWS else DECODE_ATTENTION_BLOCK_TOKENS
 
 
 # Attention works head-major: queries [K*B, G*T, H] (every query head of a KV head, for every step
@@ -155,7 +167,7 @@ def paged_attention(
     B, T, K = q.shape[:3]
     H = q.shape[-1]
     page_size = cache.k.shape[2]
-    block_pages = max(1, (ATTENTION_BLOCK_TOKENS if T == 1 else PREFILL_ATTENTION_BLOCK_TOKENS) // page_size)
+    block_pages = max(1, attention_block_tokens(B, T) // page_size)
     block_tokens = block_pages * page_size
     columns = -(-block_tables.shape[1] // block_pages) * block_pages
     tables = jnp.pad(block_tables, ((0, 0), (0, columns - block_tables.shape[1])))

@@ -1,0 +1,69 @@
+"""Paged attention against plain causal attention over each row's whole context.
+
+The block size of attention's page loop depends on the step's shape (wide decode steps, narrow
+ones, prefill); whichever it is, each row must attend exactly as dense attention does.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from engine.layers import WIDE_DECODE_ROWS, PagedLayerCache, attention_block_tokens, paged_attention
+
+K, G, H, PAGE = 2, 2, 8, 4  # kv heads, queries per kv head, head dim, tokens per page
+
+
+def _dense(q: np.ndarray, keys: np.ndarray, values: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """One row: q [T,K,G,H] at `positions` over keys/values [S,K,H] at positions 0..S-1."""
+    scores = np.einsum("tkgh,skh->tkgs", q, keys) / math.sqrt(H)
+    scores = np.where(np.arange(keys.shape[0])[None, None, None] <= positions[:, None, None, None], scores, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    return np.einsum("tkgs,skh->tkgh", probs, values).reshape(len(positions), -1)
+
+
+def _context(pool: np.ndarray, own: np.ndarray, slots: list[tuple[int, int]]) -> np.ndarray:
+    """A row's keys or values [S, K, H]: its earlier positions from the pool, then the step's own."""
+    earlier = [pool[:, page, slot] for page, slot in slots]  # [K, H] each
+    return np.concatenate([np.array(earlier).reshape(-1, K, H), own])
+
+
+@pytest.mark.parametrize(("rows", "step_tokens"), [(1, 1), (WIDE_DECODE_ROWS, 1), (2, 5)])
+def test_each_row_attends_as_dense_attention(rows: int, step_tokens: int) -> None:
+    rng = np.random.default_rng(rows * 10 + step_tokens)
+    block = attention_block_tokens(rows, step_tokens)
+    # Contexts from empty to past two blocks, so rows take different numbers of loop turns.
+    in_pool = rng.integers(0, 2 * block + 3, rows)
+    in_pool[0] = 2 * block + 3
+    pages_per_row = -(-int(in_pool.max() + step_tokens) // PAGE) + 1
+    pool_pages = 1 + rows * pages_per_row
+    tables = 1 + rng.permutation(rows * pages_per_row).reshape(rows, pages_per_row).astype(np.int32)
+    pool_k = rng.standard_normal((K, pool_pages, PAGE, H)).astype(np.float32)
+    pool_v = rng.standard_normal((K, pool_pages, PAGE, H)).astype(np.float32)
+    q = rng.standard_normal((rows, step_tokens, K, G, H)).astype(np.float32)
+    k = rng.standard_normal((rows, step_tokens, K, H)).astype(np.float32)
+    v = rng.standard_normal((rows, step_tokens, K, H)).astype(np.float32)
+    positions = (in_pool[:, None] + np.arange(step_tokens)[None]).astype(np.int32)
+
+    got = jax.jit(paged_attention)(
+        jnp.asarray(q),
+        jnp.asarray(k),
+        jnp.asarray(v),
+        jnp.asarray(positions),
+        PagedLayerCache(jnp.asarray(pool_k), jnp.asarray(pool_v)),
+        jnp.asarray(tables),
+    )
+
+    for row in range(rows):
+        slots = [(tables[row, p // PAGE], p % PAGE) for p in range(in_pool[row])]
+        keys, values = (_context(pool, own[row], slots) for pool, own in ((pool_k, k), (pool_v, v)))
+        expected = _dense(q[row], keys, values, positions[row])
+        np.testing.assert_allclose(np.asarray(got[row]), expected, rtol=2e-5, atol=2e-5)
+
+
+def test_wide_decode_steps_gather_smaller_blocks() -> None:
+    assert attention_block_tokens(WIDE_DECODE_ROWS, 1) < attention_block_tokens(1, 1)
+    assert attention_block_tokens(1, 16) > attention_block_tokens(1, 1)
