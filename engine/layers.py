@@ -133,10 +133,12 @@ def _kv_heads(x: Array, dtype: jnp.dtype) -> Array:
     return x.astype(dtype).transpose(2, 0, 1, 3).reshape(K * B, S, H)
 
 
-def _scores(queries: Array, keys: Array, visible: Array) -> Array:
-    """[K*B, G*T, S] scores; `visible` [B, T, S] says which key each step token may see."""
-    B, T, S = visible.shape
+def _scores(queries: Array, keys: Array, visible: Array | None) -> Array:
+    """[K*B, G*T, S] scores; `visible` [B, T, S] says which key each step token may see (None: all)."""
     scores = jax.lax.dot_general(queries, keys, (((2,), (2,)), ((0,), (0,))), preferred_element_type=jnp.float32)
+    if visible is None:
+        return scores
+    B, T, S = visible.shape
     grouped = scores.reshape(-1, B, queries.shape[1] // T, T, S)
     return jnp.where(visible[None, :, None], grouped, _MASKED).reshape(scores.shape)
 
@@ -187,7 +189,11 @@ def paged_attention(
         values = pool_values(cache.v[:, pages]).reshape(K * B, block_tokens, H)
         key_positions = index * block_tokens + jnp.arange(block_tokens)
         visible = jnp.broadcast_to((key_positions[None, :] < in_pool[:, None])[:, None], (B, T, block_tokens))
-        scores = _scores(queries, keys, visible)
+        if T == 1:  # a branch costs a decode step more than masking its few scores
+            scores = _scores(queries, keys, visible)
+        else:  # blocks every row sees whole (all but a long prompt's last) skip the masking pass
+            whole = (index + 1) * block_tokens <= jnp.min(in_pool)
+            scores = jax.lax.cond(whole, lambda: _scores(queries, keys, None), lambda: _scores(queries, keys, visible))
         new_peak = jnp.maximum(peak, jnp.max(scores, axis=-1))
         correction = jnp.exp(peak - new_peak)
         probs = jnp.exp(scores - new_peak[..., None])
