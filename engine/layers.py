@@ -456,7 +456,10 @@ class Attention(nn.Module):
                 keys, values, key_positions = k, v, positions
             else:
                 rows = jnp.arange(B)[:, None]
-                returned_cache = LayerCache(cache.k.at[rows, positions].set(k), cache.v.at[rows, positions].set(v))
+                returned_cache = LayerCache(
+                    cache.k.at[rows, positions].set(k.astype(cache.k.dtype)),
+                    cache.v.at[rows, positions].set(v.astype(cache.v.dtype)),
+                )
                 keys, values = returned_cache.k, returned_cache.v
                 key_positions = jnp.broadcast_to(jnp.arange(keys.shape[1]), (B, keys.shape[1]))
             causal = key_positions[:, None, :] <= positions[:, :, None]  # [B, T, S]
