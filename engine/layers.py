@@ -70,10 +70,18 @@ def to_pool(values: Array, pool: Array) -> Array:
     return values if values.dtype == pool.dtype else jax.lax.bitcast_convert_type(values, pool.dtype)
 
 
+def empty_pool(kv_heads: int, pages: int, page_size: int, head_dim: int, dtype: jnp.dtype) -> Array:
+    """A zeroed pool of keys or values in `dtype`, in its stored form."""
+    return jnp.zeros((kv_heads, pages, page_size, head_dim), _STORED_AS.get(jnp.dtype(dtype), dtype))
+
+
 def init_paged_caches(config: ModelConfig, pages: int, page_size: int, dtype: jnp.dtype) -> tuple[PagedLayerCache, ...]:
-    shape = (config.num_kv_heads, pages, page_size, config.head_dim)
-    dtype = _STORED_AS.get(jnp.dtype(dtype), dtype)
-    return tuple(PagedLayerCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(config.num_layers))
+    """Zeroed pools of `pages` pages per layer, holding keys and values in `dtype`."""
+
+    def pool() -> Array:
+        return empty_pool(config.num_kv_heads, pages, page_size, config.head_dim, dtype)
+
+    return tuple(PagedLayerCache(pool(), pool()) for _ in range(config.num_layers))
 
 
 @jax.tree_util.register_dataclass

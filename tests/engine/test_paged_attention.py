@@ -1,4 +1,5 @@
-"""Paged attention against plain causal attention over each row's whole context.
+"""Paged attention against plain causal attention over each row's whole context, from float32
+and bfloat16 pools.
 
 The block size of attention's page loop depends on the step's shape (wide decode steps, narrow
 ones, prefill); whichever it is, each row must attend exactly as dense attention does.
@@ -11,7 +12,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.layers import WIDE_DECODE_ROWS, PagedLayerCache, attention_block_tokens, paged_attention
+from engine.layers import (
+    WIDE_DECODE_ROWS,
+    PagedLayerCache,
+    attention_block_tokens,
+    empty_pool,
+    paged_attention,
+    to_pool,
+)
 
 K, G, H, PAGE = 2, 2, 8, 4  # kv heads, queries per kv head, head dim, tokens per page
 
@@ -32,7 +40,8 @@ def _context(pool: np.ndarray, own: np.ndarray, slots: list[tuple[int, int]]) ->
 
 
 @pytest.mark.parametrize(("rows", "step_tokens"), [(1, 1), (WIDE_DECODE_ROWS, 1), (1, 5), (2, 5)])
-def test_each_row_attends_as_dense_attention(rows: int, step_tokens: int) -> None:
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_each_row_attends_as_dense_attention(rows: int, step_tokens: int, dtype: jnp.dtype) -> None:
     rng = np.random.default_rng(rows * 10 + step_tokens)
     block = attention_block_tokens(rows, step_tokens)
     # Contexts from empty to past two blocks, so rows take different numbers of loop turns; the
@@ -49,20 +58,19 @@ def test_each_row_attends_as_dense_attention(rows: int, step_tokens: int) -> Non
     v = rng.standard_normal((rows, step_tokens, K, H)).astype(np.float32)
     positions = (in_pool[:, None] + np.arange(step_tokens)[None]).astype(np.int32)
 
+    template = empty_pool(K, pool_pages, PAGE, H, dtype)
+    stored = PagedLayerCache(to_pool(jnp.asarray(pool_k), template), to_pool(jnp.asarray(pool_v), template))
     got = jax.jit(paged_attention)(
-        jnp.asarray(q),
-        jnp.asarray(k),
-        jnp.asarray(v),
-        jnp.asarray(positions),
-        PagedLayerCache(jnp.asarray(pool_k), jnp.asarray(pool_v)),
-        jnp.asarray(tables),
+        jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(positions), stored, jnp.asarray(tables)
     )
+    # bfloat16 keeps 8 bits of mantissa of the queries, keys and values (attention sums in float32).
+    tolerance = 2e-5 if dtype == jnp.float32 else 3e-2
 
     for row in range(rows):
         slots = [(tables[row, p // PAGE], p % PAGE) for p in range(in_pool[row])]
         keys, values = (_context(pool, own[row], slots) for pool, own in ((pool_k, k), (pool_v, v)))
         expected = _dense(q[row], keys, values, positions[row])
-        np.testing.assert_allclose(np.asarray(got[row]), expected, rtol=2e-5, atol=2e-5)
+        np.testing.assert_allclose(np.asarray(got[row]), expected, rtol=tolerance, atol=tolerance)
 
 
 def test_wide_decode_steps_gather_smaller_blocks() -> None:
