@@ -781,13 +781,17 @@ def kv_dtype(model_dtype: str, kv_cache_dtype: str) -> jnp.dtype:
     return jnp.dtype(DTYPES[model_dtype if kv_cache_dtype == "auto" else kv_cache_dtype])
 
 
+def kv_bytes_per_token(model: LoadedModel, kv_cache_dtype: str) -> int:
+    """Bytes of keys and values one token holds in the KV pool, over every layer."""
+    c = model.config
+    return 2 * c.num_layers * c.num_kv_heads * c.head_dim * kv_dtype(model.dtype, kv_cache_dtype).itemsize
+
+
 def _pool_pages(model: LoadedModel, config: EngineConfig, pages_per_row: int) -> int:
     """Pages in the KV pool (plus the null page), from the first size setting given."""
     if config.kv_pages:
         return config.kv_pages + 1
-    c = model.config
-    itemsize = kv_dtype(model.dtype, config.kv_cache_dtype).itemsize
-    page_bytes = 2 * c.num_layers * config.page_size * c.num_kv_heads * c.head_dim * itemsize
+    page_bytes = config.page_size * kv_bytes_per_token(model, config.kv_cache_dtype)
     budget = config.kv_memory_bytes
     if not budget:
         memory = model.mesh.devices.flat[0].memory_stats() or {}

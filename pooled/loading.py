@@ -16,7 +16,7 @@ import jax
 from engine.checkpoint.errors import CheckpointError
 from engine.checkpoint.loader import LoadedModel, load_model
 from engine.checkpoint.prepared_cache import cache_root
-from engine.engine import Engine, kv_dtype
+from engine.engine import Engine, kv_bytes_per_token
 from engine.engine_config import EngineConfig
 from engine.tokenizer import ChatTemplate, Tokenizer
 from pooled.model_host import Loaded
@@ -65,9 +65,8 @@ def _kv_memory(settings: Settings, model: LoadedModel, backend: str) -> int:
         return settings.kv_memory
     if backend != "cpu":
         return 0
-    c = model.config
-    per_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim * kv_dtype(model.dtype, settings.kv_cache_dtype).itemsize
-    every_lane_full = (settings.decode_lanes + 1) * (c.context_length + 2 * settings.page_size) * per_token
+    per_token = kv_bytes_per_token(model, settings.kv_cache_dtype)
+    every_lane_full = (settings.decode_lanes + 1) * (model.config.context_length + 2 * settings.page_size) * per_token
     return min(CPU_KV_MEMORY, every_lane_full)
 
 

@@ -19,7 +19,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.checkpoint.loader import load_model  # noqa: E402
+from engine.checkpoint.loader import LoadedModel, load_model  # noqa: E402
 from engine.layers import init_layer_caches  # noqa: E402
 from engine.tokenizer import Tokenizer  # noqa: E402
 from pooled.model_host import default_model_path  # noqa: E402
@@ -32,8 +32,7 @@ VARIANTS = {
 }
 
 
-def next_token_logprobs(path: Path, quantization: str, kv_dtype: jnp.dtype, tokens: list[int]) -> np.ndarray:
-    model = load_model(path, progress=False, quantization=quantization)
+def next_token_logprobs(model: LoadedModel, kv_dtype: jnp.dtype, tokens: list[int]) -> np.ndarray:
     ids = jnp.asarray([tokens], jnp.int32)
     cache = init_layer_caches(model.config, 1, len(tokens), kv_dtype)
     logits, _ = model.forward(ids, jnp.arange(len(tokens), dtype=jnp.int32)[None], cache)
@@ -50,7 +49,8 @@ def main() -> int:
     text = "\n\n".join(f.read_text(encoding="utf-8") for f in args.files)
     tokens = Tokenizer.from_gguf_file(path).encode(text)[: args.tokens]
     targets = np.asarray(tokens[1:])
-    floats = next_token_logprobs(path, "none", jnp.float32, tokens)
+    models = {q: load_model(path, progress=False, quantization=q) for q in {"none"} | {q for q, _ in VARIANTS.values()}}
+    floats = next_token_logprobs(models["none"], jnp.float32, tokens)
 
     def perplexity(logprobs: np.ndarray) -> float:
         return float(np.exp(-np.take_along_axis(logprobs, targets[:, None], axis=1).mean()))
@@ -58,7 +58,7 @@ def main() -> int:
     print(f"model: {path.name}, {len(tokens)} tokens of {', '.join(f.name for f in args.files)}")
     print(f"float32: perplexity {perplexity(floats):.2f}")
     for name, (quantization, kv_dtype) in VARIANTS.items():
-        variant = next_token_logprobs(path, quantization, kv_dtype, tokens)
+        variant = next_token_logprobs(models[quantization], kv_dtype, tokens)
         agreement = float(np.mean(floats.argmax(-1) == variant.argmax(-1)))
         kl = float(np.mean(np.sum(np.exp(floats) * (floats - variant), axis=-1)))
         print(
