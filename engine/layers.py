@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine import int8
+from engine import int8, kernels
 from engine.config import ModelConfig, RopeScaling
 
 Array = jax.Array
@@ -163,7 +163,51 @@ def _step_major(attended: Array, B: int, T: int) -> Array:
     return attended.reshape(K, B, -1, T, H).transpose(1, 3, 0, 2, 4).reshape(B, T, -1)
 
 
+# The native decode attention (engine/kernels/paged_attention.cc) serves one-token steps on CPU: it
+# reads each row's keys straight from its pages, where XLA gathers them into blocks first and runs
+# a loop turn of small matmuls per block. Its limits on the shapes it takes:
+NATIVE_MAX_HEAD_DIM, NATIVE_MAX_GROUP, NATIVE_MAX_PAGE_SIZE = 256, 16, 128
+
+
 def paged_attention(
+    q: Array, k: Array, v: Array, positions: Array, cache: PagedLayerCache, block_tables: Array
+) -> Array:
+    """Causal attention of the step's queries q [B,T,K,G,H] over their rows' pages and the step's
+    own keys and values k, v [B,T,K,H]; returns [B, T, K*G*H] float32. One-token steps run the
+    native kernel on CPU where it takes the shapes; everything else `xla_paged_attention`."""
+    B, T, K, G, H = q.shape
+    native = (
+        T == 1
+        and H <= NATIVE_MAX_HEAD_DIM
+        and G <= NATIVE_MAX_GROUP
+        and cache.k.shape[2] <= NATIVE_MAX_PAGE_SIZE
+        and value_dtype(cache.k) in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
+        and kernels.available()
+    )
+    if not native:
+        return xla_paged_attention(q, k, v, positions, cache, block_tables)
+    return jax.lax.platform_dependent(
+        q, k, v, positions, cache, block_tables, cpu=_native_decode_attention, default=xla_paged_attention
+    )
+
+
+def _native_decode_attention(
+    q: Array, k: Array, v: Array, positions: Array, cache: PagedLayerCache, block_tables: Array
+) -> Array:
+    f32 = jnp.float32
+    attended = kernels.paged_decode_attention(
+        q[:, 0].astype(f32),
+        k[:, 0].astype(f32),
+        v[:, 0].astype(f32),
+        cache.k,
+        cache.v,
+        block_tables.astype(jnp.int32),
+        positions[:, 0].astype(jnp.int32),
+    )
+    return attended[:, None]
+
+
+def xla_paged_attention(
     q: Array, k: Array, v: Array, positions: Array, cache: PagedLayerCache, block_tables: Array
 ) -> Array:
     """Causal attention of the step's queries q [B,T,K,G,H] over their rows' pages and the step's

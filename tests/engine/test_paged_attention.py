@@ -2,10 +2,12 @@
 and bfloat16 pools.
 
 The block size of attention's page loop depends on the step's shape (wide decode steps, narrow
-ones, prefill); whichever it is, each row must attend exactly as dense attention does.
+ones, prefill); whichever it is, each row must attend exactly as dense attention does. The same
+holds for what `paged_attention` dispatches to (the native kernel for one-token steps on CPU).
 """
 
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +21,7 @@ from engine.layers import (
     empty_pool,
     paged_attention,
     to_pool,
+    xla_paged_attention,
 )
 
 K, G, H, PAGE = 2, 2, 8, 4  # kv heads, queries per kv head, head dim, tokens per page
@@ -41,7 +44,10 @@ def _context(pool: np.ndarray, own: np.ndarray, slots: list[tuple[int, int]]) ->
 
 @pytest.mark.parametrize(("rows", "step_tokens"), [(1, 1), (WIDE_DECODE_ROWS, 1), (1, 5), (2, 5)])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_each_row_attends_as_dense_attention(rows: int, step_tokens: int, dtype: jnp.dtype) -> None:
+@pytest.mark.parametrize("attention", [paged_attention, xla_paged_attention], ids=["dispatched", "xla"])
+def test_each_row_attends_as_dense_attention(
+    rows: int, step_tokens: int, dtype: jnp.dtype, attention: Callable[..., jax.Array]
+) -> None:
     rng = np.random.default_rng(rows * 10 + step_tokens)
     block = attention_block_tokens(rows, step_tokens)
     # Contexts from empty to past two blocks, so rows take different numbers of loop turns; the
@@ -60,7 +66,7 @@ def test_each_row_attends_as_dense_attention(rows: int, step_tokens: int, dtype:
 
     template = empty_pool(K, pool_pages, PAGE, H, dtype)
     stored = PagedLayerCache(to_pool(jnp.asarray(pool_k), template), to_pool(jnp.asarray(pool_v), template))
-    got = jax.jit(paged_attention)(
+    got = jax.jit(attention)(
         jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(positions), stored, jnp.asarray(tables)
     )
     # bfloat16 keeps 8 bits of mantissa of the queries, keys and values (attention sums in float32).

@@ -1,0 +1,108 @@
+"""Native CPU kernels, called from jitted code as XLA custom calls (`jax.ffi`).
+
+Why: XLA's CPU backend has no fast path for what a small decode step does most — multiplying a
+few rows by a large int8 weight. Its int8 dot moved weights at ~6 GB/s with one or two rows,
+where the machine streams ~40; `int8_matmul.cc` streams them with AVX-512 VNNI and software
+prefetch on XLA's own thread pool (see engine/int8.py for where it is used and the figures).
+
+Each kernel is compiled from its source on first use, for the machine it runs on (`-march=native`),
+with the C++ compiler in `$CXX` (default `c++`), into `<cache root>/kernels/` under a key of the
+source, the flags, the compiler, jaxlib and the CPU's feature flags; later processes load that
+library. Without a compiler, or if the build fails, the kernel is reported unavailable (logged
+once) and callers use XLA's own dot: slower, never wrong.
+"""
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import jaxlib
+
+from engine.checkpoint.prepared_cache import cache_root
+
+log = logging.getLogger(__name__)
+
+Array = jax.Array
+
+_SOURCE_DIR = Path(__file__).parent
+_FLAGS = ("-O3", "-march=native", "-std=c++17", "-fopenmp-simd", "-shared", "-fPIC")
+INT8_MATMUL = "pooled_int8_matmul"
+PAGED_DECODE_ATTENTION = "pooled_paged_decode_attention"
+_TARGETS = {INT8_MATMUL: "PooledInt8Matmul", PAGED_DECODE_ATTENTION: "PooledPagedDecodeAttention"}
+
+
+def _cpu_features() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _build() -> Path:
+    """The library of every kernel here, built now unless a matching one is cached."""
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        raise RuntimeError(f"no C++ compiler ({compiler!r}; set CXX)")
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
+    sources = sorted(_SOURCE_DIR.glob("*.cc"))
+    texts = [path.read_text() for path in sorted(_SOURCE_DIR.glob("*.[ch]*"))]
+    identity = [*texts, *_FLAGS, version, jaxlib.__version__, platform.machine(), _cpu_features()]
+    key = hashlib.sha256("\0".join(identity).encode()).hexdigest()[:16]
+    directory = cache_root(None).parent / "kernels"
+    library = directory / f"kernels-{key}.so"
+    if library.exists():
+        return library
+    directory.mkdir(parents=True, exist_ok=True)
+    # Built under a temporary name and renamed: concurrent processes never load a half-written file.
+    with tempfile.TemporaryDirectory(dir=directory) as scratch:
+        built = Path(scratch) / library.name
+        include = ["-isystem", jax.ffi.include_dir()]
+        command = [compiler, *_FLAGS, *include, *map(str, sources), "-o", str(built)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
+        built.replace(library)
+    return library
+
+
+@functools.cache
+def available() -> bool:
+    """Whether the kernels can be called on CPU (built and registered once per process)."""
+    try:
+        library = ctypes.cdll.LoadLibrary(str(_build()))
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
+        log.warning("native CPU kernels unavailable, using XLA's own ops: %s", error)
+        return False
+    for target, symbol in _TARGETS.items():
+        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
+    return True
+
+
+def int8_matmul(x: Array, x_scale: Array, weight: Array, weight_scale: Array) -> Array:
+    """f32 [M, N] = (int8 x [M, K] · int8 weight [N, K]ᵀ) · x_scale [M] · weight_scale [N]; CPU only,
+    after `available()`."""
+    result = jax.ShapeDtypeStruct((x.shape[0], weight.shape[0]), jnp.float32)
+    return jax.ffi.ffi_call(INT8_MATMUL, result)(x, x_scale, weight, weight_scale)
+
+
+def paged_decode_attention(
+    q: Array, k: Array, v: Array, k_pool: Array, v_pool: Array, tables: Array, filled: Array
+) -> Array:
+    """One decode step's attention (see `paged_attention.cc`): q f32 [B, K, G, H], the step's own
+    k, v f32 [B, K, H], pools [K, P, S, H] (f32, or bfloat16 stored as uint16), tables int32 [B, C],
+    `filled` int32 [B] positions in the pool → f32 [B, K*G*H]. CPU only, after `available()`."""
+    B, K, G, H = q.shape
+    result = jax.ShapeDtypeStruct((B, K * G * H), jnp.float32)
+    return jax.ffi.ffi_call(PAGED_DECODE_ATTENTION, result)(q, k, v, k_pool, v_pool, tables, filled)

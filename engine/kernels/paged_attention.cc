@@ -1,0 +1,187 @@
+// pooled_paged_decode_attention: one decode step's attention, each row's single query token over
+// the keys and values its block table points to in the page pool, plus the step's own key and value
+// (not in the pool yet). The decode path of engine/layers.py `paged_attention` as an XLA CPU
+// custom call (see engine/kernels/__init__.py for why).
+//
+//   q      f32 [B, K, G, H]    queries, G per KV head, not yet scaled by 1/sqrt(H)
+//   k, v   f32 [B, K, H]       the step's own key and value
+//   pools  [K, P, S, H]        keys and values: f32, or bfloat16 stored as its 16-bit pattern
+//   tables s32 [B, C]          each row's pages in position order
+//   filled s32 [B]             positions 0..filled-1 of each row are read from the pool
+//   out    f32 [B, K*G*H]      attention output, query heads in checkpoint order (k-major)
+//
+// The softmax runs online, a page at a time, in float32. Threads: (row, KV head) units are shared
+// with XLA's pool (parallel.h) when the step reads enough keys to be worth it.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "parallel.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+// Below this many pooled keys in a step (over all rows and KV heads) one thread does it all.
+constexpr int64_t kParallelKeys = 2048;
+constexpr int kMaxHeadDim = 256;
+constexpr int kMaxGroup = 16;
+constexpr int kMaxPage = 128;
+
+struct Shape {
+  int64_t rows, kv_heads, group, head_dim, pages, page_size, columns;
+};
+
+inline void Load(const float* from, float* to, int64_t n) { std::memcpy(to, from, n * sizeof(float)); }
+
+inline void Load(const uint16_t* from, float* to, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(from[i]) << 16;
+    std::memcpy(&to[i], &bits, sizeof(float));
+  }
+}
+
+inline float Dot(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// exp(x) for x <= 0 (scores minus their running maximum), as straight-line arithmetic the
+// compiler vectorizes: 2^(x log2 e) split into an integer power set in the exponent bits and a
+// degree-6 polynomial for the fraction (relative error ~2e-7). Underflows to 0 below -87.
+inline float ExpNonPositive(float x) {
+  x = std::max(x, -87.0f);
+  const float t = x * 1.44269504088896341f;
+  const float whole = std::floor(t);
+  const float f = t - whole;
+  float p = 1.5353362e-4f;
+  p = p * f + 1.3398874e-3f;
+  p = p * f + 9.6181291e-3f;
+  p = p * f + 5.5504109e-2f;
+  p = p * f + 2.4022650e-1f;
+  p = p * f + 6.9314718e-1f;
+  p = p * f + 1.0f;
+  const int32_t exponent = (static_cast<int32_t>(whole) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &exponent, sizeof(float));
+  return p * scale;
+}
+
+template <typename T>
+void AttendOne(const Shape& s, const float* q, const float* k_new, const float* v_new, const T* k_pool,
+               const T* v_pool, const int32_t* tables, const int32_t* filled, float* out, int64_t unit) {
+  const int64_t b = unit / s.kv_heads, kh = unit % s.kv_heads;
+  const int64_t G = s.group, H = s.head_dim, S = s.page_size;
+  const float inv_sqrt = 1.0f / std::sqrt(static_cast<float>(H));
+  alignas(64) float queries[kMaxGroup][kMaxHeadDim];
+  alignas(64) float acc[kMaxGroup][kMaxHeadDim];
+  alignas(64) float key[kMaxHeadDim];
+  alignas(64) float scores[kMaxGroup][kMaxPage];
+  float peak[kMaxGroup], total[kMaxGroup];
+
+  // The step's own key and value first: every query sees them (its own position).
+  const float* own_k = k_new + (b * s.kv_heads + kh) * H;
+  const float* own_v = v_new + (b * s.kv_heads + kh) * H;
+  for (int64_t g = 0; g < G; ++g) {
+    const float* row = q + ((b * s.kv_heads + kh) * G + g) * H;
+    for (int64_t h = 0; h < H; ++h) queries[g][h] = row[h] * inv_sqrt;
+    peak[g] = Dot(queries[g], own_k, H);
+    total[g] = 1.0f;
+    std::memcpy(acc[g], own_v, H * sizeof(float));
+  }
+
+  const int64_t count = std::clamp<int64_t>(filled[b], 0, s.columns * S);
+  for (int64_t start = 0; start < count; start += S) {
+    const int64_t page = std::clamp<int64_t>(tables[b * s.columns + start / S], 0, s.pages - 1);
+    const int64_t n = std::min(S, count - start);
+    const T* keys = k_pool + (kh * s.pages + page) * S * H;
+    const T* values = v_pool + (kh * s.pages + page) * S * H;
+    for (int64_t i = 0; i < n; ++i) {
+      Load(keys + i * H, key, H);
+      for (int64_t g = 0; g < G; ++g) scores[g][i] = Dot(queries[g], key, H);
+    }
+    for (int64_t g = 0; g < G; ++g) {
+      float new_peak = peak[g];
+#pragma omp simd reduction(max : new_peak)
+      for (int64_t i = 0; i < n; ++i) new_peak = std::max(new_peak, scores[g][i]);
+      const float correction = ExpNonPositive(peak[g] - new_peak);
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = 0; i < n; ++i) {
+        scores[g][i] = ExpNonPositive(scores[g][i] - new_peak);
+        sum += scores[g][i];
+      }
+      total[g] = total[g] * correction + sum;
+      peak[g] = new_peak;
+      for (int64_t h = 0; h < H; ++h) acc[g][h] *= correction;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      Load(values + i * H, key, H);
+      for (int64_t g = 0; g < G; ++g) {
+        const float weight = scores[g][i];
+        for (int64_t h = 0; h < H; ++h) acc[g][h] += weight * key[h];
+      }
+    }
+  }
+  float* result = out + (b * s.kv_heads + kh) * G * H;
+  for (int64_t g = 0; g < G; ++g) {
+    const float norm = 1.0f / total[g];
+    for (int64_t h = 0; h < H; ++h) result[g * H + h] = acc[g][h] * norm;
+  }
+}
+
+template <typename T>
+void Attend(ffi::ThreadPool& pool, const Shape& s, const float* q, const float* k_new, const float* v_new,
+            const T* k_pool, const T* v_pool, const int32_t* tables, const int32_t* filled, float* out) {
+  int64_t keys = 0;
+  for (int64_t b = 0; b < s.rows; ++b) keys += std::max<int32_t>(filled[b], 0);
+  pooled::ForEachUnit(pool, s.rows * s.kv_heads, keys * s.kv_heads >= kParallelKeys, [&](int64_t unit) {
+    AttendOne(s, q, k_new, v_new, k_pool, v_pool, tables, filled, out, unit);
+  });
+}
+
+ffi::Error PagedDecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k_new,
+                                ffi::Buffer<ffi::F32> v_new, ffi::AnyBuffer k_pool, ffi::AnyBuffer v_pool,
+                                ffi::Buffer<ffi::S32> tables, ffi::Buffer<ffi::S32> filled,
+                                ffi::ResultBuffer<ffi::F32> out) {
+  const auto qd = q.dimensions();
+  const auto pd = k_pool.dimensions();
+  if (qd.size() != 4 || pd.size() != 4 || tables.dimensions().size() != 2) {
+    return ffi::Error::InvalidArgument("pooled_paged_decode_attention: unexpected ranks");
+  }
+  const Shape s{qd[0], qd[1], qd[2], qd[3], pd[1], pd[2], tables.dimensions()[1]};
+  if (pd[0] != s.kv_heads || pd[3] != s.head_dim || s.head_dim > kMaxHeadDim || s.group > kMaxGroup ||
+      s.page_size > kMaxPage || k_pool.element_type() != v_pool.element_type()) {
+    return ffi::Error::InvalidArgument("pooled_paged_decode_attention: unsupported shapes");
+  }
+  if (k_pool.element_type() == ffi::DataType::F32) {
+    Attend(pool, s, q.typed_data(), k_new.typed_data(), v_new.typed_data(), k_pool.reinterpret_data<float>(),
+           v_pool.reinterpret_data<float>(), tables.typed_data(), filled.typed_data(), out->typed_data());
+  } else if (k_pool.element_type() == ffi::DataType::U16) {
+    Attend(pool, s, q.typed_data(), k_new.typed_data(), v_new.typed_data(), k_pool.reinterpret_data<uint16_t>(),
+           v_pool.reinterpret_data<uint16_t>(), tables.typed_data(), filled.typed_data(), out->typed_data());
+  } else {
+    return ffi::Error::InvalidArgument("pooled_paged_decode_attention: pools must be f32 or bf16 bits");
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PooledPagedDecodeAttention, PagedDecodeAttention,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
