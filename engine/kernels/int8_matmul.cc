@@ -27,14 +27,15 @@ struct Problem {
 constexpr int64_t kRowTile = 4;
 constexpr int64_t kChannelTile = 4;
 // Channels per unit of work taken from the shared counter.
-constexpr int64_t kChunkChannels = 64;
+constexpr int64_t kChunkChannels = 16;
 // Below this many multiply-adds a helper costs more to wake than it saves.
 constexpr int64_t kParallelWork = int64_t{1} << 16;
-// How far ahead of the tile being read weights are prefetched. A tile's rows are short (a few
-// hundred bytes each), too short for the hardware prefetcher to ramp up on: with one row of
-// activations, prefetching 4 KiB ahead took the 30 SmolLM2 layers' projections and head from
-// 13.5 to 10.5-11.5 ms.
-constexpr int64_t kPrefetchBytes = 4096;
+// How far ahead of the tile being read weights are prefetched (into L2). A tile's rows are short (a
+// few hundred bytes each), too short for the hardware prefetcher to ramp up on. One-row decode step
+// of the default model (w8a8), scratch timing: no prefetch 13.5 ms for the projections alone;
+// whole step 8.9-9.0 ms prefetching 1 KiB ahead into L1, 8.1-8.3 with 4 KiB, 7.7-8.0 with 16 KiB,
+// 7.5-7.7 with 16 KiB into L2, 8.0-8.2 with 32 KiB into L2.
+constexpr int64_t kPrefetchBytes = 16384;
 
 inline float Scaled(int32_t sum, float x_scale, float w_scale) {
   // The same order as the XLA path: (f32(sum) * row scale) * channel scale.
@@ -53,7 +54,7 @@ inline void Step(const Problem& p, int64_t m0, int64_t n0, int64_t k, __mmask64 
   __m512i w[CT];
   // The tile's CT rows are contiguous: CT lines per step keeps pace with the loads.
   const int8_t* ahead = p.w + n0 * p.depth + k * CT + kPrefetchBytes;
-  for (int j = 0; j < CT; ++j) _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * j), _MM_HINT_T0);
+  for (int j = 0; j < CT; ++j) _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * j), _MM_HINT_T1);
   for (int j = 0; j < CT; ++j) {
     w[j] = _mm512_maskz_loadu_epi8(mask, p.w + (n0 + j) * p.depth + k);
     w_sum[j] = _mm512_dpbusd_epi32(w_sum[j], ones, w[j]);
