@@ -136,7 +136,10 @@ def memory_bandwidth_gbs() -> float:
 
 async def measure(name: str, base_url: str, tokenizer: Tokenizer, pid: int | None) -> Report:
     report = Report(name)
-    async with httpx.AsyncClient(base_url=base_url, timeout=600) as client:
+    # A connection per request: llama-server closes idle keep-alive connections, and a request sent
+    # on one it was closing failed the run ("Server disconnected without sending a response").
+    fresh_connections = httpx.Limits(max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=base_url, timeout=600, limits=fresh_connections) as client:
         await stream_completion(client, make_prompt(tokenizer, 64, "warm-up"), 8)
         for size in PROMPT_SIZES:
             result = await stream_completion(client, make_prompt(tokenizer, size, f"ttft-{size}"), 4)

@@ -1,15 +1,18 @@
 """Native CPU kernels, called from jitted code as XLA custom calls (`jax.ffi`).
 
-Why: XLA's CPU backend has no fast path for what a small decode step does most — multiplying a
-few rows by a large int8 weight. Its int8 dot moved weights at ~6 GB/s with one or two rows,
-where the machine streams ~40; `int8_matmul.cc` streams them with AVX-512 VNNI and software
-prefetch on XLA's own thread pool (see engine/int8.py for where it is used and the figures).
+Why: XLA's CPU backend has no fast path for what a decode step does most. Its int8 dot moved
+weights at ~6 GB/s with one or two rows of activations, where this machine streams ~40
+(`int8_matmul.cc`: AVX-512 VNNI with software prefetch; used by engine/int8.py); and its
+attention over a paged cache had to gather each row's keys into blocks and loop over them in
+small matmuls (`paged_attention.cc` reads the pages in place; used by engine/layers.py for
+one-token steps). Both split their work over XLA's own thread pool (`parallel.h`).
 
-Each kernel is compiled from its source on first use, for the machine it runs on (`-march=native`),
-with the C++ compiler in `$CXX` (default `c++`), into `<cache root>/kernels/` under a key of the
-source, the flags, the compiler, jaxlib and the CPU's feature flags; later processes load that
-library. Without a compiler, or if the build fails, the kernel is reported unavailable (logged
-once) and callers use XLA's own dot: slower, never wrong.
+The kernels are compiled together on first use, for the machine they run on (`-march=native`),
+with the C++ compiler in `$CXX` (default `c++`), into `kernels/` under the prepared-weights cache
+(`POOLED_CACHE_DIR`, default ~/.cache/pooled/prepared), keyed by the sources, the flags, the
+compiler, jaxlib and the CPU's feature flags; later processes load that library. Without a
+compiler, or if the build fails, `available()` is False (logged once) and callers use XLA's own
+ops: slower, never wrong.
 """
 
 import ctypes
@@ -60,7 +63,7 @@ def _build() -> Path:
     texts = [path.read_text() for path in sorted(_SOURCE_DIR.glob("*.[ch]*"))]
     identity = [*texts, *_FLAGS, version, jaxlib.__version__, platform.machine(), _cpu_features()]
     key = hashlib.sha256("\0".join(identity).encode()).hexdigest()[:16]
-    directory = cache_root(None).parent / "kernels"
+    directory = cache_root(None) / "kernels"
     library = directory / f"kernels-{key}.so"
     if library.exists():
         return library
