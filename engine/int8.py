@@ -21,6 +21,7 @@ jitted, best of 10): 10.4 against 12.5 ms at 2 rows, 14.0 against 17.6 at 32, 78
 """
 
 import math
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -53,15 +54,25 @@ def quantize(weight: Array, channel_axes: int, channels_last: bool = True) -> tu
 def matmul(x: Array, weight: Array, scale: Array) -> Array:
     """x [..., K] · weightᵀ → f32 [..., N]; `weight` is int8 [N, K] and `scale` its f32 [N]
     output-channel scales."""
+    return matmuls(x, [(weight, scale)])[0]
+
+
+def matmuls(x: Array, weights: Sequence[tuple[Array, Array]]) -> list[Array]:
+    """`matmul` of one x by each (weight, scale): x is quantized once, and up to `KERNEL_MAX_ROWS`
+    rows on a CPU one native call streams all the weights (q, k and v; gate and up)."""
     rows = x.reshape(-1, x.shape[-1]).astype(jnp.float32)
     row_scale = jnp.max(jnp.abs(rows), axis=1) / LEVELS
     row_scale = jnp.where(row_scale == 0, 1.0, row_scale)
     quantized = jnp.round(rows / row_scale[:, None]).astype(jnp.int8)
     if rows.shape[0] <= KERNEL_MAX_ROWS and kernels.available():
-        y = jax.lax.platform_dependent(quantized, row_scale, weight, scale, cpu=kernels.int8_matmul, default=xla_matmul)
+        ys = jax.lax.platform_dependent(quantized, row_scale, weights, cpu=kernels.int8_matmul, default=xla_matmuls)
     else:
-        y = xla_matmul(quantized, row_scale, weight, scale)
-    return y.reshape(*x.shape[:-1], y.shape[-1])
+        ys = xla_matmuls(quantized, row_scale, weights)
+    return [y.reshape(*x.shape[:-1], y.shape[-1]) for y in ys]
+
+
+def xla_matmuls(x: Array, x_scale: Array, weights: Sequence[tuple[Array, Array]]) -> list[Array]:
+    return [xla_matmul(x, x_scale, weight, scale) for weight, scale in weights]
 
 
 def xla_matmul(x: Array, x_scale: Array, weight: Array, weight_scale: Array) -> Array:
@@ -74,10 +85,14 @@ def xla_matmul(x: Array, x_scale: Array, weight: Array, weight_scale: Array) -> 
     return (accumulated.astype(jnp.float32) * x_scale[:, None] * weight_scale)[:count]
 
 
-def flat_matmul(x: Array, kernel: Array, scale: Array, contracting: int) -> Array:
-    """A projection's contraction: x's last `contracting` axes with the output-major kernel's last
-    ones ([N..., K...]), as one flat axis; the result has the kernel's output axes."""
+def flat_matmuls(x: Array, kernels_and_scales: Sequence[tuple[Array, Array]], contracting: int) -> list[Array]:
+    """Projections of one x: its last `contracting` axes with each output-major kernel's last ones
+    ([N..., K...]), as one flat axis; each result has its kernel's output axes."""
     flat_x = x.reshape(*x.shape[: x.ndim - contracting], -1)
-    outputs = kernel.shape[: kernel.ndim - contracting]
-    y = matmul(flat_x, kernel.reshape(math.prod(outputs), -1), scale.reshape(-1))
-    return y.reshape(*flat_x.shape[:-1], *outputs)
+    outputs = [kernel.shape[: kernel.ndim - contracting] for kernel, _ in kernels_and_scales]
+    flat = [
+        (kernel.reshape(math.prod(shape), -1), scale.reshape(-1))
+        for (kernel, scale), shape in zip(kernels_and_scales, outputs, strict=True)
+    ]
+    ys = matmuls(flat_x, flat)
+    return [y.reshape(*flat_x.shape[:-1], *shape) for y, shape in zip(ys, outputs, strict=True)]

@@ -24,6 +24,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import jax
@@ -93,11 +94,12 @@ def available() -> bool:
     return True
 
 
-def int8_matmul(x: Array, x_scale: Array, weight: Array, weight_scale: Array) -> Array:
-    """f32 [M, N] = (int8 x [M, K] · int8 weight [N, K]ᵀ) · x_scale [M] · weight_scale [N]; CPU only,
-    after `available()`."""
-    result = jax.ShapeDtypeStruct((x.shape[0], weight.shape[0]), jnp.float32)
-    return jax.ffi.ffi_call(INT8_MATMUL, result)(x, x_scale, weight, weight_scale)
+def int8_matmul(x: Array, x_scale: Array, weights: Sequence[tuple[Array, Array]]) -> list[Array]:
+    """For each (int8 weight [N, K], f32 weight_scale [N]): f32 [M, N] = (int8 x [M, K] · weightᵀ) ·
+    x_scale [M] · weight_scale — in one call. CPU only, after `available()`."""
+    results = [jax.ShapeDtypeStruct((x.shape[0], weight.shape[0]), jnp.float32) for weight, _ in weights]
+    operands = [array for pair in weights for array in pair]
+    return list(jax.ffi.ffi_call(INT8_MATMUL, results)(x, x_scale, *operands))
 
 
 def paged_decode_attention(

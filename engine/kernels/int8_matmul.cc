@@ -1,10 +1,13 @@
 // pooled_int8_matmul: y[m, n] = f32(sum_k x[m, k] * w[n, k]) * x_scale[m] * w_scale[n]
 // for int8 activations x [M, K], int8 output-major weights w [N, K] and f32 scales: the W8A8
 // matmul of engine/int8.py as an XLA CPU custom call (see engine/kernels/__init__.py for why).
+// One call takes any number of (w, w_scale) pairs against the same x and returns a y for each
+// (q, k and v; gate and up): one parallel region streams all their weights.
 // Threads: chunks of output channels are shared with XLA's pool (parallel.h).
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "parallel.h"
 #include "xla/ffi/api/ffi.h"
@@ -122,18 +125,31 @@ void Channels(const Problem& p, int64_t begin, int64_t end) {
 }
 
 ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::F32> x_scale,
-                      ffi::Buffer<ffi::S8> w, ffi::Buffer<ffi::F32> w_scale,
-                      ffi::ResultBuffer<ffi::F32> y) {
-  if (x.dimensions().size() != 2 || w.dimensions().size() != 2 || x.dimensions()[1] != w.dimensions()[1]) {
-    return ffi::Error::InvalidArgument("pooled_int8_matmul: expected x [M, K] and w [N, K]");
+                      ffi::RemainingArgs weights, ffi::RemainingRets ys) {
+  if (x.dimensions().size() != 2 || weights.size() % 2 != 0 || weights.size() / 2 != ys.size()) {
+    return ffi::Error::InvalidArgument("pooled_int8_matmul: expected x [M, K] and (w [N, K], scale [N]) pairs");
   }
-  const Problem problem{x.typed_data(), x_scale.typed_data(), w.typed_data(), w_scale.typed_data(),
-                        y->typed_data(), x.dimensions()[0], w.dimensions()[0], x.dimensions()[1]};
-  const int64_t chunks = (problem.channels + kChunkChannels - 1) / kChunkChannels;
-  const bool parallel = problem.rows * problem.channels * problem.depth >= kParallelWork;
-  pooled::ForEachUnit(pool, chunks, parallel, [&problem](int64_t chunk) {
-    const int64_t begin = chunk * kChunkChannels;
-    Channels(problem, begin, std::min(begin + kChunkChannels, problem.channels));
+  std::vector<Problem> problems;
+  std::vector<int64_t> first_chunk{0};  // problem i owns chunks [first_chunk[i], first_chunk[i + 1])
+  int64_t work = 0;
+  for (size_t i = 0; i < ys.size(); ++i) {
+    auto w = weights.get<ffi::Buffer<ffi::S8>>(2 * i);
+    auto w_scale = weights.get<ffi::Buffer<ffi::F32>>(2 * i + 1);
+    auto y = ys.get<ffi::Buffer<ffi::F32>>(i);
+    if (!w.has_value() || !w_scale.has_value() || !y.has_value() || w->dimensions().size() != 2 ||
+        w->dimensions()[1] != x.dimensions()[1]) {
+      return ffi::Error::InvalidArgument("pooled_int8_matmul: a weight is not int8 [N, K] with f32 scales");
+    }
+    problems.push_back(Problem{x.typed_data(), x_scale.typed_data(), w->typed_data(), w_scale->typed_data(),
+                               (*y)->typed_data(), x.dimensions()[0], w->dimensions()[0], x.dimensions()[1]});
+    const Problem& p = problems.back();
+    first_chunk.push_back(first_chunk.back() + (p.channels + kChunkChannels - 1) / kChunkChannels);
+    work += p.rows * p.channels * p.depth;
+  }
+  pooled::ForEachUnit(pool, first_chunk.back(), work >= kParallelWork, [&](int64_t chunk) {
+    const size_t i = std::upper_bound(first_chunk.begin(), first_chunk.end(), chunk) - first_chunk.begin() - 1;
+    const int64_t begin = (chunk - first_chunk[i]) * kChunkChannels;
+    Channels(problems[i], begin, std::min(begin + kChunkChannels, problems[i].channels));
   });
   return ffi::Error::Success();
 }
@@ -145,6 +161,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PooledInt8Matmul, Int8Matmul,
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::S8>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::S8>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+                                  .RemainingArgs()
+                                  .RemainingRets());

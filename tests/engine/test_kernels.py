@@ -36,7 +36,7 @@ def test_the_kernel_equals_xlas_int8_dot(rows: int, channels: int, depth: int) -
     weight = jnp.asarray(rng.integers(-127, 128, (channels, depth)), jnp.int8)
     x_scale = jnp.asarray(rng.random(rows) + 0.01, jnp.float32)
     weight_scale = jnp.asarray(rng.random(channels) + 0.01, jnp.float32)
-    got = jax.jit(kernels.int8_matmul)(x, x_scale, weight, weight_scale)
+    got = jax.jit(kernels.int8_matmul)(x, x_scale, [(weight, weight_scale)])[0]
     expected = jax.jit(int8.xla_matmul)(x, x_scale, weight, weight_scale)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
 
@@ -49,7 +49,7 @@ def test_extreme_values_do_not_overflow() -> None:
     x = jnp.full((2, depth), -127, jnp.int8)
     weight = jnp.stack([jnp.full(depth, -127, jnp.int8), jnp.full(depth, 127, jnp.int8)])
     ones = jnp.ones(2, jnp.float32)
-    got = np.asarray(jax.jit(kernels.int8_matmul)(x, ones, weight, ones))
+    got = np.asarray(jax.jit(kernels.int8_matmul)(x, ones, [(weight, ones)])[0])
     np.testing.assert_array_equal(got, [[127 * 127 * depth, -127 * 127 * depth]] * 2)
 
 
@@ -65,3 +65,20 @@ def test_one_token_steps_attend_natively(step_tokens: int, native: bool) -> None
     positions = jnp.zeros((rows, step_tokens), jnp.int32)
     lowered = jax.jit(paged_attention).lower(q, kv, kv, positions, PagedLayerCache(pool, pool), tables)
     assert (kernels.PAGED_DECODE_ATTENTION in lowered.as_text()) == native
+
+
+def test_one_call_multiplies_several_weights() -> None:
+    """q, k and v (or gate and up) in one call: each result equals its own matmul."""
+    if not kernels.available():
+        pytest.skip("no C++ compiler: the kernel is not built here")
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.integers(-127, 128, (2, 96)), jnp.int8)
+    x_scale = jnp.asarray(rng.random(2) + 0.01, jnp.float32)
+    weights = [
+        (jnp.asarray(rng.integers(-127, 128, (n, 96)), jnp.int8), jnp.asarray(rng.random(n) + 0.01, jnp.float32))
+        for n in (40, 7, 1000)
+    ]
+    got = jax.jit(kernels.int8_matmul)(x, x_scale, weights)
+    assert [y.shape for y in got] == [(2, 40), (2, 7), (2, 1000)]
+    for y, (weight, scale) in zip(got, weights, strict=True):
+        np.testing.assert_array_equal(np.asarray(y), np.asarray(int8.xla_matmul(x, x_scale, weight, scale)))
