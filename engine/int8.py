@@ -58,25 +58,31 @@ def matmul(x: Array, weight: Array, scale: Array) -> Array:
 
 
 def matmuls(x: Array, weights: Sequence[tuple[Array, Array]]) -> list[Array]:
-    """`matmul` of one x by each (weight, scale): x is quantized once, and up to `KERNEL_MAX_ROWS`
-    rows on a CPU one native call streams all the weights (q, k and v; gate and up)."""
+    """`matmul` of one x by each (weight, scale), x quantized once. Up to `KERNEL_MAX_ROWS` rows on
+    a CPU one native call quantizes x and streams all the weights (q, k and v; gate and up)."""
     rows = x.reshape(-1, x.shape[-1]).astype(jnp.float32)
-    row_scale = jnp.max(jnp.abs(rows), axis=1) / LEVELS
-    row_scale = jnp.where(row_scale == 0, 1.0, row_scale)
-    quantized = jnp.round(rows / row_scale[:, None]).astype(jnp.int8)
     if rows.shape[0] <= KERNEL_MAX_ROWS and kernels.available():
-        ys = jax.lax.platform_dependent(quantized, row_scale, weights, cpu=kernels.int8_matmul, default=xla_matmuls)
+        ys = jax.lax.platform_dependent(rows, weights, cpu=kernels.int8_matmul, default=xla_matmuls)
     else:
-        ys = xla_matmuls(quantized, row_scale, weights)
+        ys = xla_matmuls(rows, weights)
     return [y.reshape(*x.shape[:-1], y.shape[-1]) for y in ys]
 
 
-def xla_matmuls(x: Array, x_scale: Array, weights: Sequence[tuple[Array, Array]]) -> list[Array]:
-    return [xla_matmul(x, x_scale, weight, scale) for weight, scale in weights]
+def quantize_rows(rows: Array) -> tuple[Array, Array]:
+    """f32 [M, K] → (int8 [M, K], f32 scale [M]): one symmetric scale per row."""
+    row_scale = jnp.max(jnp.abs(rows), axis=1) / LEVELS
+    row_scale = jnp.where(row_scale == 0, 1.0, row_scale)
+    return jnp.round(rows / row_scale[:, None]).astype(jnp.int8), row_scale
+
+
+def xla_matmuls(rows: Array, weights: Sequence[tuple[Array, Array]]) -> list[Array]:
+    """XLA's int8 dots, the same function as `kernels.int8_matmul`."""
+    quantized, row_scale = quantize_rows(rows)
+    return [xla_matmul(quantized, row_scale, weight, scale) for weight, scale in weights]
 
 
 def xla_matmul(x: Array, x_scale: Array, weight: Array, weight_scale: Array) -> Array:
-    """XLA's int8 dot, the same function as `kernels.int8_matmul`."""
+    """int8 x [M, K] · weight [N, K]ᵀ · x_scale [M] · weight_scale [N] → f32 [M, N] with XLA's dot."""
     count = x.shape[0]
     if count == 1:
         x, x_scale = jnp.pad(x, ((0, 1), (0, 0))), jnp.pad(x_scale, (0, 1))

@@ -94,12 +94,12 @@ def available() -> bool:
     return True
 
 
-def int8_matmul(x: Array, x_scale: Array, weights: Sequence[tuple[Array, Array]]) -> list[Array]:
-    """For each (int8 weight [N, K], f32 weight_scale [N]): f32 [M, N] = (int8 x [M, K] · weightᵀ) ·
-    x_scale [M] · weight_scale — in one call. CPU only, after `available()`."""
+def int8_matmul(x: Array, weights: Sequence[tuple[Array, Array]]) -> list[Array]:
+    """f32 x [M, K], quantized per row as `engine.int8.quantize_rows` does, times each (int8 weight
+    [N, K], f32 scale [N]) → f32 [M, N] each, in one call. CPU only, after `available()`."""
     results = [jax.ShapeDtypeStruct((x.shape[0], weight.shape[0]), jnp.float32) for weight, _ in weights]
     operands = [array for pair in weights for array in pair]
-    return list(jax.ffi.ffi_call(INT8_MATMUL, results)(x, x_scale, *operands))
+    return list(jax.ffi.ffi_call(INT8_MATMUL, results)(x, *operands))
 
 
 def paged_decode_attention(

@@ -1,11 +1,14 @@
-// pooled_int8_matmul: y[m, n] = f32(sum_k x[m, k] * w[n, k]) * x_scale[m] * w_scale[n]
-// for int8 activations x [M, K], int8 output-major weights w [N, K] and f32 scales: the W8A8
-// matmul of engine/int8.py as an XLA CPU custom call (see engine/kernels/__init__.py for why).
+// pooled_int8_matmul: y[m, n] = f32(sum_k q[m, k] * w[n, k]) * x_scale[m] * w_scale[n] for f32
+// activations x [M, K], quantized here per row to q (x_scale[m] = max_k |x[m, k]| / 127, q = x /
+// x_scale rounded half to even, as engine/int8.py does it in XLA), and int8 output-major weights
+// w [N, K] with f32 scales: the W8A8 matmul of engine/int8.py as an XLA CPU custom call (see
+// engine/kernels/__init__.py for why).
 // One call takes any number of (w, w_scale) pairs against the same x and returns a y for each
 // (q, k and v; gate and up): one parallel region streams all their weights.
 // Threads: chunks of output channels are shared with XLA's pool (parallel.h).
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -124,11 +127,27 @@ void Channels(const Problem& p, int64_t begin, int64_t end) {
   for (; n0 < end; ++n0) ChannelTile<1>(p, n0);
 }
 
-ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<ffi::F32> x_scale,
-                      ffi::RemainingArgs weights, ffi::RemainingRets ys) {
+// Per-row symmetric quantization, the same float operations as engine/int8.py's (so the same bits).
+void Quantize(const float* x, int64_t rows, int64_t depth, int8_t* q, float* scale) {
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* row = x + m * depth;
+    float peak = 0.0f;
+    for (int64_t k = 0; k < depth; ++k) peak = std::max(peak, std::fabs(row[k]));
+    const float s = peak / 127.0f;
+    scale[m] = s == 0.0f ? 1.0f : s;
+    for (int64_t k = 0; k < depth; ++k) q[m * depth + k] = static_cast<int8_t>(std::nearbyint(row[k] / scale[m]));
+  }
+}
+
+ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::RemainingArgs weights,
+                      ffi::RemainingRets ys) {
   if (x.dimensions().size() != 2 || weights.size() % 2 != 0 || weights.size() / 2 != ys.size()) {
     return ffi::Error::InvalidArgument("pooled_int8_matmul: expected x [M, K] and (w [N, K], scale [N]) pairs");
   }
+  const int64_t rows = x.dimensions()[0], depth = x.dimensions()[1];
+  std::vector<int8_t> q(rows * depth);
+  std::vector<float> x_scale(rows);
+  Quantize(x.typed_data(), rows, depth, q.data(), x_scale.data());
   std::vector<Problem> problems;
   std::vector<int64_t> first_chunk{0};  // problem i owns chunks [first_chunk[i], first_chunk[i + 1])
   int64_t work = 0;
@@ -137,11 +156,11 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<
     auto w_scale = weights.get<ffi::Buffer<ffi::F32>>(2 * i + 1);
     auto y = ys.get<ffi::Buffer<ffi::F32>>(i);
     if (!w.has_value() || !w_scale.has_value() || !y.has_value() || w->dimensions().size() != 2 ||
-        w->dimensions()[1] != x.dimensions()[1]) {
+        w->dimensions()[1] != depth) {
       return ffi::Error::InvalidArgument("pooled_int8_matmul: a weight is not int8 [N, K] with f32 scales");
     }
-    problems.push_back(Problem{x.typed_data(), x_scale.typed_data(), w->typed_data(), w_scale->typed_data(),
-                               (*y)->typed_data(), x.dimensions()[0], w->dimensions()[0], x.dimensions()[1]});
+    problems.push_back(Problem{q.data(), x_scale.data(), w->typed_data(), w_scale->typed_data(), (*y)->typed_data(),
+                               rows, w->dimensions()[0], depth});
     const Problem& p = problems.back();
     first_chunk.push_back(first_chunk.back() + (p.channels + kChunkChannels - 1) / kChunkChannels);
     work += p.rows * p.channels * p.depth;
@@ -159,7 +178,6 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::S8> x, ffi::Buffer<
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PooledInt8Matmul, Int8Matmul,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::S8>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .RemainingArgs()
                                   .RemainingRets());
