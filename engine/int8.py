@@ -78,10 +78,10 @@ def quantize_rows(rows: Array) -> tuple[Array, Array]:
 def xla_matmuls(rows: Array, weights: Sequence[tuple[Array, Array]]) -> list[Array]:
     """XLA's int8 dots, the same function as `kernels.int8_matmul`."""
     quantized, row_scale = quantize_rows(rows)
-    return [xla_matmul(quantized, row_scale, weight, scale) for weight, scale in weights]
+    return [_xla_matmul(quantized, row_scale, weight, scale) for weight, scale in weights]
 
 
-def xla_matmul(x: Array, x_scale: Array, weight: Array, weight_scale: Array) -> Array:
+def _xla_matmul(x: Array, x_scale: Array, weight: Array, weight_scale: Array) -> Array:
     """int8 x [M, K] · weight [N, K]ᵀ · x_scale [M] · weight_scale [N] → f32 [M, N] with XLA's dot."""
     count = x.shape[0]
     if count == 1:

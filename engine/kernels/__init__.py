@@ -61,7 +61,7 @@ def _build() -> Path:
         raise RuntimeError(f"no C++ compiler ({compiler!r}; set CXX)")
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     sources = sorted(_SOURCE_DIR.glob("*.cc"))
-    texts = [path.read_text() for path in sorted(_SOURCE_DIR.glob("*.[ch]*"))]
+    texts = [path.read_text() for path in [*sources, *sorted(_SOURCE_DIR.glob("*.h"))]]
     identity = [*texts, *_FLAGS, version, jaxlib.__version__, platform.machine(), _cpu_features()]
     key = hashlib.sha256("\0".join(identity).encode()).hexdigest()[:16]
     directory = cache_root(None) / "kernels"
