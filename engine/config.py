@@ -92,8 +92,10 @@ class ModelConfig:
     sliding_window: int | None = None
     # Longest sequence this server will run; equals the trained length unless `with_context` raised it.
     context_length: int = field(default=0)
-    # Projections and the output head as int8 × int8 matmuls (`engine/int8.py`); a serving choice.
-    int8_matmuls: bool = False
+    # A serving choice: "float" (the dtype's), or the projections and output head as int8 × int8
+    # matmuls (engine/int8.py) on int8 weights ("int8") or on int8 weights stored in 4 bits ("int4",
+    # engine/int4.py).
+    matmul_weights: str = "float"
 
     @classmethod
     def from_hf(cls, d: dict[str, Any]) -> "ModelConfig":

@@ -1,5 +1,6 @@
 """W8A8 matmuls: int8 weights with one scale per output channel, activations quantized per row on
-the fly, int32 accumulation (`--quantization w8a8`).
+the fly, int32 accumulation (`--quantization w8a8`); and the matmuls of weights kept in Q4_1 blocks
+(`--quantization w4a8`, engine/int4.py), which one-token steps run on their own native kernel.
 
 Why: an int8 × int8 → int32 dot reads a quarter of an f32 weight's bytes, and on XLA's CPU
 backend it also runs a much faster kernel than an f32 dot once there are many rows: the 30
@@ -22,11 +23,12 @@ jitted, best of 10): 10.4 against 12.5 ms at 2 rows, 14.0 against 17.6 at 32, 78
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from engine import kernels
+from engine import int4, kernels
 
 Array = jax.Array
 
@@ -34,8 +36,42 @@ LEVELS = 127.0  # symmetric int8: -127..127
 KERNEL_MAX_ROWS = 8
 
 
-def quantize(weight: Array, channel_axes: int, channels_last: bool = True) -> tuple[Array, Array]:
-    """`weight` → (output-major int8 weight, f32 scale per output channel).
+class Weight(NamedTuple):
+    """An output-major weight for int8 matmuls: `values` int8 [N..., K...] with f32 `scale` [N...]
+    per output channel. Packed (Q4_1, engine/int4.py), `values` holds 4-bit codes uint8 [N..., K/2]
+    with f16 `block_scales` and `block_mins` [N..., K/32], and `scale` is the one its int8 rounding
+    takes on XLA's path."""
+
+    values: Array
+    scale: Array
+    block_scales: Array | None = None
+    block_mins: Array | None = None
+
+    @property
+    def packed(self) -> bool:
+        return self.block_scales is not None
+
+    def flat(self) -> "Weight":
+        """This weight as [N, K] (its output axes as one, and its input axes as one)."""
+        channels = math.prod(self.scale.shape)
+        blocks = (None if a is None else a.reshape(channels, -1) for a in (self.block_scales, self.block_mins))
+        return Weight(self.values.reshape(channels, -1), self.scale.reshape(-1), *blocks)
+
+    def floats(self) -> Array | None:
+        """A packed weight's f32 values (None for an int8 one)."""
+        if self.block_scales is None or self.block_mins is None:
+            return None
+        return int4.unpack(self.values, self.block_scales, self.block_mins)
+
+    def int8_values(self) -> Array:
+        floats = self.floats()
+        if floats is None:
+            return self.values
+        return jnp.round(floats / self.scale[..., None]).astype(jnp.int8)
+
+
+def quantize(weight: Array, channel_axes: int, channels_last: bool = True, packed: bool = False) -> Weight:
+    """`weight` → its output-major `Weight`, int8 or packed (Q4_1; its input axes become one).
 
     The output channels are the trailing `channel_axes` axes (a kernel [K..., N...], returned as
     [N..., K...]), or the leading ones when `channels_last` is False (an embedding table [V, D],
@@ -44,41 +80,77 @@ def quantize(weight: Array, channel_axes: int, channels_last: bool = True) -> tu
     if channels_last:
         inputs = weight.ndim - channel_axes
         weight = jnp.transpose(weight, (*range(inputs, weight.ndim), *range(inputs)))
+    if packed:
+        codes, block_scales, block_mins = int4.pack(weight.reshape(*weight.shape[:channel_axes], -1))
+        weight = int4.unpack(codes, block_scales, block_mins)  # the int8 rounding's scale is of these values
     reduce = tuple(range(channel_axes, weight.ndim))
     scale = jnp.max(jnp.abs(weight.astype(jnp.float32)), axis=reduce, keepdims=True) / LEVELS
     scale = jnp.where(scale == 0, 1.0, scale)
-    values = jnp.round(weight / scale).astype(jnp.int8)
-    return values, jnp.squeeze(scale, reduce)
+    if packed:
+        return Weight(codes, jnp.squeeze(scale, reduce), block_scales, block_mins)
+    return Weight(jnp.round(weight / scale).astype(jnp.int8), jnp.squeeze(scale, reduce))
 
 
-def matmul(x: Array, weight: Array, scale: Array) -> Array:
-    """x [..., K] · weightᵀ → f32 [..., N]; `weight` is int8 [N, K] and `scale` its f32 [N]
-    output-channel scales."""
-    return matmuls(x, [(weight, scale)])[0]
+def matmul(x: Array, weight: Weight) -> Array:
+    """x [..., K] · weightᵀ → f32 [..., N] for an [N, K] `weight`."""
+    return matmuls(x, [weight])[0]
 
 
-def matmuls(x: Array, weights: Sequence[tuple[Array, Array]]) -> list[Array]:
-    """`matmul` of one x by each (weight, scale), x quantized once. Up to `KERNEL_MAX_ROWS` rows on
-    a CPU one native call quantizes x and streams all the weights (q, k and v; gate and up)."""
+def matmuls(x: Array, weights: Sequence[Weight]) -> list[Array]:
+    """`matmul` of one x by each [N, K] weight, x quantized once. On a CPU one native call quantizes
+    x and streams all the weights (q, k and v; gate and up): for int8 weights up to
+    `KERNEL_MAX_ROWS` rows (the same function as XLA's path, bit for bit); for packed ones when x is
+    [B, 1, K], a one-token step of any B (engine/int4.py: the Q4 function; XLA's path rounds the
+    weights to int8, so a step's kind, not its row count, picks the function)."""
     rows = x.reshape(-1, x.shape[-1]).astype(jnp.float32)
-    if rows.shape[0] <= KERNEL_MAX_ROWS and kernels.available():
-        ys = jax.lax.platform_dependent(rows, weights, cpu=kernels.int8_matmul, default=xla_matmuls)
+    packed = weights[0].packed
+    if not kernels.available():
+        ys = xla_matmuls(rows, weights)
+    elif packed and x.ndim == 3 and x.shape[1] == 1:
+        ys = jax.lax.platform_dependent(rows, weights, cpu=_q4_kernel_matmuls, default=xla_matmuls)
+    elif not packed and rows.shape[0] <= KERNEL_MAX_ROWS:
+        ys = jax.lax.platform_dependent(rows, weights, cpu=_int8_kernel_matmuls, default=xla_matmuls)
     else:
         ys = xla_matmuls(rows, weights)
     return [y.reshape(*x.shape[:-1], y.shape[-1]) for y in ys]
 
 
+def rows(weight: Weight, indices: Array) -> Array:
+    """f32 rows of a table (an embedding) at `indices`."""
+
+    def take(array: Array) -> Array:
+        return jnp.take(array, indices, axis=0)
+
+    if weight.block_scales is not None and weight.block_mins is not None:
+        return int4.unpack(take(weight.values), take(weight.block_scales), take(weight.block_mins))
+    return take(weight.values) * take(weight.scale)[..., None]
+
+
 def quantize_rows(rows: Array) -> tuple[Array, Array]:
     """f32 [M, K] → (int8 [M, K], f32 scale [M]): one symmetric scale per row."""
-    row_scale = jnp.max(jnp.abs(rows), axis=1) / LEVELS
+    # A product, not a quotient: XLA rewrites division by a constant into this product anyway (in some
+    # fusions only), and the native kernel must get the same bits.
+    row_scale = jnp.max(jnp.abs(rows), axis=1) * jnp.float32(1 / LEVELS)
     row_scale = jnp.where(row_scale == 0, 1.0, row_scale)
     return jnp.round(rows / row_scale[:, None]).astype(jnp.int8), row_scale
 
 
-def xla_matmuls(rows: Array, weights: Sequence[tuple[Array, Array]]) -> list[Array]:
+def xla_matmuls(rows: Array, weights: Sequence[Weight]) -> list[Array]:
     """XLA's int8 dots, the same function as `kernels.int8_matmul`."""
     quantized, row_scale = quantize_rows(rows)
-    return [_xla_matmul(quantized, row_scale, weight, scale) for weight, scale in weights]
+    return [_xla_matmul(quantized, row_scale, weight.int8_values(), weight.scale) for weight in weights]
+
+
+def _int8_kernel_matmuls(rows: Array, weights: Sequence[Weight]) -> list[Array]:
+    return kernels.int8_matmul(rows, [(weight.values, weight.scale) for weight in weights])
+
+
+def _q4_kernel_matmuls(rows: Array, weights: Sequence[Weight]) -> list[Array]:
+    triples = []
+    for weight in weights:
+        assert weight.block_scales is not None and weight.block_mins is not None
+        triples.append((weight.values, weight.block_scales, weight.block_mins))
+    return kernels.q4_matmul(rows, triples)
 
 
 def _xla_matmul(x: Array, x_scale: Array, weight: Array, weight_scale: Array) -> Array:
@@ -91,14 +163,9 @@ def _xla_matmul(x: Array, x_scale: Array, weight: Array, weight_scale: Array) ->
     return (accumulated.astype(jnp.float32) * x_scale[:, None] * weight_scale)[:count]
 
 
-def flat_matmuls(x: Array, kernels_and_scales: Sequence[tuple[Array, Array]], contracting: int) -> list[Array]:
-    """Projections of one x: its last `contracting` axes with each output-major kernel's last ones
-    ([N..., K...]), as one flat axis; each result has its kernel's output axes."""
+def flat_matmuls(x: Array, weights: Sequence[Weight], contracting: int) -> list[Array]:
+    """Projections of one x: its last `contracting` axes with each output-major weight's input
+    axes, as one flat axis; each result has its weight's output axes."""
     flat_x = x.reshape(*x.shape[: x.ndim - contracting], -1)
-    outputs = [kernel.shape[: kernel.ndim - contracting] for kernel, _ in kernels_and_scales]
-    flat = [
-        (kernel.reshape(math.prod(shape), -1), scale.reshape(-1))
-        for (kernel, scale), shape in zip(kernels_and_scales, outputs, strict=True)
-    ]
-    ys = matmuls(flat_x, flat)
-    return [y.reshape(*flat_x.shape[:-1], *shape) for y, shape in zip(ys, outputs, strict=True)]
+    ys = matmuls(flat_x, [weight.flat() for weight in weights])
+    return [y.reshape(*flat_x.shape[:-1], *weight.scale.shape) for y, weight in zip(ys, weights, strict=True)]

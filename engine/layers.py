@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine import int8, kernels
+from engine import int4, int8, kernels
 from engine.config import ModelConfig, RopeScaling
 
 Array = jax.Array
@@ -278,6 +278,33 @@ def einsum(equation: str, *operands: Array, dtype: jnp.dtype) -> Array:
     return jnp.einsum(equation, *operands, preferred_element_type=jnp.float32).astype(dtype)
 
 
+def quantized_param(
+    module: nn.Module,
+    name: str,
+    channels: tuple[int, ...],
+    channel_axes: tuple[str, ...],
+    inputs: tuple[int, ...],
+    input_axes: tuple[str, ...],
+    weights: str,
+) -> int8.Weight:
+    """An output-major int8 weight `name` ([*channels, *inputs]) with its `name_scale` per output
+    channel. As "int4" (when the inputs are a whole number of engine/int4.py's chunks) it holds Q4_1
+    codes over the inputs as one flat axis, with `name_block_scales` and `name_block_mins`."""
+    scale = logical_param(module, f"{name}_scale", channels, channel_axes, jnp.float32)
+    depth = math.prod(inputs)
+    if weights != "int4" or not int4.packable(depth):
+        values = logical_param(module, name, (*channels, *inputs), (*channel_axes, *input_axes), jnp.int8)
+        return int8.Weight(values, scale)
+    axes = (*channel_axes, input_axes[0])
+    blocks = (*channels, depth // int4.BLOCK)
+    return int8.Weight(
+        logical_param(module, name, (*channels, depth // 2), axes, jnp.uint8),
+        scale,
+        logical_param(module, f"{name}_block_scales", blocks, axes, jnp.float16),
+        logical_param(module, f"{name}_block_mins", blocks, axes, jnp.float16),
+    )
+
+
 class Projection(nn.Module):
     """A weight (and optional bias) contracted with the input by `equation`."""
 
@@ -290,28 +317,29 @@ class Projection(nn.Module):
     # matmul (the equation only documents it): given several contracting axes (o: N, H), XLA CPU
     # transposed the whole weight on every call.
     merged: int = 1
-    int8_matmul: bool = False  # an int8 kernel with a `kernel_scale` per output channel
+    weights: str = "float"  # ModelConfig.matmul_weights
 
     def setup(self) -> None:
-        if self.int8_matmul:
+        if self.weights == "float":
+            self.kernel = logical_param(self, "kernel", self.kernel_shape, self.kernel_axes, self.dtype)
+        else:
             # Output-major ([N..., K...], see engine/int8.py): the output axes move to the front.
-            channels, channel_axes = self.kernel_shape[self.merged :], self.kernel_axes[self.merged :]
-            self.kernel = logical_param(
+            m = self.merged
+            self.quantized = quantized_param(
                 self,
                 "kernel",
-                (*channels, *self.kernel_shape[: self.merged]),
-                (*channel_axes, *self.kernel_axes[: self.merged]),
-                jnp.int8,
+                self.kernel_shape[m:],
+                self.kernel_axes[m:],
+                self.kernel_shape[:m],
+                self.kernel_axes[:m],
+                self.weights,
             )
-            self.kernel_scale = logical_param(self, "kernel_scale", channels, channel_axes, jnp.float32)
-        else:
-            self.kernel = logical_param(self, "kernel", self.kernel_shape, self.kernel_axes, self.dtype)
         if self.bias_axes is not None:
             bias_shape = self.kernel_shape[-len(self.bias_axes) :]
             self.bias = logical_param(self, "bias", bias_shape, self.bias_axes, self.dtype)
 
     def __call__(self, x: Array) -> Array:
-        if self.int8_matmul:
+        if self.weights != "float":
             return project(x, [self])[0]
         if self.merged > 1:
             flat_x = x.reshape(*x.shape[: -self.merged], -1)
@@ -328,10 +356,9 @@ class Projection(nn.Module):
 def project(x: Array, projections: Sequence[Projection]) -> list[Array]:
     """Several projections of one input. Int8 ones quantize x once and share one matmul call (one
     native call for a decode step on CPU: 3 weights streamed at once instead of 3 calls)."""
-    if not projections[0].int8_matmul:
+    if projections[0].weights == "float":
         return [projection(x) for projection in projections]
-    weights = [(projection.kernel, projection.kernel_scale) for projection in projections]
-    ys = int8.flat_matmuls(x, weights, projections[0].merged)
+    ys = int8.flat_matmuls(x, [projection.quantized for projection in projections], projections[0].merged)
     return [projection.biased(y.astype(projection.dtype)) for projection, y in zip(projections, ys, strict=True)]
 
 
@@ -353,26 +380,26 @@ class Embedding(nn.Module):
     vocab_size: int
     hidden_size: int
     dtype: jnp.dtype = jnp.float32
-    int8_matmul: bool = False  # an int8 table with an `embedding_scale` per token
+    weights: str = "float"  # ModelConfig.matmul_weights; quantized, one scale per token
 
     def setup(self) -> None:
-        shape = (self.vocab_size, self.hidden_size)
-        self.embedding = logical_param(
-            self, "embedding", shape, ("vocab", "embed"), jnp.int8 if self.int8_matmul else self.dtype
-        )
-        if self.int8_matmul:
-            self.embedding_scale = logical_param(self, "embedding_scale", shape[:1], ("vocab",), jnp.float32)
+        if self.weights == "float":
+            shape = (self.vocab_size, self.hidden_size)
+            self.embedding = logical_param(self, "embedding", shape, ("vocab", "embed"), self.dtype)
+        else:
+            self.quantized = quantized_param(
+                self, "embedding", (self.vocab_size,), ("vocab",), (self.hidden_size,), ("embed",), self.weights
+            )
 
     def __call__(self, tokens: Array) -> Array:
-        rows = jnp.take(self.embedding, tokens, axis=0)
-        if self.int8_matmul:
-            return (rows * jnp.take(self.embedding_scale, tokens, axis=0)[..., None]).astype(self.dtype)
-        return rows
+        if self.weights != "float":
+            return int8.rows(self.quantized, tokens).astype(self.dtype)
+        return jnp.take(self.embedding, tokens, axis=0)
 
     def attend(self, x: Array) -> Array:
         """Logits against the embedding matrix (tied output head)."""
-        if self.int8_matmul:
-            return int8.matmul(x, self.embedding, self.embedding_scale)
+        if self.weights != "float":
+            return int8.matmul(x, self.quantized)
         return einsum("BTD,VD->BTV", x, self.embedding, dtype=jnp.float32)
 
 
@@ -495,7 +522,7 @@ class Attention(nn.Module):
         def projection(
             equation: str, shape: tuple[int, ...], axes: tuple[str, ...], bias: tuple[str, ...] | None, name: str
         ) -> Projection:
-            return Projection(equation, shape, axes, bias, self.dtype, int8_matmul=c.int8_matmuls, name=name)
+            return Projection(equation, shape, axes, bias, self.dtype, weights=c.matmul_weights, name=name)
 
         q, k, v = project(
             x,
@@ -546,7 +573,7 @@ class Attention(nn.Module):
             o_bias,
             self.dtype,
             merged=2,
-            int8_matmul=c.int8_matmuls,
+            weights=c.matmul_weights,
             name="o",
         )
         return o(out), returned_cache
@@ -558,19 +585,19 @@ class GatedMLP(nn.Module):
     hidden_size: int
     intermediate_size: int
     dtype: jnp.dtype = jnp.float32
-    int8_matmul: bool = False
+    weights: str = "float"  # ModelConfig.matmul_weights
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
-        D, F, q8 = self.hidden_size, self.intermediate_size, self.int8_matmul
+        D, F, w = self.hidden_size, self.intermediate_size, self.weights
         gate, up = project(
             x,
             [
-                Projection("BTD,DF->BTF", (D, F), ("embed", "ffn"), dtype=self.dtype, int8_matmul=q8, name=name)
+                Projection("BTD,DF->BTF", (D, F), ("embed", "ffn"), dtype=self.dtype, weights=w, name=name)
                 for name in ("gate", "up")
             ],
         )
-        down = Projection("BTF,FD->BTD", (F, D), ("ffn", "embed"), dtype=self.dtype, int8_matmul=q8, name="down")
+        down = Projection("BTF,FD->BTD", (F, D), ("ffn", "embed"), dtype=self.dtype, weights=w, name="down")
         return down(nn.silu(gate) * up)
 
 
@@ -627,7 +654,7 @@ class DecoderLayer(nn.Module):
         mlp: nn.Module = (
             MoE(c, self.dtype, name="moe")
             if self.sparse_mlp
-            else GatedMLP(c.hidden_size, c.intermediate_size, self.dtype, c.int8_matmuls, name="mlp")
+            else GatedMLP(c.hidden_size, c.intermediate_size, self.dtype, c.matmul_weights, name="mlp")
         )
         return x + mlp(normed), cache_out
 
@@ -653,7 +680,10 @@ class Transformer(nn.Module):
         logits_at: Array | None = None,
     ) -> tuple[Array, tuple[CacheOut, ...] | None]:
         c = self.config
-        embed = Embedding(c.vocab_size, c.hidden_size, self.dtype, c.int8_matmuls, name="embed")
+        # The embedding (often also the output head) stays int8 under "int4": the most sensitive matrix;
+        # llama.cpp's Q4 files keep it at 8 bits too (SmolLM2-135M as a prompt: perplexity 46.3, 47.9 with it in Q4).
+        head_weights = "int8" if c.matmul_weights == "int4" else c.matmul_weights
+        embed = Embedding(c.vocab_size, c.hidden_size, self.dtype, head_weights, name="embed")
         x = embed(tokens)
         new_caches = []
         for i in range(c.num_layers):
@@ -666,10 +696,10 @@ class Transformer(nn.Module):
         x = RMSNorm(c.hidden_size, c.rms_norm_eps, "embed", self.dtype, name="final_norm")(x)
         if c.tie_word_embeddings:
             logits = embed.attend(x)
-        elif c.int8_matmuls:
-            lm_head = logical_param(self, "lm_head", (c.vocab_size, c.hidden_size), ("vocab", "embed"), jnp.int8)
-            scale = logical_param(self, "lm_head_scale", (c.vocab_size,), ("vocab",), jnp.float32)
-            logits = int8.matmul(x, lm_head, scale)
+        elif c.matmul_weights != "float":
+            V, D = c.vocab_size, c.hidden_size
+            head = quantized_param(self, "lm_head", (V,), ("vocab",), (D,), ("embed",), head_weights)
+            logits = int8.matmul(x, head)
         else:
             lm_head = logical_param(self, "lm_head", (c.hidden_size, c.vocab_size), ("embed", "vocab"), self.dtype)
             logits = einsum("BTD,DV->BTV", x, lm_head, dtype=jnp.float32)

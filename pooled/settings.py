@@ -95,10 +95,11 @@ class Settings:
     dtype: str = setting("auto", str, "Weight and compute dtype: auto, float32 or bfloat16 (auto picks per backend).")
     quantization: str = setting(
         "none",
-        _one_of("none", "w8a8"),
+        _one_of("none", "w8a8", "w4a8"),
         "w8a8: projections and output head as int8 × int8 matmuls (int8 weights, activations quantized per "
-        "token); on the CPU 1.3-2.5× faster decode and prefill for some accuracy (SmolLM2-135M: perplexity "
-        "+3-4 %); see docs/BENCHMARKS.md. none: the weights in --dtype.",
+        "token); on the CPU 2-4× faster decode and faster prefill for some accuracy (SmolLM2-135M: perplexity "
+        "+3-4 %). w4a8: the same matmuls with the int8 weights stored in 4 bits (16 levels per block of 32): "
+        "fewer bytes per decode step for more accuracy lost; see docs/BENCHMARKS.md. none: the weights in --dtype.",
     )
     kv_cache_dtype: str = setting(
         "bfloat16",

@@ -282,17 +282,28 @@ def _memory_gib() -> float:
 
 
 def pooled_bytes_per_step(model: Path, pooled_args: list[str]) -> int:
-    """Weights read once per decode step: float32, or with `--quantization w8a8` one byte for each
-    matrix element (the per-channel scales are under 1 %); a tied embedding is read once, as the
-    output matrix."""
+    """Weights read once per decode step: float32; with `--quantization w8a8` one byte for each
+    matrix element (the per-channel scales are under 1 %); with `w4a8` 5 bits (Q4_1: 16 bytes of
+    codes and two f16 per 32 elements) except the embedding and output head, int8. A tied embedding
+    is read once, as the output matrix."""
     from gguf import GGUFReader
 
-    int8 = "--quantization=w8a8" in pooled_args or any(
-        flag == "--quantization" and value == "w8a8" for flag, value in zip(pooled_args, pooled_args[1:], strict=False)
-    )
-    return sum(
-        int(tensor.n_elements) * (1 if int8 and len(tensor.shape) > 1 else 4) for tensor in GGUFReader(model).tensors
-    )
+    quantization = "none"
+    for flag, value in zip(pooled_args, [*pooled_args[1:], ""], strict=False):
+        if flag == "--quantization":
+            quantization = value
+        elif flag.startswith("--quantization="):
+            quantization = flag.split("=", 1)[1]
+
+    def element_bytes(name: str, dimensions: int) -> float:
+        if dimensions < 2 or quantization == "none":
+            return 4
+        if quantization == "w4a8" and name not in ("token_embd.weight", "output.weight"):
+            return 5 / 8
+        return 1
+
+    tensors = GGUFReader(model).tensors
+    return int(sum(int(t.n_elements) * element_bytes(t.name, len(t.shape)) for t in tensors))
 
 
 def measure_llama_server(model: Path, tokenizer: Tokenizer, threads: int, slots: int) -> Report:

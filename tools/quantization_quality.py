@@ -1,4 +1,4 @@
-"""What `--quantization w8a8` and `--kv-cache-dtype bfloat16` cost in accuracy: the same text
+"""What `--quantization w8a8` / `w4a8` and `--kv-cache-dtype bfloat16` cost in accuracy: the same text
 through the float32 model and each variant.
 
     python tools/quantization_quality.py [--model PATH] [--tokens N] [FILE ...]
@@ -24,19 +24,35 @@ from engine.layers import init_layer_caches  # noqa: E402
 from engine.tokenizer import Tokenizer  # noqa: E402
 from pooled.model_host import default_model_path  # noqa: E402
 
-# name: (quantization, KV cache dtype); attention runs in the cache's dtype, as in the engine.
+# name: (quantization, KV cache dtype, one token per step); attention runs in the cache's dtype, as
+# in the engine. The text goes through as one prompt, or a token at a time as decoding does it (w4a8
+# computes one-token steps with another function than prompts: engine/int4.py).
 VARIANTS = {
-    "w8a8": ("w8a8", jnp.float32),
-    "bfloat16 KV": ("none", jnp.bfloat16),
-    "w8a8 + bfloat16 KV": ("w8a8", jnp.bfloat16),
+    "w8a8": ("w8a8", jnp.float32, False),
+    "bfloat16 KV": ("none", jnp.bfloat16, False),
+    "w8a8 + bfloat16 KV": ("w8a8", jnp.bfloat16, False),
+    "w4a8 + bfloat16 KV, as a prompt": ("w4a8", jnp.bfloat16, False),
+    "w4a8 + bfloat16 KV, decoding": ("w4a8", jnp.bfloat16, True),
 }
 
 
-def next_token_logprobs(model: LoadedModel, kv_dtype: jnp.dtype, tokens: list[int]) -> np.ndarray:
+def next_token_logprobs(
+    model: LoadedModel, kv_dtype: jnp.dtype, tokens: list[int], one_token_steps: bool
+) -> np.ndarray:
     ids = jnp.asarray([tokens], jnp.int32)
+    positions = jnp.arange(len(tokens), dtype=jnp.int32)[None]
     cache = init_layer_caches(model.config, 1, len(tokens), kv_dtype)
-    logits, _ = model.forward(ids, jnp.arange(len(tokens), dtype=jnp.int32)[None], cache)
-    return np.asarray(jax.nn.log_softmax(logits[0, :-1].astype(jnp.float32), axis=-1))
+    if one_token_steps:
+        step = jax.jit(model.apply)
+        rows = []
+        for t in range(len(tokens) - 1):
+            logits, cache = step(model.params, ids[:, t : t + 1], positions[:, t : t + 1], cache)
+            rows.append(logits[0, 0])
+        logits = jnp.stack(rows)[None]
+    else:
+        logits, _ = model.forward(ids, positions, cache)
+        logits = logits[:, :-1]
+    return np.asarray(jax.nn.log_softmax(logits[0].astype(jnp.float32), axis=-1))
 
 
 def main() -> int:
@@ -49,16 +65,16 @@ def main() -> int:
     text = "\n\n".join(f.read_text(encoding="utf-8") for f in args.files)
     tokens = Tokenizer.from_gguf_file(path).encode(text)[: args.tokens]
     targets = np.asarray(tokens[1:])
-    models = {q: load_model(path, progress=False, quantization=q) for q in {"none"} | {q for q, _ in VARIANTS.values()}}
-    floats = next_token_logprobs(models["none"], jnp.float32, tokens)
+    models = {q: load_model(path, progress=False, quantization=q) for q in {"none"} | {v[0] for v in VARIANTS.values()}}
+    floats = next_token_logprobs(models["none"], jnp.float32, tokens, False)
 
     def perplexity(logprobs: np.ndarray) -> float:
         return float(np.exp(-np.take_along_axis(logprobs, targets[:, None], axis=1).mean()))
 
     print(f"model: {path.name}, {len(tokens)} tokens of {', '.join(f.name for f in args.files)}")
     print(f"float32: perplexity {perplexity(floats):.2f}")
-    for name, (quantization, kv_dtype) in VARIANTS.items():
-        variant = next_token_logprobs(models[quantization], kv_dtype, tokens)
+    for name, (quantization, kv_dtype, one_token_steps) in VARIANTS.items():
+        variant = next_token_logprobs(models[quantization], kv_dtype, tokens, one_token_steps)
         agreement = float(np.mean(floats.argmax(-1) == variant.argmax(-1)))
         kl = float(np.mean(np.sum(np.exp(floats) * (floats - variant), axis=-1)))
         print(

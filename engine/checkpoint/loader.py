@@ -6,7 +6,8 @@
    the family convert HF tensors to its parameter tree a layer at a time, check every shape
    against the model, cast, place each tensor shard by shard, and write the cache entry.
 3. With `quantization="w8a8"`, turn the projections and the output head into int8 weights with
-   per-channel scales (`engine/int8.py`). The cache keeps the float parameters: the quantization
+   per-channel scales (`engine/int8.py`); with "w4a8" into Q4_1 blocks (`engine/int4.py`). The
+   cache keeps the float parameters: the quantization
    is a serving choice, cheap to redo at each load.
 """
 
@@ -36,7 +37,8 @@ from engine.sharding import make_mesh, place, shardings_for
 log = logging.getLogger(__name__)
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-QUANTIZATIONS = ("none", "w8a8")
+# --quantization → ModelConfig.matmul_weights
+QUANTIZATIONS = {"none": "float", "w8a8": "int8", "w4a8": "int4"}
 
 
 @dataclass(frozen=True)
@@ -122,8 +124,8 @@ def load_model(
         params = _prepare(family.convert(raw.tensors, config), shapes, shardings, progress)
         log.info("saving prepared parameters to %s", cache.entry)
         cache.save(params, meta)
-    if quantization == "w8a8":
-        config = replace(config, int8_matmuls=True)
+    if quantization != "none":
+        config = replace(config, matmul_weights=QUANTIZATIONS[quantization])
         model = family.model(config, DTYPES[dtype])
         params = _int8_params(params, model, mesh)
 
@@ -143,7 +145,8 @@ def load_model(
 
 
 def _int8_params(params: Any, model: Any, mesh: Mesh) -> Any:
-    """Float parameters → the int8 model's tree: each int8 weight `w` with its `w_scale`."""
+    """Float parameters → the int8 model's tree: each int8 weight `w` with its `w_scale` (and, packed
+    to Q4_1, `w_block_scales` and `w_block_mins`)."""
     shapes, logical = abstract_params(model)
 
     def convert(floats: dict[str, Any], shapes: dict[str, Any]) -> dict[str, Any]:
@@ -151,12 +154,17 @@ def _int8_params(params: Any, model: Any, mesh: Mesh) -> Any:
         for name, shape in shapes.items():
             if isinstance(shape, dict):
                 out[name] = convert(floats[name], shape)
-            elif shape.dtype == jnp.int8:
-                scale = f"{name}_scale"
+            elif name in floats and shape.dtype in (jnp.int8, jnp.uint8):
                 # An embedding table's channels are its rows (tokens); a kernel's are its last axes.
-                out[name], out[scale] = int8.quantize(
-                    floats[name], shapes[scale].ndim, channels_last=name != "embedding"
+                weight = int8.quantize(
+                    floats[name],
+                    shapes[f"{name}_scale"].ndim,
+                    channels_last=name != "embedding",
+                    packed=shape.dtype == jnp.uint8,
                 )
+                for suffix, array in zip(("", "_scale", "_block_scales", "_block_mins"), weight, strict=True):
+                    if array is not None:
+                        out[name + suffix] = array
             elif name not in out:
                 out[name] = floats[name]
         return out

@@ -40,8 +40,13 @@ Array = jax.Array
 _SOURCE_DIR = Path(__file__).parent
 _FLAGS = ("-O3", "-march=native", "-std=c++17", "-fopenmp-simd", "-shared", "-fPIC")
 INT8_MATMUL = "pooled_int8_matmul"
+Q4_MATMUL = "pooled_q4_matmul"
 PAGED_DECODE_ATTENTION = "pooled_paged_decode_attention"
-_TARGETS = {INT8_MATMUL: "PooledInt8Matmul", PAGED_DECODE_ATTENTION: "PooledPagedDecodeAttention"}
+_TARGETS = {
+    INT8_MATMUL: "PooledInt8Matmul",
+    Q4_MATMUL: "PooledQ4Matmul",
+    PAGED_DECODE_ATTENTION: "PooledPagedDecodeAttention",
+}
 
 
 def _cpu_features() -> str:
@@ -97,9 +102,19 @@ def available() -> bool:
 def int8_matmul(x: Array, weights: Sequence[tuple[Array, Array]]) -> list[Array]:
     """f32 x [M, K], quantized per row as `engine.int8.quantize_rows` does, times each (int8 weight
     [N, K], f32 scale [N]) → f32 [M, N] each, in one call. CPU only, after `available()`."""
-    results = [jax.ShapeDtypeStruct((x.shape[0], weight.shape[0]), jnp.float32) for weight, _ in weights]
-    operands = [array for pair in weights for array in pair]
-    return list(jax.ffi.ffi_call(INT8_MATMUL, results)(x, *operands))
+    return _matmuls(INT8_MATMUL, x, weights)
+
+
+def q4_matmul(x: Array, weights: Sequence[tuple[Array, Array, Array]]) -> list[Array]:
+    """f32 x [M, K] times each Q4_1 weight (engine/int4.py: codes uint8 [N, K/2], scales and mins f16
+    [N, K/32]) → f32 [M, N] each, in one call (`q4_matmul.cc`). CPU only, after `available()`."""
+    return _matmuls(Q4_MATMUL, x, weights)
+
+
+def _matmuls(target: str, x: Array, weights: Sequence[tuple[Array, ...]]) -> list[Array]:
+    results = [jax.ShapeDtypeStruct((x.shape[0], arrays[0].shape[0]), jnp.float32) for arrays in weights]
+    operands = [array for arrays in weights for array in arrays]
+    return list(jax.ffi.ffi_call(target, results)(x, *operands))
 
 
 def paged_decode_attention(

@@ -13,11 +13,19 @@
 #include <vector>
 
 #include "parallel.h"
+#include "vector_ops.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
 
 namespace {
+
+using pooled::kPrefetchBytes;
+#if defined(__AVX2__)
+using pooled::Load32;
+using pooled::Prefetch;
+using pooled::Sum;
+#endif
 
 struct Problem {
   const int8_t* x;
@@ -32,16 +40,6 @@ struct Problem {
 
 constexpr int64_t kRowTile = 4;
 constexpr int64_t kChannelTile = 4;
-// Channels per unit of work taken from the shared counter (16, 32 and 64 timed alike).
-constexpr int64_t kChunkChannels = 16;
-// Below this many multiply-adds a helper costs more to wake than it saves.
-constexpr int64_t kParallelWork = int64_t{1} << 16;
-// How far ahead of the tile being read weights are prefetched (into L2). A tile's rows are short (a
-// few hundred bytes each), too short for the hardware prefetcher to ramp up on. One-row decode step
-// of the default model (w8a8), scratch timing: no prefetch 13.5 ms for the projections alone;
-// whole step 8.9-9.0 ms prefetching 1 KiB ahead into L1, 8.1-8.3 with 4 KiB, 7.7-8.0 with 16 KiB,
-// 7.5-7.7 with 16 KiB into L2, 8.0-8.2 with 32 KiB into L2.
-constexpr int64_t kPrefetchBytes = 16384;
 
 inline float Scaled(int32_t sum, float x_scale, float w_scale) {
   // The same order as the XLA path: (f32(sum) * row scale) * channel scale.
@@ -92,6 +90,43 @@ void Tile(const Problem& p, int64_t m0, int64_t n0) {
   }
 }
 
+#elif defined(__AVX2__)
+
+// AVX2 has no byte dot into int32: vpmaddubsw multiplies unsigned by signed bytes into saturating
+// 16-bit pair sums. |x| (<= 127) times w carrying x's sign stays within 2 * 127 * 127, so nothing
+// saturates; vpmaddwd by ones widens the pairs to int32. (int8 weights are within +-127, as
+// engine/int8.py quantizes them: -128 has no sign-flipped twin.)
+template <int RT, int CT>
+void Tile(const Problem& p, int64_t m0, int64_t n0) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[RT][CT];
+  for (int i = 0; i < RT; ++i)
+    for (int j = 0; j < CT; ++j) acc[i][j] = _mm256_setzero_si256();
+  int64_t k = 0;
+  for (; k + 32 <= p.depth; k += 32) {
+    Prefetch<CT>(p.w + n0 * p.depth + k * CT);
+    __m256i w[CT];
+    for (int j = 0; j < CT; ++j) w[j] = Load32(p.w + (n0 + j) * p.depth + k);
+    for (int i = 0; i < RT; ++i) {
+      const __m256i x = Load32(p.x + (m0 + i) * p.depth + k);
+      const __m256i magnitude = _mm256_abs_epi8(x);
+      for (int j = 0; j < CT; ++j) {
+        const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(w[j], x));
+        acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(pairs, ones));
+      }
+    }
+  }
+  for (int i = 0; i < RT; ++i) {
+    const int8_t* x = p.x + (m0 + i) * p.depth;
+    for (int j = 0; j < CT; ++j) {
+      const int8_t* w = p.w + (n0 + j) * p.depth;
+      int32_t sum = Sum(acc[i][j]);
+      for (int64_t r = k; r < p.depth; ++r) sum += static_cast<int32_t>(x[r]) * static_cast<int32_t>(w[r]);
+      p.y[(m0 + i) * p.channels + n0 + j] = Scaled(sum, p.x_scale[m0 + i], p.w_scale[n0 + j]);
+    }
+  }
+}
+
 #else  // Portable: plain loops the compiler vectorizes for the machine it builds on.
 
 template <int RT, int CT>
@@ -133,7 +168,7 @@ void Quantize(const float* x, int64_t rows, int64_t depth, int8_t* q, float* sca
     const float* row = x + m * depth;
     float peak = 0.0f;
     for (int64_t k = 0; k < depth; ++k) peak = std::max(peak, std::fabs(row[k]));
-    const float s = peak / 127.0f;
+    const float s = peak * (1.0f / 127.0f);  // as engine/int8.py writes it (not peak / 127: 1 ulp apart)
     scale[m] = s == 0.0f ? 1.0f : s;
     for (int64_t k = 0; k < depth; ++k) q[m * depth + k] = static_cast<int8_t>(std::nearbyint(row[k] / scale[m]));
   }
@@ -149,8 +184,6 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Remain
   std::vector<float> x_scale(rows);
   Quantize(x.typed_data(), rows, depth, q.data(), x_scale.data());
   std::vector<Problem> problems;
-  std::vector<int64_t> first_chunk{0};  // problem i owns chunks [first_chunk[i], first_chunk[i + 1])
-  int64_t work = 0;
   for (size_t i = 0; i < ys.size(); ++i) {
     auto w = weights.get<ffi::Buffer<ffi::S8>>(2 * i);
     auto w_scale = weights.get<ffi::Buffer<ffi::F32>>(2 * i + 1);
@@ -161,15 +194,8 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Remain
     }
     problems.push_back(Problem{q.data(), x_scale.data(), w->typed_data(), w_scale->typed_data(), (*y)->typed_data(),
                                rows, w->dimensions()[0], depth});
-    const Problem& p = problems.back();
-    first_chunk.push_back(first_chunk.back() + (p.channels + kChunkChannels - 1) / kChunkChannels);
-    work += p.rows * p.channels * p.depth;
   }
-  pooled::ForEachUnit(pool, first_chunk.back(), work >= kParallelWork, [&](int64_t chunk) {
-    const size_t i = std::upper_bound(first_chunk.begin(), first_chunk.end(), chunk) - first_chunk.begin() - 1;
-    const int64_t begin = (chunk - first_chunk[i]) * kChunkChannels;
-    Channels(problems[i], begin, std::min(begin + kChunkChannels, problems[i].channels));
-  });
+  pooled::ForEachChannelChunk(pool, problems, [](const Problem& p, int64_t begin, int64_t end) { Channels(p, begin, end); });
   return ffi::Error::Success();
 }
 

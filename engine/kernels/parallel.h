@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -58,6 +59,28 @@ void ForEachUnit(xla::ffi::ThreadPool& pool, int64_t units, bool parallel, const
   for (int64_t h = 0; h < helpers; ++h) pool.Schedule([shared] { shared->Run(); });
   shared->Run();
   while (shared->done.load(std::memory_order_acquire) < units) Relax();
+}
+
+// Output channels per unit of work taken from the shared counter (16, 32 and 64 timed alike).
+constexpr int64_t kChunkChannels = 16;
+// Below this many multiply-adds a helper costs more to wake than it saves.
+constexpr int64_t kParallelWork = int64_t{1} << 16;
+
+// Runs body(problem, begin, end) over every problem's output channels in chunks of kChunkChannels:
+// one parallel region for all the weights of a call. A Problem has `rows`, `channels` and `depth`.
+template <typename Problem, typename Body>
+void ForEachChannelChunk(xla::ffi::ThreadPool& pool, const std::vector<Problem>& problems, const Body& body) {
+  std::vector<int64_t> first_chunk{0};  // problem i owns chunks [first_chunk[i], first_chunk[i + 1])
+  int64_t work = 0;
+  for (const Problem& p : problems) {
+    first_chunk.push_back(first_chunk.back() + (p.channels + kChunkChannels - 1) / kChunkChannels);
+    work += p.rows * p.channels * p.depth;
+  }
+  ForEachUnit(pool, first_chunk.back(), work >= kParallelWork, [&](int64_t chunk) {
+    const size_t i = std::upper_bound(first_chunk.begin(), first_chunk.end(), chunk) - first_chunk.begin() - 1;
+    const int64_t begin = (chunk - first_chunk[i]) * kChunkChannels;
+    body(problems[i], begin, std::min(begin + kChunkChannels, problems[i].channels));
+  });
 }
 
 }  // namespace pooled

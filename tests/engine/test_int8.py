@@ -20,23 +20,24 @@ def test_int8_matmul_is_close_to_float_and_row_independent() -> None:
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.standard_normal((5, 64)), jnp.float32)
     w = jnp.asarray(rng.standard_normal((64, 48)) * 0.05, jnp.float32)
-    values, scale = int8.quantize(w, 1)
-    assert values.dtype == jnp.int8 and values.shape == (48, 64) and scale.shape == (48,)  # output-major
+    weight = int8.quantize(w, 1)
+    assert weight.values.dtype == jnp.int8 and weight.values.shape == (48, 64)  # output-major
+    assert weight.scale.shape == (48,) and weight.block_scales is None
     exact = np.asarray(x @ w)
-    y = np.asarray(int8.matmul(x, values, scale))
+    y = np.asarray(int8.matmul(x, weight))
     assert np.abs(y - exact).max() < 0.03 * np.abs(exact).max()
     # One row alone (padded to two inside) equals that row in a batch: int32 sums are exact.
-    np.testing.assert_array_equal(np.asarray(int8.matmul(x[2:3], values, scale)), y[2:3])
+    np.testing.assert_array_equal(np.asarray(int8.matmul(x[2:3], weight)), y[2:3])
     # A table [V, D] used as an output head: channels are its rows already, it stays as it is.
-    table_values, table_scale = int8.quantize(w.T, 1, channels_last=False)
-    np.testing.assert_array_equal(np.asarray(table_values), np.asarray(values))
-    np.testing.assert_array_equal(np.asarray(table_scale), np.asarray(scale))
+    table = int8.quantize(w.T, 1, channels_last=False)
+    np.testing.assert_array_equal(np.asarray(table.values), np.asarray(weight.values))
+    np.testing.assert_array_equal(np.asarray(table.scale), np.asarray(weight.scale))
 
 
 def test_zero_rows_and_channels_stay_zero() -> None:
-    values, scale = int8.quantize(jnp.zeros((8, 4)), 1)
-    assert np.all(np.asarray(scale) == 1.0)
-    y = int8.matmul(jnp.zeros((1, 8)), values, scale)
+    weight = int8.quantize(jnp.zeros((8, 4)), 1)
+    assert np.all(np.asarray(weight.scale) == 1.0)
+    y = int8.matmul(jnp.zeros((1, 8)), weight)
     assert np.all(np.asarray(y) == 0.0)
 
 

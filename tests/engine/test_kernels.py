@@ -1,6 +1,6 @@
 """The native kernels (engine/kernels): the int8 matmul against XLA's int8 dot, the same function
-bit for bit; and which steps run them. (The decode attention kernel's numbers are checked against
-dense attention in test_paged_attention.py.)
+bit for bit; the Q4 matmul against its definition computed here; and which steps run them. (The
+decode attention kernel's numbers are checked against dense attention in test_paged_attention.py.)
 
 Matmul shapes cover the kernel's tiles and their remainders (rows not a multiple of 4, channels not
 a multiple of 4 or of a 64-channel chunk, depths not a multiple of 64) and products large enough to
@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine import int8, kernels
+from engine import int4, int8, kernels
 from engine.layers import PagedLayerCache, empty_pool, paged_attention
 
 
@@ -27,7 +27,16 @@ def test_the_kernel_builds_where_a_compiler_is() -> None:
 
 @pytest.mark.parametrize(
     ("rows", "channels", "depth"),
-    [(1, 48, 64), (1, 7, 100), (2, 130, 577), (3, 64, 64), (5, 257, 1536), (8, 192, 576), (1, 4099, 576)],
+    [
+        (1, 48, 64),
+        (1, 7, 100),
+        (2, 130, 577),
+        (3, 64, 64),
+        (5, 257, 1536),
+        (8, 192, 576),
+        (8, 33, 1536),
+        (1, 4099, 576),
+    ],
 )
 def test_the_kernel_equals_xlas_int8_dot(rows: int, channels: int, depth: int) -> None:
     if not kernels.available():
@@ -40,7 +49,7 @@ def test_the_kernel_equals_xlas_int8_dot(rows: int, channels: int, depth: int) -
     weight = jnp.asarray(rng.integers(-127, 128, (channels, depth)), jnp.int8)
     weight_scale = jnp.asarray(rng.random(channels) + 0.01, jnp.float32)
     got = jax.jit(kernels.int8_matmul)(jnp.asarray(x), [(weight, weight_scale)])[0]
-    expected = jax.jit(int8.xla_matmuls)(jnp.asarray(x), [(weight, weight_scale)])[0]
+    expected = jax.jit(int8.xla_matmuls)(jnp.asarray(x), [int8.Weight(weight, weight_scale)])[0]
     np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
 
 
@@ -82,5 +91,77 @@ def test_one_call_multiplies_several_weights() -> None:
     ]
     got = jax.jit(kernels.int8_matmul)(x, weights)
     assert [y.shape for y in got] == [(2, 40), (2, 7), (2, 1000)]
-    for y, expected in zip(got, int8.xla_matmuls(x, weights), strict=True):
+    for y, expected in zip(got, int8.xla_matmuls(x, [int8.Weight(*pair) for pair in weights]), strict=True):
         np.testing.assert_array_equal(np.asarray(y), np.asarray(expected))
+
+
+def q4_reference(x: np.ndarray, weight: int8.Weight) -> np.ndarray:
+    """pooled_q4_matmul's definition (q4_matmul.cc) in float64: x quantized per block of 32."""
+    assert weight.block_scales is not None and weight.block_mins is not None
+    blocks = x.reshape(x.shape[0], -1, int4.BLOCK)
+    scale = np.abs(blocks).max(axis=-1) * np.float32(1 / 127)
+    scale = np.where(scale == 0, np.float32(1), scale)
+    q = np.round(blocks / scale[..., None])
+    block_sums = scale * q.sum(axis=-1)
+    d = np.asarray(weight.block_scales, np.float64)
+    m = np.asarray(weight.block_mins, np.float64)
+    codes = (np.asarray(weight.floats(), np.float64) - np.repeat(m, int4.BLOCK, -1)) / np.repeat(d, int4.BLOCK, -1)
+    codes = np.round(codes).reshape(codes.shape[0], -1, int4.BLOCK)
+    dots = np.einsum("mbk,nbk->mnb", q, codes)
+    return (dots * d[None] * scale[:, None] + m[None] * block_sums[:, None]).sum(-1)
+
+
+@pytest.mark.parametrize(("rows", "channels", "depth"), [(1, 48, 64), (2, 9, 576), (5, 130, 1536), (32, 7, 2048)])
+def test_the_q4_kernel_computes_its_definition(rows: int, channels: int, depth: int) -> None:
+    if not kernels.available():
+        pytest.skip("no C++ compiler: the kernel is not built here")
+    rng = np.random.default_rng(rows * 31 + depth)
+    x = (rng.standard_normal((rows, depth)) * rng.choice([0.01, 1.0, 30.0], depth)).astype(np.float32)
+    x[0, :32] = 0.0  # a zero block takes scale 1
+    weight = int8.quantize(jnp.asarray(rng.standard_normal((depth, channels)), jnp.float32), 1, packed=True)
+    got = np.asarray(jax.jit(kernels.q4_matmul)(jnp.asarray(x), [weight[:1] + weight[2:]])[0])
+    expected = q4_reference(x, weight)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+    # A row's result does not depend on the rows beside it (tiles of 4 rows, remainders).
+    for row in (0, rows - 1):
+        alone = np.asarray(jax.jit(kernels.q4_matmul)(jnp.asarray(x[row : row + 1]), [weight[:1] + weight[2:]])[0])
+        np.testing.assert_array_equal(alone[0], got[row])
+
+
+def test_q4_extremes() -> None:
+    """Code 15 against 127 everywhere (the largest 16-bit pair sums), sums exact in float here."""
+    if not kernels.available():
+        pytest.skip("no C++ compiler: the kernel is not built here")
+    depth = 4096
+    x = jnp.full((1, depth), 127.0, jnp.float32)  # block scale 1: quantized to 127
+    codes = jnp.stack([jnp.full(depth // 2, 0xFF, jnp.uint8), jnp.full(depth // 2, 0xF0, jnp.uint8)])
+    blocks = depth // int4.BLOCK
+    scales = jnp.full((2, blocks), 2.0, jnp.float16)
+    mins = jnp.full((2, blocks), -1.0, jnp.float16)
+    got = np.asarray(jax.jit(kernels.q4_matmul)(x, [(codes, scales, mins)])[0])
+    # Weights 2 * 15 - 1 = 29 everywhere; then code 0 (-1) for each chunk's first 32 inputs.
+    np.testing.assert_array_equal(got, [[29 * 127 * depth, (29 - 1) * 127 * depth / 2]])
+
+
+def test_one_q4_call_multiplies_several_weights() -> None:
+    if not kernels.available():
+        pytest.skip("no C++ compiler: the kernel is not built here")
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 128)).astype(np.float32)
+    weights = [
+        int8.quantize(jnp.asarray(rng.standard_normal((128, n)), jnp.float32), 1, packed=True) for n in (40, 7, 300)
+    ]
+    got = jax.jit(kernels.q4_matmul)(jnp.asarray(x), [weight[:1] + weight[2:] for weight in weights])
+    assert [y.shape for y in got] == [(3, 40), (3, 7), (3, 300)]
+    for y, weight in zip(got, weights, strict=True):
+        expected = q4_reference(x, weight)
+        np.testing.assert_allclose(np.asarray(y), expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+def test_malformed_q4_weights_are_refused() -> None:
+    if not kernels.available():
+        pytest.skip("no C++ compiler: the kernel is not built here")
+    x = jnp.ones((1, 64), jnp.float32)
+    short = jnp.ones((3, 1), jnp.float16)  # 64 inputs are 2 blocks
+    with pytest.raises(Exception, match="scales and mins must be"):
+        jax.jit(kernels.q4_matmul)(x, [(jnp.zeros((3, 32), jnp.uint8), short, short)])

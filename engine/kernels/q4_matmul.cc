@@ -1,0 +1,237 @@
+// pooled_q4_matmul: the one-token matmul of `--quantization w4a8` (engine/int4.py) as an XLA CPU
+// custom call: llama.cpp's Q4_1 weights against Q8 activations.
+//
+// Weights [N, K] come in blocks of 32 inputs: 4-bit codes c (two per byte; each 64 inputs in 32
+// bytes, low nibbles the first 32) with an f16 scale d and minimum m per block, standing for
+// d * c + m. x f32 [M, K] is quantized here per block of 32 inputs: s = max |x| / 127 (1 for a zero
+// block), q = x / s rounded half to even, and the block's sum t = s * sum(q). Then
+//   y[m, n] = sum over blocks b of (d[n, b] * s[m, b]) * sum_k c[n, k] * q[m, k]  +  m[n, b] * t[m, b],
+// the integer dot of each block exact, the float sums over blocks in a fixed order per (m, n):
+// a row's result never depends on the other rows of the call.
+// One call takes any number of weights, each (codes, scales, mins), against the same x and returns a
+// y for each (q, k and v; gate and up): one parallel region streams all their weights.
+// Threads: chunks of output channels are shared with XLA's pool (parallel.h).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "parallel.h"
+#include "vector_ops.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+#if defined(__AVX2__)
+using pooled::Load32;
+using pooled::Prefetch;
+using pooled::Sum;
+#endif
+
+constexpr int64_t kBlock = 32;  // inputs per scale and minimum
+constexpr int64_t kChunk = 64;  // inputs per 32 bytes of codes
+constexpr int64_t kRowTile = 4;
+constexpr int64_t kChannelTile = 4;
+
+struct Problem {
+  const int8_t* x;        // [rows, depth], quantized per block
+  const float* x_scale;   // [rows, blocks]
+  const float* x_sum;     // [rows, blocks]: the block's scale times the sum of its quantized inputs
+  const uint8_t* codes;   // [channels, depth / 2]
+  const uint16_t* scales;  // [channels, blocks], f16
+  const uint16_t* mins;   // [channels, blocks], f16
+  float* y;
+  int64_t rows;
+  int64_t channels;
+  int64_t depth;
+
+  int64_t blocks() const { return depth / kBlock; }
+};
+
+inline float HalfToFloat(uint16_t half) {
+#if defined(__F16C__)
+  return _cvtsh_ss(half);
+#else
+  const uint32_t sign = static_cast<uint32_t>(half & 0x8000) << 16;
+  const int exponent = (half >> 10) & 0x1F;
+  const uint32_t mantissa = half & 0x3FF;
+  float value;
+  if (exponent == 0) {
+    value = std::ldexp(static_cast<float>(mantissa), -24);  // zero or subnormal
+  } else if (exponent == 31) {
+    value = mantissa == 0 ? INFINITY : NAN;
+  } else {
+    value = std::ldexp(static_cast<float>(mantissa | 0x400), exponent - 25);
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  bits |= sign;
+  std::memcpy(&value, &bits, sizeof bits);
+  return value;
+#endif
+}
+
+// The code of input k in a row of codes.
+inline int Code(const uint8_t* row, int64_t k) {
+  const uint8_t byte = row[k / kChunk * kBlock + k % kBlock];
+  return k % kChunk < kBlock ? byte & 0x0F : byte >> 4;
+}
+
+// sum over blocks of mins[b] * x_sum[b], in a fixed order.
+float MinsTerm(const uint16_t* mins, const float* x_sum, int64_t blocks) {
+  int64_t b = 0;
+  float total = 0.0f;
+#if defined(__AVX2__) && defined(__F16C__)
+  __m256 acc = _mm256_setzero_ps();
+  for (; b + 8 <= blocks; b += 8) {
+    const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mins + b)));
+    acc = _mm256_fmadd_ps(m, _mm256_loadu_ps(x_sum + b), acc);
+  }
+  total = Sum(acc);
+#endif
+  for (; b < blocks; ++b) total += HalfToFloat(mins[b]) * x_sum[b];
+  return total;
+}
+
+#if defined(__AVX2__)
+
+// A block's codes (0..15) times q by vpmaddubsw (pair sums within 2 * 15 * 127: no saturation),
+// widened to int32 by vpmaddwd, converted and scaled into a float accumulator per (row, channel).
+template <int RT, int CT>
+void Tile(const Problem& p, int64_t m0, int64_t n0) {
+  const int64_t row_bytes = p.depth / 2, blocks = p.blocks();
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[RT][CT];
+  for (int i = 0; i < RT; ++i)
+    for (int j = 0; j < CT; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < p.depth; k += kChunk) {
+    Prefetch<CT>(p.codes + n0 * row_bytes + k / 2 * CT);
+    const int64_t b = k / kBlock;
+    for (int j = 0; j < CT; ++j) {
+      const int64_t n = n0 + j;
+      const __m256i bytes = Load32(p.codes + n * row_bytes + k / 2);
+      const __m256i codes[2] = {_mm256_and_si256(bytes, nibble), _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble)};
+      const float scale[2] = {HalfToFloat(p.scales[n * blocks + b]), HalfToFloat(p.scales[n * blocks + b + 1])};
+      for (int i = 0; i < RT; ++i) {
+        const int64_t m = m0 + i;
+        for (int h = 0; h < 2; ++h) {
+          const __m256i x = Load32(p.x + m * p.depth + k + h * kBlock);
+          const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(codes[h], x), ones);
+          const __m256 factor = _mm256_set1_ps(scale[h] * p.x_scale[m * blocks + b + h]);
+          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), factor, acc[i][j]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < RT; ++i) {
+    const int64_t m = m0 + i;
+    for (int j = 0; j < CT; ++j) {
+      const int64_t n = n0 + j;
+      p.y[m * p.channels + n] = Sum(acc[i][j]) + MinsTerm(p.mins + n * blocks, p.x_sum + m * blocks, blocks);
+    }
+  }
+}
+
+#else  // Portable: plain loops.
+
+template <int RT, int CT>
+void Tile(const Problem& p, int64_t m0, int64_t n0) {
+  const int64_t row_bytes = p.depth / 2, blocks = p.blocks();
+  for (int i = 0; i < RT; ++i) {
+    const int64_t m = m0 + i;
+    for (int j = 0; j < CT; ++j) {
+      const int64_t n = n0 + j;
+      float total = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        int32_t sum = 0;
+        for (int64_t k = b * kBlock; k < (b + 1) * kBlock; ++k) {
+          sum += Code(p.codes + n * row_bytes, k) * static_cast<int32_t>(p.x[m * p.depth + k]);
+        }
+        total += static_cast<float>(sum) * (HalfToFloat(p.scales[n * blocks + b]) * p.x_scale[m * blocks + b]);
+      }
+      p.y[m * p.channels + n] = total + MinsTerm(p.mins + n * blocks, p.x_sum + m * blocks, blocks);
+    }
+  }
+}
+
+#endif
+
+template <int CT>
+void ChannelTile(const Problem& p, int64_t n0) {
+  int64_t m0 = 0;
+  for (; m0 + kRowTile <= p.rows; m0 += kRowTile) Tile<kRowTile, CT>(p, m0, n0);
+  switch (p.rows - m0) {
+    case 3: Tile<3, CT>(p, m0, n0); break;
+    case 2: Tile<2, CT>(p, m0, n0); break;
+    case 1: Tile<1, CT>(p, m0, n0); break;
+    default: break;
+  }
+}
+
+void Channels(const Problem& p, int64_t begin, int64_t end) {
+  int64_t n0 = begin;
+  for (; n0 + kChannelTile <= end; n0 += kChannelTile) ChannelTile<kChannelTile>(p, n0);
+  for (; n0 < end; ++n0) ChannelTile<1>(p, n0);
+}
+
+void QuantizeBlocks(const float* x, int64_t rows, int64_t depth, int8_t* q, float* scale, float* sum) {
+  for (int64_t block = 0; block < rows * depth / kBlock; ++block) {
+    const float* in = x + block * kBlock;
+    float peak = 0.0f;
+    for (int64_t k = 0; k < kBlock; ++k) peak = std::max(peak, std::fabs(in[k]));
+    const float s = peak == 0.0f ? 1.0f : peak * (1.0f / 127.0f);
+    int32_t total = 0;
+    for (int64_t k = 0; k < kBlock; ++k) {
+      const int8_t level = static_cast<int8_t>(std::nearbyint(in[k] / s));
+      q[block * kBlock + k] = level;
+      total += level;
+    }
+    scale[block] = s;
+    sum[block] = s * static_cast<float>(total);
+  }
+}
+
+ffi::Error Q4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::RemainingArgs weights, ffi::RemainingRets ys) {
+  if (x.dimensions().size() != 2 || x.dimensions()[1] % kChunk != 0 || weights.size() != 3 * ys.size()) {
+    return ffi::Error::InvalidArgument(
+        "pooled_q4_matmul: expected x [M, K] (K a multiple of 64) and a (codes, scales, mins) triple per result");
+  }
+  const int64_t rows = x.dimensions()[0], depth = x.dimensions()[1], blocks = depth / kBlock;
+  std::vector<int8_t> q(rows * depth);
+  std::vector<float> x_scale(rows * blocks), x_sum(rows * blocks);
+  QuantizeBlocks(x.typed_data(), rows, depth, q.data(), x_scale.data(), x_sum.data());
+  std::vector<Problem> problems;
+  for (size_t i = 0; i < ys.size(); ++i) {
+    auto codes = weights.get<ffi::Buffer<ffi::U8>>(3 * i);
+    auto scales = weights.get<ffi::Buffer<ffi::F16>>(3 * i + 1);
+    auto mins = weights.get<ffi::Buffer<ffi::F16>>(3 * i + 2);
+    auto y = ys.get<ffi::Buffer<ffi::F32>>(i);
+    if (!codes.has_value() || !scales.has_value() || !mins.has_value() || !y.has_value() ||
+        codes->dimensions().size() != 2 || codes->dimensions()[1] != depth / 2) {
+      return ffi::Error::InvalidArgument("pooled_q4_matmul: a weight is not uint8 codes [N, K/2] with f16 scales and mins");
+    }
+    const int64_t channels = codes->dimensions()[0];
+    if (scales->element_count() != channels * blocks || mins->element_count() != channels * blocks ||
+        (*y)->element_count() != rows * channels) {
+      return ffi::Error::InvalidArgument("pooled_q4_matmul: scales and mins must be [N, K/32], the result f32 [M, N]");
+    }
+    problems.push_back(Problem{q.data(), x_scale.data(), x_sum.data(), codes->typed_data(), scales->typed_data(),
+                               mins->typed_data(), (*y)->typed_data(), rows, channels, depth});
+  }
+  pooled::ForEachChannelChunk(pool, problems, [](const Problem& p, int64_t begin, int64_t end) { Channels(p, begin, end); });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PooledQ4Matmul, Q4Matmul,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .RemainingArgs()
+                                  .RemainingRets());

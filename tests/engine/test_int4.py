@@ -1,0 +1,105 @@
+"""W4A8 (`--quantization w4a8`): Q4_1 weights (engine/int4.py), the parameter tree, which path a
+step takes, and the engine on it. (The native kernel against its definition: test_kernels.py.)"""
+
+from collections.abc import Callable
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from engine import int4, int8, kernels
+from engine.checkpoint.loader import load_model
+from engine.engine import Engine
+from engine.engine_config import EngineConfig
+from tests.engine.engine_harness import generate, greedy_request, start
+
+
+def test_packing_finds_a_q4_1_files_own_blocks() -> None:
+    """Weights that are Q4_1 already (as a GGUF's, dequantized) come back with the same codes,
+    scales and minimums: serving them adds no weight error."""
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 16, (6, 4, 32))
+    codes[..., 0], codes[..., 1] = 0, 15  # llama.cpp's Q4_1 maps each block's min and max to 0 and 15
+    scales = rng.uniform(0.001, 0.05, (6, 4)).astype(np.float16)
+    mins = (-rng.uniform(0.0, 0.4, (6, 4))).astype(np.float16)
+    floats = codes * scales[..., None].astype(np.float32) + mins[..., None].astype(np.float32)
+    packed, got_scales, got_mins = int4.pack(jnp.asarray(floats.reshape(6, 128), jnp.float32))
+    assert packed.dtype == jnp.uint8 and packed.shape == (6, 64)
+    np.testing.assert_array_equal(np.asarray(got_scales), scales)
+    np.testing.assert_array_equal(np.asarray(got_mins), mins)
+    np.testing.assert_array_equal(np.asarray(int4.unpack(packed, got_scales, got_mins)), floats.reshape(6, 128))
+
+
+def test_packing_rounds_any_weights_to_half_a_step() -> None:
+    rng = np.random.default_rng(1)
+    floats = rng.standard_t(3, (5, 256)).astype(np.float32)
+    packed, scales, mins = int4.pack(jnp.asarray(floats))
+    error = np.abs(np.asarray(int4.unpack(packed, scales, mins)) - floats).reshape(5, 8, 32)
+    step = np.asarray(scales, np.float32)[..., None]
+    assert np.all(error <= step / 2 + 1e-3 * step + 1e-6)
+    # A constant block has scale 0 and decodes exactly (to its f16 minimum).
+    flat = np.full((1, 64), 0.5, np.float32)
+    np.testing.assert_array_equal(np.asarray(int4.unpack(*int4.pack(jnp.asarray(flat)))), flat)
+
+
+def test_prefill_rounds_the_blocks_to_int8_and_decode_runs_q4() -> None:
+    """x [B, T>1, K] takes XLA's int8 dot of the weights rounded to int8; a one-token step takes the
+    Q4 kernel, whose rows do not depend on each other."""
+    rng = np.random.default_rng(2)
+    w = jnp.asarray(rng.standard_normal((128, 40)), jnp.float32)
+    weight = int8.quantize(w, 1, packed=True)
+    x = jnp.asarray(rng.standard_normal((3, 5, 128)), jnp.float32)
+    prefill = np.asarray(int8.matmul(x, weight))
+    rounded = int8.Weight(weight.int8_values(), weight.scale)
+    np.testing.assert_array_equal(prefill, np.asarray(int8.matmul(x, rounded)))
+    step = np.asarray(int8.matmul(x[:, :1], weight))
+    alone = np.asarray(int8.matmul(x[1:2, :1], weight))
+    np.testing.assert_array_equal(alone, step[1:2])
+    exact = np.asarray(x[:, :1] @ w)
+    assert np.abs(step - exact).max() < 0.15 * np.abs(exact).max()
+    if kernels.available():
+        assert not np.array_equal(step, prefill[:, :1])  # two functions: the kernel ran
+
+
+def test_embedding_rows_are_the_q4_values() -> None:
+    rng = np.random.default_rng(3)
+    table = jnp.asarray(rng.standard_normal((10, 64)), jnp.float32)
+    packed = int8.quantize(table, 1, channels_last=False, packed=True)
+    tokens = jnp.asarray([[3, 0, 9]])
+    np.testing.assert_array_equal(np.asarray(int8.rows(packed, tokens))[0], np.asarray(packed.floats())[[3, 0, 9]])
+
+
+@pytest.mark.parametrize("name", ["llama_linear", "llama_tied"])
+def test_packed_model_tracks_the_float_model(name: str, tiny_checkpoint: Callable[[str], Path], tmp_path: Path) -> None:
+    floats = load_model(tiny_checkpoint(name), cache_dir=tmp_path, progress=False)
+    packed = load_model(tiny_checkpoint(name), cache_dir=tmp_path, progress=False, quantization="w4a8")
+    c = packed.config
+    gate = packed.params["layer_0"]["mlp"]["gate"]
+    assert gate["kernel"].dtype == jnp.uint8 and gate["kernel"].shape == (c.intermediate_size, c.hidden_size // 2)
+    blocks = (c.intermediate_size, c.hidden_size // int4.BLOCK)
+    assert gate["kernel_block_scales"].shape == gate["kernel_block_mins"].shape == blocks
+    assert packed.params["layer_0"]["attn"]["o"]["kernel"].shape == (c.hidden_size, c.num_heads * c.head_dim // 2)
+    tokens = jnp.asarray(np.random.default_rng(1).integers(3, 256, (1, 24)), jnp.int32)
+    positions = jnp.arange(24, dtype=jnp.int32)[None]
+    expected = np.asarray(floats.forward(tokens, positions)[0])
+    got = np.asarray(packed.forward(tokens, positions)[0])
+    # Random weights have no structure for 16 levels to keep (here correlation 0.95-0.97, the same
+    # next token at 54-75 % of positions, against 1/256 by chance); real models: docs/BENCHMARKS.md.
+    assert np.corrcoef(got.ravel(), expected.ravel())[0, 1] > 0.9
+    assert np.mean(got.argmax(-1) == expected.argmax(-1)) >= 0.5
+
+
+def test_engine_on_the_packed_model(tiny_checkpoint: Callable[[str], Path], tmp_path: Path) -> None:
+    """Batched rows get exactly what they get alone, past the int8 kernel's row limit too."""
+    model = load_model(tiny_checkpoint("llama_tied"), cache_dir=tmp_path, progress=False, quantization="w4a8")
+    lanes = int8.KERNEL_MAX_ROWS + 4
+    engine = Engine.build(model, EngineConfig(decode_lanes=lanes, page_size=8, prefill_chunk=8), lambda *_: None)
+    try:
+        prompts = [np.random.default_rng(seed).integers(3, 256, 5 + seed).tolist() for seed in range(lanes)]
+        alone = [generate(engine, greedy_request(p, 5)).tokens[0] for p in prompts[:3]]
+        together = [start(engine, greedy_request(p, 5)) for p in prompts]
+        assert [c.wait().tokens[0] for c in together][:3] == alone
+        assert engine.stats().compiles_after_startup == 0
+    finally:
+        engine.shutdown()
