@@ -28,7 +28,6 @@ namespace {
 
 #if defined(__AVX2__)
 using pooled::Load32;
-using pooled::Prefetch;
 using pooled::Sum;
 #endif
 
@@ -97,42 +96,67 @@ float MinsTerm(const uint16_t* mins, const float* x_sum, int64_t blocks) {
   return total;
 }
 
-#if defined(__AVX2__)
+#if defined(__AVX2__) && defined(__F16C__)
 
-// A block's codes (0..15) times q by vpmaddubsw (pair sums within 2 * 15 * 127: no saturation),
-// widened to int32 by vpmaddwd, converted and scaled into a float accumulator per (row, channel).
+constexpr int64_t kGroup = 8;  // blocks whose integer dots are summed side by side, one per lane
+
+// The codes of block b of a row (0..15 in each byte): chunk b / 2, low nibbles for even b.
+inline __m256i BlockCodes(const uint8_t* row, int64_t b) {
+  const __m256i bytes = Load32(row + b / 2 * kBlock);
+  return _mm256_and_si256(b % 2 == 0 ? bytes : _mm256_srli_epi16(bytes, 4), _mm256_set1_epi8(0x0F));
+}
+
+// The integer dots of 8 blocks of codes with 8 blocks of q, lane b for block b. vpmaddubsw makes
+// 16-bit pair sums (within 2 * 15 * 127); three rounds of vphaddw add them up per block (within
+// 16 * 2 * 15 * 127 = 30480, still 16 bits) with the lanes of each 128-bit half in block order.
+inline __m256i GroupDots(const __m256i (&codes)[kGroup], const int8_t* q) {
+  __m256i pairs[kGroup];
+  for (int b = 0; b < kGroup; ++b) pairs[b] = _mm256_maddubs_epi16(codes[b], Load32(q + b * kBlock));
+  const __m256i quads[4] = {_mm256_hadd_epi16(pairs[0], pairs[1]), _mm256_hadd_epi16(pairs[2], pairs[3]),
+                            _mm256_hadd_epi16(pairs[4], pairs[5]), _mm256_hadd_epi16(pairs[6], pairs[7])};
+  const __m256i halves = _mm256_hadd_epi16(_mm256_hadd_epi16(quads[0], quads[1]), _mm256_hadd_epi16(quads[2], quads[3]));
+  return _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(halves)),
+                          _mm256_cvtepi16_epi32(_mm256_extracti128_si256(halves, 1)));
+}
+
+// Per (row, channel): groups of 8 blocks scaled lane by lane (8 block scales times 8 row scales),
+// then the remaining blocks one by one; a fixed order for each (row, channel).
 template <int RT, int CT>
 void Tile(const Problem& p, int64_t m0, int64_t n0) {
   const int64_t row_bytes = p.depth / 2, blocks = p.blocks();
-  const __m256i nibble = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[RT][CT];
   for (int i = 0; i < RT; ++i)
     for (int j = 0; j < CT; ++j) acc[i][j] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < p.depth; k += kChunk) {
-    Prefetch<CT>(p.codes + n0 * row_bytes + k / 2 * CT);
-    const int64_t b = k / kBlock;
+  int64_t b = 0;
+  for (; b + kGroup <= blocks; b += kGroup) {
+    // The tile's CT rows of codes are contiguous: 4 * CT lines per group keeps pace with the loads.
+    const char* ahead = reinterpret_cast<const char*>(p.codes + n0 * row_bytes + b * kBlock / 2 * CT) + pooled::kPrefetchBytes;
+    for (int line = 0; line < 2 * CT; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T1);
     for (int j = 0; j < CT; ++j) {
       const int64_t n = n0 + j;
-      const __m256i bytes = Load32(p.codes + n * row_bytes + k / 2);
-      const __m256i codes[2] = {_mm256_and_si256(bytes, nibble), _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble)};
-      const float scale[2] = {HalfToFloat(p.scales[n * blocks + b]), HalfToFloat(p.scales[n * blocks + b + 1])};
+      __m256i codes[kGroup];
+      for (int g = 0; g < kGroup; ++g) codes[g] = BlockCodes(p.codes + n * row_bytes, b + g);
+      const __m256 scales = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.scales + n * blocks + b)));
       for (int i = 0; i < RT; ++i) {
         const int64_t m = m0 + i;
-        for (int h = 0; h < 2; ++h) {
-          const __m256i x = Load32(p.x + m * p.depth + k + h * kBlock);
-          const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(codes[h], x), ones);
-          const __m256 factor = _mm256_set1_ps(scale[h] * p.x_scale[m * blocks + b + h]);
-          acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), factor, acc[i][j]);
-        }
+        const __m256 dots = _mm256_cvtepi32_ps(GroupDots(codes, p.x + m * p.depth + b * kBlock));
+        const __m256 factors = _mm256_mul_ps(scales, _mm256_loadu_ps(p.x_scale + m * blocks + b));
+        acc[i][j] = _mm256_fmadd_ps(dots, factors, acc[i][j]);
       }
     }
   }
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int i = 0; i < RT; ++i) {
     const int64_t m = m0 + i;
     for (int j = 0; j < CT; ++j) {
       const int64_t n = n0 + j;
-      p.y[m * p.channels + n] = Sum(acc[i][j]) + MinsTerm(p.mins + n * blocks, p.x_sum + m * blocks, blocks);
+      float total = Sum(acc[i][j]);
+      for (int64_t r = b; r < blocks; ++r) {
+        const __m256i pairs = _mm256_maddubs_epi16(BlockCodes(p.codes + n * row_bytes, r), Load32(p.x + m * p.depth + r * kBlock));
+        const float dot = static_cast<float>(Sum(_mm256_madd_epi16(pairs, ones)));
+        total += dot * (HalfToFloat(p.scales[n * blocks + r]) * p.x_scale[m * blocks + r]);
+      }
+      p.y[m * p.channels + n] = total + MinsTerm(p.mins + n * blocks, p.x_sum + m * blocks, blocks);
     }
   }
 }
