@@ -97,15 +97,16 @@ class Settings:
         "none",
         _one_of("none", "w8a8", "w4a8"),
         "w8a8: projections and output head as int8 × int8 matmuls (int8 weights, activations quantized per "
-        "token); on the CPU 2-4× faster decode and faster prefill for some accuracy (SmolLM2-135M: perplexity "
-        "+3-4 %). w4a8: the same matmuls with the int8 weights stored in 4 bits (16 levels per block of 32): "
-        "fewer bytes per decode step for more accuracy lost; see docs/BENCHMARKS.md. none: the weights in --dtype.",
+        "token): on the CPU faster than float32 for some accuracy (SmolLM2-135M: perplexity +3-5 %). w4a8: "
+        "the projections in Q4_1 blocks, a Q4_1 GGUF's own (embedding and output head int8); decoding runs "
+        "them on a native kernel with activations quantized per block of 32 (perplexity +1 %), prompts as "
+        "w8a8. See docs/BENCHMARKS.md for speed on two machines. none: the weights in --dtype.",
     )
     kv_cache_dtype: str = setting(
         "bfloat16",
         _one_of("bfloat16", "float32", "auto"),
         "KV cache dtype. bfloat16 holds twice the tokens of float32 in the same memory and runs prefill "
-        "attention's matmuls in bfloat16 with float32 sums (with float32 weights on the CPU a 3k-token prompt "
+        "attention's matmuls in bfloat16 with float32 sums (with float32 weights on an AVX-512 CPU a 3k-token prompt "
         "prefilled ~1.15× faster), for 0.1 % perplexity (docs/BENCHMARKS.md). auto: the weights' (--dtype).",
     )
     kv_memory: int | None = setting(
