@@ -1,7 +1,8 @@
 """4-bit weights for `--quantization w4a8`: llama.cpp's Q4_1 blocks, kept as the GGUF holds them.
 
-Why: a one-token decode step is bound by memory: it streams every weight once. In Q4_1 the default
-model's matmul weights are ~85 MB instead of 135 MB of int8 (and 540 MB of float32).
+Why: a one-token decode step streams every weight once. In Q4_1 the default model's projections
+are ~66 MB instead of 106 MB in int8: a decode step reads ~95 MB with the output head in int8,
+against 135 MB (and 540 MB in float32).
 
 Format: an output-major weight [N, K] (K a multiple of `CHUNK`) in blocks of `BLOCK` inputs, each
 with an f16 scale d and minimum m and 4-bit codes c in 0..15, standing for d · c + m. From a GGUF
@@ -14,8 +15,9 @@ native kernel expands with one shift and mask). 5 bits per weight.
 Two paths compute with these weights (engine/int8.py picks one):
 - one-token steps on the CPU: the native kernel (engine/kernels/q4_matmul.cc) against activations
   quantized per block of 32 (llama.cpp's Q8 blocks): the integer dot per block, scaled in float.
-- everything else (prefill; other platforms): XLA's int8 dot, the weights expanded and rounded to
-  int8 per output channel (`to_int8`) for the call, as `--quantization w8a8` computes.
+- everything else (prompts; other platforms): XLA's int8 dot, the weights expanded and rounded to
+  int8 per output channel for the call (`int8.Weight.int8_values`), as `--quantization w8a8`
+  computes.
 """
 
 import jax
