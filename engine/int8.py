@@ -116,14 +116,8 @@ def matmuls(x: Array, weights: Sequence[Weight]) -> list[Array]:
 
 
 def rows(weight: Weight, indices: Array) -> Array:
-    """f32 rows of a table (an embedding) at `indices`."""
-
-    def take(array: Array) -> Array:
-        return jnp.take(array, indices, axis=0)
-
-    if weight.block_scales is not None and weight.block_mins is not None:
-        return int4.unpack(take(weight.values), take(weight.block_scales), take(weight.block_mins))
-    return take(weight.values) * take(weight.scale)[..., None]
+    """f32 rows of an int8 table (an embedding; never packed, see layers.Transformer) at `indices`."""
+    return jnp.take(weight.values, indices, axis=0) * jnp.take(weight.scale, indices, axis=0)[..., None]
 
 
 def quantize_rows(rows: Array) -> tuple[Array, Array]:

@@ -20,7 +20,6 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-using pooled::kPrefetchBytes;
 #if defined(__AVX2__)
 using pooled::Load32;
 using pooled::Prefetch;
@@ -38,8 +37,6 @@ struct Problem {
   int64_t depth;
 };
 
-constexpr int64_t kRowTile = 4;
-constexpr int64_t kChannelTile = 4;
 
 inline float Scaled(int32_t sum, float x_scale, float w_scale) {
   // The same order as the XLA path: (f32(sum) * row scale) * channel scale.
@@ -56,9 +53,7 @@ inline void Step(const Problem& p, int64_t m0, int64_t n0, int64_t k, __mmask64 
   const __m512i shift = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i ones = _mm512_set1_epi8(1);
   __m512i w[CT];
-  // The tile's CT rows are contiguous: CT lines per step keeps pace with the loads.
-  const int8_t* ahead = p.w + n0 * p.depth + k * CT + kPrefetchBytes;
-  for (int j = 0; j < CT; ++j) _mm_prefetch(reinterpret_cast<const char*>(ahead + 64 * j), _MM_HINT_T1);
+  Prefetch<CT>(p.w + n0 * p.depth + k * CT);  // 64 bytes of each of CT rows
   for (int j = 0; j < CT; ++j) {
     w[j] = _mm512_maskz_loadu_epi8(mask, p.w + (n0 + j) * p.depth + k);
     w_sum[j] = _mm512_dpbusd_epi32(w_sum[j], ones, w[j]);
@@ -104,7 +99,7 @@ void Tile(const Problem& p, int64_t m0, int64_t n0) {
     for (int j = 0; j < CT; ++j) acc[i][j] = _mm256_setzero_si256();
   int64_t k = 0;
   for (; k + 32 <= p.depth; k += 32) {
-    Prefetch<CT>(p.w + n0 * p.depth + k * CT);
+    Prefetch<(CT + 1) / 2>(p.w + n0 * p.depth + k * CT);  // 32 bytes of each of CT rows
     __m256i w[CT];
     for (int j = 0; j < CT; ++j) w[j] = Load32(p.w + (n0 + j) * p.depth + k);
     for (int i = 0; i < RT; ++i) {
@@ -144,23 +139,13 @@ void Tile(const Problem& p, int64_t m0, int64_t n0) {
 
 #endif
 
-template <int CT>
-void ChannelTile(const Problem& p, int64_t n0) {
-  int64_t m0 = 0;
-  for (; m0 + kRowTile <= p.rows; m0 += kRowTile) Tile<kRowTile, CT>(p, m0, n0);
-  switch (p.rows - m0) {
-    case 3: Tile<3, CT>(p, m0, n0); break;
-    case 2: Tile<2, CT>(p, m0, n0); break;
-    case 1: Tile<1, CT>(p, m0, n0); break;
-    default: break;
+// The tiles of this file, for pooled::RunTiles.
+struct Tiles {
+  template <int RT, int CT>
+  static void Run(const Problem& p, int64_t m0, int64_t n0) {
+    Tile<RT, CT>(p, m0, n0);
   }
-}
-
-void Channels(const Problem& p, int64_t begin, int64_t end) {
-  int64_t n0 = begin;
-  for (; n0 + kChannelTile <= end; n0 += kChannelTile) ChannelTile<kChannelTile>(p, n0);
-  for (; n0 < end; ++n0) ChannelTile<1>(p, n0);
-}
+};
 
 // Per-row symmetric quantization, the same float operations as engine/int8.py's (so the same bits).
 void Quantize(const float* x, int64_t rows, int64_t depth, int8_t* q, float* scale) {
@@ -195,7 +180,7 @@ ffi::Error Int8Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Remain
     problems.push_back(Problem{q.data(), x_scale.data(), w->typed_data(), w_scale->typed_data(), (*y)->typed_data(),
                                rows, w->dimensions()[0], depth});
   }
-  pooled::ForEachChannelChunk(pool, problems, [](const Problem& p, int64_t begin, int64_t end) { Channels(p, begin, end); });
+  pooled::RunTiles<Tiles>(pool, problems);
   return ffi::Error::Success();
 }
 

@@ -1,4 +1,4 @@
-// Splitting a kernel's work across XLA's CPU thread pool.
+// Splitting a matmul kernel's work into tiles and across XLA's CPU thread pool.
 //
 // Threads: XLA calls a handler on one of its threads. `ForEachUnit` schedules helpers on XLA's
 // intra-op pool; the caller and the helpers take units from one atomic counter, so the work
@@ -66,10 +66,28 @@ constexpr int64_t kChunkChannels = 16;
 // Below this many multiply-adds a helper costs more to wake than it saves.
 constexpr int64_t kParallelWork = int64_t{1} << 16;
 
-// Runs body(problem, begin, end) over every problem's output channels in chunks of kChunkChannels:
-// one parallel region for all the weights of a call. A Problem has `rows`, `channels` and `depth`.
-template <typename Problem, typename Body>
-void ForEachChannelChunk(xla::ffi::ThreadPool& pool, const std::vector<Problem>& problems, const Body& body) {
+constexpr int64_t kRowTile = 4;
+constexpr int64_t kChannelTile = 4;
+
+// Kernel::Run<RT, CT>(p, m0, n0) over every row of `p` for channels n0 .. n0 + CT: tiles of kRowTile
+// rows, then one tile of the remaining rows.
+template <typename Kernel, int CT, typename Problem>
+void ChannelTile(const Problem& p, int64_t n0) {
+  int64_t m0 = 0;
+  for (; m0 + kRowTile <= p.rows; m0 += kRowTile) Kernel::template Run<kRowTile, CT>(p, m0, n0);
+  switch (p.rows - m0) {
+    case 3: Kernel::template Run<3, CT>(p, m0, n0); break;
+    case 2: Kernel::template Run<2, CT>(p, m0, n0); break;
+    case 1: Kernel::template Run<1, CT>(p, m0, n0); break;
+    default: break;
+  }
+}
+
+// Runs every problem's tiles (Kernel::Run<RT, CT>, RT <= kRowTile rows by CT <= kChannelTile
+// channels) over its output channels in chunks of kChunkChannels: one parallel region for all the
+// weights of a call. A Problem has `rows`, `channels` and `depth`.
+template <typename Kernel, typename Problem>
+void RunTiles(xla::ffi::ThreadPool& pool, const std::vector<Problem>& problems) {
   std::vector<int64_t> first_chunk{0};  // problem i owns chunks [first_chunk[i], first_chunk[i + 1])
   int64_t work = 0;
   for (const Problem& p : problems) {
@@ -78,8 +96,11 @@ void ForEachChannelChunk(xla::ffi::ThreadPool& pool, const std::vector<Problem>&
   }
   ForEachUnit(pool, first_chunk.back(), work >= kParallelWork, [&](int64_t chunk) {
     const size_t i = std::upper_bound(first_chunk.begin(), first_chunk.end(), chunk) - first_chunk.begin() - 1;
-    const int64_t begin = (chunk - first_chunk[i]) * kChunkChannels;
-    body(problems[i], begin, std::min(begin + kChunkChannels, problems[i].channels));
+    const Problem& p = problems[i];
+    const int64_t end = std::min((chunk - first_chunk[i] + 1) * kChunkChannels, p.channels);
+    int64_t n0 = (chunk - first_chunk[i]) * kChunkChannels;
+    for (; n0 + kChannelTile <= end; n0 += kChannelTile) ChannelTile<Kernel, kChannelTile>(p, n0);
+    for (; n0 < end; ++n0) ChannelTile<Kernel, 1>(p, n0);
   });
 }
 

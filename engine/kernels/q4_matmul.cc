@@ -28,13 +28,12 @@ namespace {
 
 #if defined(__AVX2__)
 using pooled::Load32;
+using pooled::Prefetch;
 using pooled::Sum;
 #endif
 
 constexpr int64_t kBlock = 32;  // inputs per scale and minimum
 constexpr int64_t kChunk = 64;  // inputs per 32 bytes of codes
-constexpr int64_t kRowTile = 4;
-constexpr int64_t kChannelTile = 4;
 
 struct Problem {
   const int8_t* x;        // [rows, depth], quantized per block
@@ -100,10 +99,12 @@ float MinsTerm(const uint16_t* mins, const float* x_sum, int64_t blocks) {
 
 constexpr int64_t kGroup = 8;  // blocks whose integer dots are summed side by side, one per lane
 
-// The codes of block b of a row (0..15 in each byte): chunk b / 2, low nibbles for even b.
-inline __m256i BlockCodes(const uint8_t* row, int64_t b) {
-  const __m256i bytes = Load32(row + b / 2 * kBlock);
-  return _mm256_and_si256(b % 2 == 0 ? bytes : _mm256_srli_epi16(bytes, 4), _mm256_set1_epi8(0x0F));
+// The codes (0..15 in each byte) of blocks 2c and 2c + 1 of a row, from chunk c's 32 bytes.
+inline void ChunkCodes(const uint8_t* row, int64_t c, __m256i& even, __m256i& odd) {
+  const __m256i bytes = Load32(row + c * kBlock);
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  even = _mm256_and_si256(bytes, nibble);
+  odd = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
 }
 
 // The integer dots of 8 blocks of codes with 8 blocks of q, lane b for block b. vpmaddubsw makes
@@ -129,13 +130,11 @@ void Tile(const Problem& p, int64_t m0, int64_t n0) {
     for (int j = 0; j < CT; ++j) acc[i][j] = _mm256_setzero_ps();
   int64_t b = 0;
   for (; b + kGroup <= blocks; b += kGroup) {
-    // The tile's CT rows of codes are contiguous: 4 * CT lines per group keeps pace with the loads.
-    const char* ahead = reinterpret_cast<const char*>(p.codes + n0 * row_bytes + b * kBlock / 2 * CT) + pooled::kPrefetchBytes;
-    for (int line = 0; line < 2 * CT; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T1);
+    Prefetch<2 * CT>(p.codes + n0 * row_bytes + b * kBlock / 2 * CT);  // 128 bytes of each of CT rows
     for (int j = 0; j < CT; ++j) {
       const int64_t n = n0 + j;
       __m256i codes[kGroup];
-      for (int g = 0; g < kGroup; ++g) codes[g] = BlockCodes(p.codes + n * row_bytes, b + g);
+      for (int c = 0; c < kGroup / 2; ++c) ChunkCodes(p.codes + n * row_bytes, b / 2 + c, codes[2 * c], codes[2 * c + 1]);
       const __m256 scales = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.scales + n * blocks + b)));
       for (int i = 0; i < RT; ++i) {
         const int64_t m = m0 + i;
@@ -152,7 +151,9 @@ void Tile(const Problem& p, int64_t m0, int64_t n0) {
       const int64_t n = n0 + j;
       float total = Sum(acc[i][j]);
       for (int64_t r = b; r < blocks; ++r) {
-        const __m256i pairs = _mm256_maddubs_epi16(BlockCodes(p.codes + n * row_bytes, r), Load32(p.x + m * p.depth + r * kBlock));
+        __m256i codes[2];
+        ChunkCodes(p.codes + n * row_bytes, r / 2, codes[0], codes[1]);
+        const __m256i pairs = _mm256_maddubs_epi16(codes[r % 2], Load32(p.x + m * p.depth + r * kBlock));
         const float dot = static_cast<float>(Sum(_mm256_madd_epi16(pairs, ones)));
         total += dot * (HalfToFloat(p.scales[n * blocks + r]) * p.x_scale[m * blocks + r]);
       }
@@ -185,23 +186,13 @@ void Tile(const Problem& p, int64_t m0, int64_t n0) {
 
 #endif
 
-template <int CT>
-void ChannelTile(const Problem& p, int64_t n0) {
-  int64_t m0 = 0;
-  for (; m0 + kRowTile <= p.rows; m0 += kRowTile) Tile<kRowTile, CT>(p, m0, n0);
-  switch (p.rows - m0) {
-    case 3: Tile<3, CT>(p, m0, n0); break;
-    case 2: Tile<2, CT>(p, m0, n0); break;
-    case 1: Tile<1, CT>(p, m0, n0); break;
-    default: break;
+// The tiles of this file, for pooled::RunTiles.
+struct Tiles {
+  template <int RT, int CT>
+  static void Run(const Problem& p, int64_t m0, int64_t n0) {
+    Tile<RT, CT>(p, m0, n0);
   }
-}
-
-void Channels(const Problem& p, int64_t begin, int64_t end) {
-  int64_t n0 = begin;
-  for (; n0 + kChannelTile <= end; n0 += kChannelTile) ChannelTile<kChannelTile>(p, n0);
-  for (; n0 < end; ++n0) ChannelTile<1>(p, n0);
-}
+};
 
 void QuantizeBlocks(const float* x, int64_t rows, int64_t depth, int8_t* q, float* scale, float* sum) {
   for (int64_t block = 0; block < rows * depth / kBlock; ++block) {
@@ -240,14 +231,14 @@ ffi::Error Q4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Remainin
       return ffi::Error::InvalidArgument("pooled_q4_matmul: a weight is not uint8 codes [N, K/2] with f16 scales and mins");
     }
     const int64_t channels = codes->dimensions()[0];
-    if (scales->element_count() != channels * blocks || mins->element_count() != channels * blocks ||
-        (*y)->element_count() != rows * channels) {
+    const auto count = [](const auto& buffer) { return static_cast<int64_t>(buffer.element_count()); };
+    if (count(*scales) != channels * blocks || count(*mins) != channels * blocks || count(**y) != rows * channels) {
       return ffi::Error::InvalidArgument("pooled_q4_matmul: scales and mins must be [N, K/32], the result f32 [M, N]");
     }
     problems.push_back(Problem{q.data(), x_scale.data(), x_sum.data(), codes->typed_data(), scales->typed_data(),
                                mins->typed_data(), (*y)->typed_data(), rows, channels, depth});
   }
-  pooled::ForEachChannelChunk(pool, problems, [](const Problem& p, int64_t begin, int64_t end) { Channels(p, begin, end); });
+  pooled::RunTiles<Tiles>(pool, problems);
   return ffi::Error::Success();
 }
 

@@ -36,12 +36,12 @@ inline float Sum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// A tile reads its CT channels' rows side by side, 32 bytes of each per step: prefetches the lines
-// `kPrefetchBytes` past where that step reads, which keeps pace with it.
-template <int CT>
+// Prefetches `Lines` cache lines `kPrefetchBytes` past `step_start`. A tile reads its channels' rows
+// side by side, so a step that reads L lines of them prefetches L lines ahead, keeping pace.
+template <int Lines>
 inline void Prefetch(const void* step_start) {
   const char* ahead = static_cast<const char*>(step_start) + kPrefetchBytes;
-  for (int j = 0; j < (CT + 1) / 2; ++j) _mm_prefetch(ahead + 64 * j, _MM_HINT_T1);
+  for (int line = 0; line < Lines; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T1);
 }
 
 #endif

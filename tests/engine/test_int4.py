@@ -60,14 +60,8 @@ def test_prefill_rounds_the_blocks_to_int8_and_decode_runs_q4() -> None:
     assert np.abs(step - exact).max() < 0.15 * np.abs(exact).max()
     if kernels.available():
         assert not np.array_equal(step, prefill[:, :1])  # two functions: the kernel ran
-
-
-def test_embedding_rows_are_the_q4_values() -> None:
-    rng = np.random.default_rng(3)
-    table = jnp.asarray(rng.standard_normal((10, 64)), jnp.float32)
-    packed = int8.quantize(table, 1, channels_last=False, packed=True)
-    tokens = jnp.asarray([[3, 0, 9]])
-    np.testing.assert_array_equal(np.asarray(int8.rows(packed, tokens))[0], np.asarray(packed.floats())[[3, 0, 9]])
+    else:
+        np.testing.assert_array_equal(step, prefill[:, :1])  # XLA's path only, for steps too
 
 
 @pytest.mark.parametrize("name", ["llama_linear", "llama_tied"])
@@ -80,6 +74,9 @@ def test_packed_model_tracks_the_float_model(name: str, tiny_checkpoint: Callabl
     blocks = (c.intermediate_size, c.hidden_size // int4.BLOCK)
     assert gate["kernel_block_scales"].shape == gate["kernel_block_mins"].shape == blocks
     assert packed.params["layer_0"]["attn"]["o"]["kernel"].shape == (c.hidden_size, c.num_heads * c.head_dim // 2)
+    assert packed.params["embed"]["embedding"].dtype == jnp.int8  # the embedding and head stay int8
+    if not c.tie_word_embeddings:
+        assert packed.params["lm_head"].dtype == jnp.int8
     tokens = jnp.asarray(np.random.default_rng(1).integers(3, 256, (1, 24)), jnp.int32)
     positions = jnp.arange(24, dtype=jnp.int32)[None]
     expected = np.asarray(floats.forward(tokens, positions)[0])
