@@ -1,6 +1,6 @@
 """W8A8 matmuls: int8 weights with one scale per output channel, activations quantized per row on
 the fly, int32 accumulation (`--quantization w8a8`); and the matmuls of weights kept in Q4_1 blocks
-(`--quantization w4a8`, engine/int4.py), which one-token steps run on their own native kernel.
+(`--quantization w4a8`, engine/int4.py), which run on their own native kernel on CPUs.
 
 Why: an int8 × int8 → int32 dot reads a quarter of an f32 weight's bytes, and on XLA's CPU
 backend it also runs a much faster kernel than an f32 dot once there are many rows: the 30
@@ -99,16 +99,15 @@ def matmul(x: Array, weight: Weight) -> Array:
 def matmuls(x: Array, weights: Sequence[Weight]) -> list[Array]:
     """`matmul` of one x by each [N, K] weight, x quantized once. On a CPU one native call quantizes
     x and streams all the weights (q, k and v; gate and up): for int8 weights up to
-    `KERNEL_MAX_ROWS` rows (the same function as XLA's path, bit for bit); for packed ones when x is
-    [B, 1, K], a one-token step of any B (engine/int4.py: the Q4 function; XLA's path rounds the
-    weights to int8, so a step's kind, not its row count, picks the function)."""
+    `KERNEL_MAX_ROWS` rows (the same function as XLA's path, bit for bit); for packed ones always
+    (engine/int4.py: the Q4 function, whose rows never depend on each other; XLA's path, on other
+    platforms or without a compiler, rounds the weights to int8)."""
     rows = x.reshape(-1, x.shape[-1]).astype(jnp.float32)
-    packed = weights[0].packed
     if not kernels.available():
         ys = xla_matmuls(rows, weights)
-    elif packed and x.ndim == 3 and x.shape[1] == 1:
+    elif weights[0].packed:
         ys = jax.lax.platform_dependent(rows, weights, cpu=_q4_kernel_matmuls, default=xla_matmuls)
-    elif not packed and rows.shape[0] <= KERNEL_MAX_ROWS:
+    elif rows.shape[0] <= KERNEL_MAX_ROWS:
         ys = jax.lax.platform_dependent(rows, weights, cpu=_int8_kernel_matmuls, default=xla_matmuls)
     else:
         ys = xla_matmuls(rows, weights)

@@ -266,7 +266,7 @@ def logical_param(
     module: nn.Module,
     name: str,
     shape: tuple[int, ...],
-    axes: tuple[str, ...],
+    axes: tuple[str | None, ...],
     dtype: jnp.dtype,
     init: nn.initializers.Initializer = nn.initializers.zeros,
 ) -> Array:
@@ -288,14 +288,15 @@ def quantized_param(
     weights: str,
 ) -> int8.Weight:
     """An output-major int8 weight `name` ([*channels, *inputs]) with its `name_scale` per output
-    channel. As "int4" (when the inputs are a whole number of engine/int4.py's chunks) it holds Q4_1
-    codes over the inputs as one flat axis, with `name_block_scales` and `name_block_mins`."""
+    channel. As "int4" (where engine/int4.py can pack it) it holds Q4_1 codes over the inputs as one
+    flat axis, with `name_block_scales` and `name_block_mins`; their input axis is never split across
+    devices (its bytes interleave groups of channels), their channels are."""
     scale = logical_param(module, f"{name}_scale", channels, channel_axes, jnp.float32)
     depth = math.prod(inputs)
-    if weights != "int4" or not int4.packable(depth):
+    if weights != "int4" or not int4.packable(channels[-1], depth):
         values = logical_param(module, name, (*channels, *inputs), (*channel_axes, *input_axes), jnp.int8)
         return int8.Weight(values, scale)
-    axes = (*channel_axes, input_axes[0])
+    axes = (*channel_axes, None)
     blocks = (*channels, depth // int4.BLOCK)
     return int8.Weight(
         logical_param(module, name, (*channels, depth // 2), axes, jnp.uint8),

@@ -141,6 +141,9 @@ void Tile(const Problem& p, int64_t m0, int64_t n0) {
 
 // The tiles of this file, for pooled::RunTiles.
 struct Tiles {
+  static constexpr int kChannelTile = 4;
+  static constexpr int kChannelStep = 1;
+
   template <int RT, int CT>
   static void Run(const Problem& p, int64_t m0, int64_t n0) {
     Tile<RT, CT>(p, m0, n0);

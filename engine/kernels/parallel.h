@@ -67,7 +67,6 @@ constexpr int64_t kChunkChannels = 16;
 constexpr int64_t kParallelWork = int64_t{1} << 16;
 
 constexpr int64_t kRowTile = 4;
-constexpr int64_t kChannelTile = 4;
 
 // Kernel::Run<RT, CT>(p, m0, n0) over every row of `p` for channels n0 .. n0 + CT: tiles of kRowTile
 // rows, then one tile of the remaining rows.
@@ -83,9 +82,10 @@ void ChannelTile(const Problem& p, int64_t n0) {
   }
 }
 
-// Runs every problem's tiles (Kernel::Run<RT, CT>, RT <= kRowTile rows by CT <= kChannelTile
-// channels) over its output channels in chunks of kChunkChannels: one parallel region for all the
-// weights of a call. A Problem has `rows`, `channels` and `depth`.
+// Runs every problem's tiles (Kernel::Run<RT, CT>, RT <= kRowTile rows by CT channels: tiles of
+// Kernel::kChannelTile, then of Kernel::kChannelStep for the rest, which kChunkChannels and every
+// problem's channels are multiples of) over its output channels in chunks of kChunkChannels: one
+// parallel region for all the weights of a call. A Problem has `rows`, `channels` and `depth`.
 template <typename Kernel, typename Problem>
 void RunTiles(xla::ffi::ThreadPool& pool, const std::vector<Problem>& problems) {
   std::vector<int64_t> first_chunk{0};  // problem i owns chunks [first_chunk[i], first_chunk[i + 1])
@@ -99,8 +99,8 @@ void RunTiles(xla::ffi::ThreadPool& pool, const std::vector<Problem>& problems) 
     const Problem& p = problems[i];
     const int64_t end = std::min((chunk - first_chunk[i] + 1) * kChunkChannels, p.channels);
     int64_t n0 = (chunk - first_chunk[i]) * kChunkChannels;
-    for (; n0 + kChannelTile <= end; n0 += kChannelTile) ChannelTile<Kernel, kChannelTile>(p, n0);
-    for (; n0 < end; ++n0) ChannelTile<Kernel, 1>(p, n0);
+    for (; n0 + Kernel::kChannelTile <= end; n0 += Kernel::kChannelTile) ChannelTile<Kernel, Kernel::kChannelTile>(p, n0);
+    for (; n0 < end; n0 += Kernel::kChannelStep) ChannelTile<Kernel, Kernel::kChannelStep>(p, n0);
   });
 }
 

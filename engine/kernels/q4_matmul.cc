@@ -1,13 +1,16 @@
 // pooled_q4_matmul: the one-token matmul of `--quantization w4a8` (engine/int4.py) as an XLA CPU
 // custom call: llama.cpp's Q4_1 weights against Q8 activations.
 //
-// Weights [N, K] come in blocks of 32 inputs: 4-bit codes c (two per byte; each 64 inputs in 32
-// bytes, low nibbles the first 32) with an f16 scale d and minimum m per block, standing for
-// d * c + m. x f32 [M, K] is quantized here per block of 32 inputs: s = max |x| / 127 (1 for a zero
-// block), q = x / s rounded half to even, and the block's sum t = s * sum(q). Then
-//   y[m, n] = sum over blocks b of (d[n, b] * s[m, b]) * sum_k c[n, k] * q[m, k]  +  m[n, b] * t[m, b],
-// the integer dot of each block exact, the float sums over blocks in a fixed order per (m, n):
-// a row's result never depends on the other rows of the call.
+// Weights [N, K] come in blocks of 32 inputs: 4-bit codes c with an f16 scale d and minimum m per
+// block, standing for d * c + m, in engine/int4.py's layout (groups of 8 channels interleaved). x f32
+// [M, K] is quantized here per block of 32 inputs: s = max |x| / 127 (1 for a zero block), q = x / s
+// rounded half to even, and the block's sum t = s * sum(q). Then, block by block in order,
+//   y[m, n] = fma(m[n, b], t[m, b], fma(sum_k c[n, k] * q[m, k], d[n, b] * s[m, b], y[m, n])),
+// the integer dot of each block exact: a row's result never depends on the other rows of the call.
+// The AVX2 path computes a group's 8 channels side by side, one per 32-bit lane: 4 bytes of codes
+// per channel against 4 inputs broadcast to every lane (vpmaddubsw), a block's 8 products summed in
+// 16 bits (at most 8 * 2 * 15 * 127 = 30480), then widened and scaled lane by lane: no horizontal
+// sums at all.
 // One call takes any number of weights, each (codes, scales, mins), against the same x and returns a
 // y for each (q, k and v; gate and up): one parallel region streams all their weights.
 // Threads: chunks of output channels are shared with XLA's pool (parallel.h).
@@ -29,25 +32,28 @@ namespace {
 #if defined(__AVX2__)
 using pooled::Load32;
 using pooled::Prefetch;
-using pooled::Sum;
 #endif
 
 constexpr int64_t kBlock = 32;  // inputs per scale and minimum
-constexpr int64_t kChunk = 64;  // inputs per 32 bytes of codes
+constexpr int64_t kGroup = 8;   // channels interleaved (engine/int4.py GROUP)
+constexpr int64_t kStep = 8;    // inputs per 4 bytes of a channel's codes
 
 struct Problem {
-  const int8_t* x;        // [rows, depth], quantized per block
-  const float* x_scale;   // [rows, blocks]
-  const float* x_sum;     // [rows, blocks]: the block's scale times the sum of its quantized inputs
-  const uint8_t* codes;   // [channels, depth / 2]
-  const uint16_t* scales;  // [channels, blocks], f16
-  const uint16_t* mins;   // [channels, blocks], f16
+  const int8_t* x;         // [rows, depth], quantized per block
+  const float* x_scale;    // [rows, blocks]
+  const float* x_sum;      // [rows, blocks]: the block's scale times the sum of its quantized inputs
+  const uint8_t* codes;    // per group of 8 channels, per 8 inputs: 4 bytes per channel
+  const uint16_t* scales;  // per group, per block: the 8 channels' f16 scales
+  const uint16_t* mins;    // the same for the minimums
   float* y;
   int64_t rows;
   int64_t channels;
   int64_t depth;
 
   int64_t blocks() const { return depth / kBlock; }
+  // Offsets of channel n's group and of its lane in that group's per-block values.
+  const uint8_t* group_codes(int64_t n) const { return codes + n / kGroup * kGroup * depth / 2; }
+  int64_t block_value(int64_t n, int64_t b) const { return (n / kGroup * blocks() + b) * kGroup + n % kGroup; }
 };
 
 inline float HalfToFloat(uint16_t half) {
@@ -73,100 +79,80 @@ inline float HalfToFloat(uint16_t half) {
 #endif
 }
 
-// The code of input k in a row of codes.
-inline int Code(const uint8_t* row, int64_t k) {
-  const uint8_t byte = row[k / kChunk * kBlock + k % kBlock];
-  return k % kChunk < kBlock ? byte & 0x0F : byte >> 4;
-}
-
-// sum over blocks of mins[b] * x_sum[b], in a fixed order.
-float MinsTerm(const uint16_t* mins, const float* x_sum, int64_t blocks) {
-  int64_t b = 0;
-  float total = 0.0f;
-#if defined(__AVX2__) && defined(__F16C__)
-  __m256 acc = _mm256_setzero_ps();
-  for (; b + 8 <= blocks; b += 8) {
-    const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mins + b)));
-    acc = _mm256_fmadd_ps(m, _mm256_loadu_ps(x_sum + b), acc);
-  }
-  total = Sum(acc);
-#endif
-  for (; b < blocks; ++b) total += HalfToFloat(mins[b]) * x_sum[b];
-  return total;
-}
-
 #if defined(__AVX2__) && defined(__F16C__)
 
-constexpr int64_t kGroup = 8;  // blocks whose integer dots are summed side by side, one per lane
-
-// The codes (0..15 in each byte) of blocks 2c and 2c + 1 of a row, from chunk c's 32 bytes.
-inline void ChunkCodes(const uint8_t* row, int64_t c, __m256i& even, __m256i& odd) {
-  const __m256i bytes = Load32(row + c * kBlock);
-  const __m256i nibble = _mm256_set1_epi8(0x0F);
-  even = _mm256_and_si256(bytes, nibble);
-  odd = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+// Inputs k .. k + 3 of a row of q, in every 32-bit lane.
+inline __m256i Broadcast4(const int8_t* q) {
+  int32_t four;
+  std::memcpy(&four, q, sizeof four);
+  return _mm256_set1_epi32(four);
 }
 
-// The integer dots of 8 blocks of codes with 8 blocks of q, lane b for block b. vpmaddubsw makes
-// 16-bit pair sums (within 2 * 15 * 127); three rounds of vphaddw add them up per block (within
-// 16 * 2 * 15 * 127 = 30480, still 16 bits) with the lanes of each 128-bit half in block order.
-inline __m256i GroupDots(const __m256i (&codes)[kGroup], const int8_t* q) {
-  __m256i pairs[kGroup];
-  for (int b = 0; b < kGroup; ++b) pairs[b] = _mm256_maddubs_epi16(codes[b], Load32(q + b * kBlock));
-  const __m256i quads[4] = {_mm256_hadd_epi16(pairs[0], pairs[1]), _mm256_hadd_epi16(pairs[2], pairs[3]),
-                            _mm256_hadd_epi16(pairs[4], pairs[5]), _mm256_hadd_epi16(pairs[6], pairs[7])};
-  const __m256i halves = _mm256_hadd_epi16(_mm256_hadd_epi16(quads[0], quads[1]), _mm256_hadd_epi16(quads[2], quads[3]));
-  return _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(halves)),
-                          _mm256_cvtepi16_epi32(_mm256_extracti128_si256(halves, 1)));
+inline __m256 LoadHalves(const uint16_t* values) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values)));
 }
 
-// Per (row, channel): groups of 8 blocks scaled lane by lane (8 block scales times 8 row scales),
-// then the remaining blocks one by one; a fixed order for each (row, channel).
+// RT rows by CT channels (CT / 8 groups), block by block.
 template <int RT, int CT>
 void Tile(const Problem& p, int64_t m0, int64_t n0) {
-  const int64_t row_bytes = p.depth / 2, blocks = p.blocks();
-  __m256 acc[RT][CT];
+  constexpr int G = CT / kGroup;
+  static_assert(G * kGroup == CT, "a tile is whole groups of channels");
+  const int64_t blocks = p.blocks(), group_bytes = kGroup * p.depth / 2;
+  const __m256i nibble = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  const uint8_t* codes = p.group_codes(n0);
+  __m256 acc[RT][G];
   for (int i = 0; i < RT; ++i)
-    for (int j = 0; j < CT; ++j) acc[i][j] = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + kGroup <= blocks; b += kGroup) {
-    Prefetch<2 * CT>(p.codes + n0 * row_bytes + b * kBlock / 2 * CT);  // 128 bytes of each of CT rows
-    for (int j = 0; j < CT; ++j) {
-      const int64_t n = n0 + j;
-      __m256i codes[kGroup];
-      for (int c = 0; c < kGroup / 2; ++c) ChunkCodes(p.codes + n * row_bytes, b / 2 + c, codes[2 * c], codes[2 * c + 1]);
-      const __m256 scales = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.scales + n * blocks + b)));
+    for (int g = 0; g < G; ++g) acc[i][g] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256i dots[RT][G];
+    for (int i = 0; i < RT; ++i)
+      for (int g = 0; g < G; ++g) dots[i][g] = _mm256_setzero_si256();
+    for (int g = 0; g < G; ++g) Prefetch<kGroup * kBlock / 2 / 64>(codes + g * group_bytes + b * kGroup * kBlock / 2);
+    for (int64_t s = 0; s < kBlock / kStep; ++s) {
+      const int64_t step_byte = (b * kBlock / kStep + s) * 32;
+      __m256i low[G], high[G];
+      for (int g = 0; g < G; ++g) {
+        const __m256i bytes = Load32(codes + g * group_bytes + step_byte);
+        low[g] = _mm256_and_si256(bytes, nibble);
+        high[g] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
+      }
       for (int i = 0; i < RT; ++i) {
-        const int64_t m = m0 + i;
-        const __m256 dots = _mm256_cvtepi32_ps(GroupDots(codes, p.x + m * p.depth + b * kBlock));
-        const __m256 factors = _mm256_mul_ps(scales, _mm256_loadu_ps(p.x_scale + m * blocks + b));
-        acc[i][j] = _mm256_fmadd_ps(dots, factors, acc[i][j]);
+        const int8_t* q = p.x + (m0 + i) * p.depth + b * kBlock + s * kStep;
+        const __m256i first = Broadcast4(q), last = Broadcast4(q + 4);
+        for (int g = 0; g < G; ++g) {
+          const __m256i products = _mm256_add_epi16(_mm256_maddubs_epi16(low[g], first), _mm256_maddubs_epi16(high[g], last));
+          dots[i][g] = _mm256_add_epi16(dots[i][g], products);
+        }
+      }
+    }
+    for (int g = 0; g < G; ++g) {
+      const __m256 scales = LoadHalves(p.scales + p.block_value(n0 + g * kGroup, b));
+      const __m256 mins = LoadHalves(p.mins + p.block_value(n0 + g * kGroup, b));
+      for (int i = 0; i < RT; ++i) {
+        const int64_t at = (m0 + i) * blocks + b;
+        const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(dots[i][g], ones));
+        acc[i][g] = _mm256_fmadd_ps(dot, _mm256_mul_ps(scales, _mm256_set1_ps(p.x_scale[at])), acc[i][g]);
+        acc[i][g] = _mm256_fmadd_ps(mins, _mm256_set1_ps(p.x_sum[at]), acc[i][g]);
       }
     }
   }
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int i = 0; i < RT; ++i) {
-    const int64_t m = m0 + i;
-    for (int j = 0; j < CT; ++j) {
-      const int64_t n = n0 + j;
-      float total = Sum(acc[i][j]);
-      for (int64_t r = b; r < blocks; ++r) {
-        __m256i codes[2];
-        ChunkCodes(p.codes + n * row_bytes, r / 2, codes[0], codes[1]);
-        const __m256i pairs = _mm256_maddubs_epi16(codes[r % 2], Load32(p.x + m * p.depth + r * kBlock));
-        const float dot = static_cast<float>(Sum(_mm256_madd_epi16(pairs, ones)));
-        total += dot * (HalfToFloat(p.scales[n * blocks + r]) * p.x_scale[m * blocks + r]);
-      }
-      p.y[m * p.channels + n] = total + MinsTerm(p.mins + n * blocks, p.x_sum + m * blocks, blocks);
-    }
-  }
+  for (int i = 0; i < RT; ++i)
+    for (int g = 0; g < G; ++g) _mm256_storeu_ps(p.y + (m0 + i) * p.channels + n0 + g * kGroup, acc[i][g]);
 }
+
+constexpr int64_t kTileChannels = 2 * kGroup;
 
 #else  // Portable: plain loops.
 
+// The code of input k of channel n.
+inline int Code(const Problem& p, int64_t n, int64_t k) {
+  const uint8_t byte = p.group_codes(n)[k / kStep * 32 + n % kGroup * 4 + k % 4];
+  return k % kStep < 4 ? byte & 0x0F : byte >> 4;
+}
+
 template <int RT, int CT>
 void Tile(const Problem& p, int64_t m0, int64_t n0) {
-  const int64_t row_bytes = p.depth / 2, blocks = p.blocks();
+  const int64_t blocks = p.blocks();
   for (int i = 0; i < RT; ++i) {
     const int64_t m = m0 + i;
     for (int j = 0; j < CT; ++j) {
@@ -174,20 +160,25 @@ void Tile(const Problem& p, int64_t m0, int64_t n0) {
       float total = 0.0f;
       for (int64_t b = 0; b < blocks; ++b) {
         int32_t sum = 0;
-        for (int64_t k = b * kBlock; k < (b + 1) * kBlock; ++k) {
-          sum += Code(p.codes + n * row_bytes, k) * static_cast<int32_t>(p.x[m * p.depth + k]);
-        }
-        total += static_cast<float>(sum) * (HalfToFloat(p.scales[n * blocks + b]) * p.x_scale[m * blocks + b]);
+        for (int64_t k = b * kBlock; k < (b + 1) * kBlock; ++k) sum += Code(p, n, k) * static_cast<int32_t>(p.x[m * p.depth + k]);
+        const float factor = HalfToFloat(p.scales[p.block_value(n, b)]) * p.x_scale[m * blocks + b];
+        total = std::fma(static_cast<float>(sum), factor, total);
+        total = std::fma(HalfToFloat(p.mins[p.block_value(n, b)]), p.x_sum[m * blocks + b], total);
       }
-      p.y[m * p.channels + n] = total + MinsTerm(p.mins + n * blocks, p.x_sum + m * blocks, blocks);
+      p.y[m * p.channels + n] = total;
     }
   }
 }
 
+constexpr int64_t kTileChannels = kGroup;
+
 #endif
 
-// The tiles of this file, for pooled::RunTiles.
+// The tiles of this file, for pooled::RunTiles: whole groups of channels.
 struct Tiles {
+  static constexpr int kChannelTile = kTileChannels;
+  static constexpr int kChannelStep = kGroup;
+
   template <int RT, int CT>
   static void Run(const Problem& p, int64_t m0, int64_t n0) {
     Tile<RT, CT>(p, m0, n0);
@@ -212,9 +203,9 @@ void QuantizeBlocks(const float* x, int64_t rows, int64_t depth, int8_t* q, floa
 }
 
 ffi::Error Q4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::RemainingArgs weights, ffi::RemainingRets ys) {
-  if (x.dimensions().size() != 2 || x.dimensions()[1] % kChunk != 0 || weights.size() != 3 * ys.size()) {
+  if (x.dimensions().size() != 2 || x.dimensions()[1] % kBlock != 0 || weights.size() != 3 * ys.size()) {
     return ffi::Error::InvalidArgument(
-        "pooled_q4_matmul: expected x [M, K] (K a multiple of 64) and a (codes, scales, mins) triple per result");
+        "pooled_q4_matmul: expected x [M, K] (K a multiple of 32) and a (codes, scales, mins) triple per result");
   }
   const int64_t rows = x.dimensions()[0], depth = x.dimensions()[1], blocks = depth / kBlock;
   std::vector<int8_t> q(rows * depth);
@@ -231,6 +222,9 @@ ffi::Error Q4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Remainin
       return ffi::Error::InvalidArgument("pooled_q4_matmul: a weight is not uint8 codes [N, K/2] with f16 scales and mins");
     }
     const int64_t channels = codes->dimensions()[0];
+    if (channels % kGroup != 0) {
+      return ffi::Error::InvalidArgument("pooled_q4_matmul: the channels must be a multiple of 8");
+    }
     const auto count = [](const auto& buffer) { return static_cast<int64_t>(buffer.element_count()); };
     if (count(*scales) != channels * blocks || count(*mins) != channels * blocks || count(**y) != rows * channels) {
       return ffi::Error::InvalidArgument("pooled_q4_matmul: scales and mins must be [N, K/32], the result f32 [M, N]");

@@ -19,49 +19,64 @@ def test_packing_finds_a_q4_1_files_own_blocks() -> None:
     """Weights that are Q4_1 already (as a GGUF's, dequantized) come back with the same codes,
     scales and minimums: serving them adds no weight error."""
     rng = np.random.default_rng(0)
-    codes = rng.integers(0, 16, (6, 4, 32))
+    codes = rng.integers(0, 16, (16, 4, 32))
     codes[..., 0], codes[..., 1] = 0, 15  # llama.cpp's Q4_1 maps each block's min and max to 0 and 15
-    scales = rng.uniform(0.001, 0.05, (6, 4)).astype(np.float16)
-    mins = (-rng.uniform(0.0, 0.4, (6, 4))).astype(np.float16)
+    scales = rng.uniform(0.001, 0.05, (16, 4)).astype(np.float16)
+    mins = (-rng.uniform(0.0, 0.4, (16, 4))).astype(np.float16)
     floats = codes * scales[..., None].astype(np.float32) + mins[..., None].astype(np.float32)
-    packed, got_scales, got_mins = int4.pack(jnp.asarray(floats.reshape(6, 128), jnp.float32))
-    assert packed.dtype == jnp.uint8 and packed.shape == (6, 64)
-    np.testing.assert_array_equal(np.asarray(got_scales), scales)
-    np.testing.assert_array_equal(np.asarray(got_mins), mins)
-    np.testing.assert_array_equal(np.asarray(int4.unpack(packed, got_scales, got_mins)), floats.reshape(6, 128))
+    packed, got_scales, got_mins = int4.pack(jnp.asarray(floats.reshape(16, 128), jnp.float32))
+    assert packed.dtype == jnp.uint8 and packed.shape == (16, 64)
+    assert got_scales.shape == got_mins.shape == (16, 4)
+    np.testing.assert_array_equal(np.asarray(int4.unpack(packed, got_scales, got_mins)), floats.reshape(16, 128))
+    # The interleaved layout (engine/int4.py): per group of 8 channels, per 8 inputs, 4 bytes per
+    # channel (input j low, j + 4 high); per group and block, the 8 channels' scales side by side.
+    group, step, channel, j = 1, 5, 3, 2
+    stored = np.asarray(packed).reshape(2, 16, 8, 4)[group, step, channel, j]
+    codes_of = codes.reshape(16, 128)[8 * group + channel]
+    assert stored == codes_of[8 * step + j] | codes_of[8 * step + j + 4] << 4
+    block = 2
+    assert np.asarray(got_scales).reshape(2, 4, 8)[group, block, channel] == scales[8 * group + channel, block]
+    assert np.asarray(got_mins).reshape(2, 4, 8)[group, block, channel] == mins[8 * group + channel, block]
 
 
 def test_packing_rounds_any_weights_to_half_a_step() -> None:
     rng = np.random.default_rng(1)
-    floats = rng.standard_t(3, (5, 256)).astype(np.float32)
+    floats = rng.standard_t(3, (2, 8, 256)).astype(np.float32)  # leading axes: groups stay within the last
     packed, scales, mins = int4.pack(jnp.asarray(floats))
-    error = np.abs(np.asarray(int4.unpack(packed, scales, mins)) - floats).reshape(5, 8, 32)
-    step = np.asarray(scales, np.float32)[..., None]
+    error = np.abs(np.asarray(int4.unpack(packed, scales, mins)) - floats).reshape(2, 8, 8, 32)
+    step = np.asarray(int4._deinterleaved(scales), np.float32)[..., None]
     assert np.all(error <= step / 2 + 1e-3 * step + 1e-6)
     # A constant block has scale 0 and decodes exactly (to its f16 minimum).
-    flat = np.full((1, 64), 0.5, np.float32)
+    flat = np.full((8, 64), 0.5, np.float32)
     np.testing.assert_array_equal(np.asarray(int4.unpack(*int4.pack(jnp.asarray(flat)))), flat)
 
 
-def test_prefill_rounds_the_blocks_to_int8_and_decode_runs_q4() -> None:
-    """x [B, T>1, K] takes XLA's int8 dot of the weights rounded to int8; a one-token step takes the
-    Q4 kernel, whose rows do not depend on each other."""
+def test_only_whole_groups_of_channels_and_blocks_are_packed() -> None:
+    assert int4.packable(16, 96)
+    assert not int4.packable(12, 96)
+    assert not int4.packable(16, 80)
+
+
+def test_prompts_and_steps_run_one_q4_function_with_independent_rows() -> None:
+    """With the native kernels every x [B, T, K] takes the Q4 kernel, whose rows do not depend on
+    each other (a prompt's token gets what a one-token step gets); XLA's path (no kernels) runs
+    the weights rounded to int8."""
     rng = np.random.default_rng(2)
     w = jnp.asarray(rng.standard_normal((128, 40)), jnp.float32)
     weight = int8.quantize(w, 1, packed=True)
     x = jnp.asarray(rng.standard_normal((3, 5, 128)), jnp.float32)
-    prefill = np.asarray(int8.matmul(x, weight))
-    rounded = int8.Weight(weight.int8_values(), weight.scale)
-    np.testing.assert_array_equal(prefill, np.asarray(int8.matmul(x, rounded)))
-    step = np.asarray(int8.matmul(x[:, :1], weight))
-    alone = np.asarray(int8.matmul(x[1:2, :1], weight))
-    np.testing.assert_array_equal(alone, step[1:2])
-    exact = np.asarray(x[:, :1] @ w)
-    assert np.abs(step - exact).max() < 0.15 * np.abs(exact).max()
+    prompt = np.asarray(int8.matmul(x, weight))
+    step = np.asarray(int8.matmul(x[:, 2:3], weight))
+    np.testing.assert_array_equal(step[:, 0], prompt[:, 2])
+    np.testing.assert_array_equal(np.asarray(int8.matmul(x[1:2, :1], weight))[0], prompt[1, :1])
+    exact = np.asarray(x @ w)
+    assert np.abs(prompt - exact).max() < 0.15 * np.abs(exact).max()
+    rounded = np.asarray(int8.xla_matmuls(x.reshape(15, 128), [weight])[0]).reshape(3, 5, 40)
+    np.testing.assert_array_equal(rounded, np.asarray(int8.matmul(x, int8.Weight(weight.int8_values(), weight.scale))))
     if kernels.available():
-        assert not np.array_equal(step, prefill[:, :1])  # two functions: the kernel ran
+        assert not np.array_equal(prompt, rounded)  # the kernel ran
     else:
-        np.testing.assert_array_equal(step, prefill[:, :1])  # XLA's path only, for steps too
+        np.testing.assert_array_equal(prompt, rounded)
 
 
 @pytest.mark.parametrize("name", ["llama_linear", "llama_tied"])

@@ -103,15 +103,15 @@ def q4_reference(x: np.ndarray, weight: int8.Weight) -> np.ndarray:
     scale = np.where(scale == 0, np.float32(1), scale)
     q = np.round(blocks / scale[..., None])
     block_sums = scale * q.sum(axis=-1)
-    d = np.asarray(weight.block_scales, np.float64)
-    m = np.asarray(weight.block_mins, np.float64)
+    d = np.asarray(int4._deinterleaved(weight.block_scales), np.float64)
+    m = np.asarray(int4._deinterleaved(weight.block_mins), np.float64)
     codes = (np.asarray(weight.floats(), np.float64) - np.repeat(m, int4.BLOCK, -1)) / np.repeat(d, int4.BLOCK, -1)
     codes = np.round(codes).reshape(codes.shape[0], -1, int4.BLOCK)
     dots = np.einsum("mbk,nbk->mnb", q, codes)
     return (dots * d[None] * scale[:, None] + m[None] * block_sums[:, None]).sum(-1)
 
 
-@pytest.mark.parametrize(("rows", "channels", "depth"), [(1, 48, 64), (2, 9, 576), (5, 130, 1536), (32, 7, 2048)])
+@pytest.mark.parametrize(("rows", "channels", "depth"), [(1, 48, 64), (2, 8, 576), (5, 136, 1536), (32, 24, 96), (3, 16, 2048)])
 def test_the_q4_kernel_computes_its_definition(rows: int, channels: int, depth: int) -> None:
     if not kernels.available():
         pytest.skip("no C++ compiler: the kernel is not built here")
@@ -129,18 +129,19 @@ def test_the_q4_kernel_computes_its_definition(rows: int, channels: int, depth: 
 
 
 def test_q4_extremes() -> None:
-    """Code 15 against 127 everywhere (the largest 16-bit pair sums), sums exact in float here."""
+    """Code 15 against 127 everywhere (the largest 16-bit sums), sums exact in float here."""
     if not kernels.available():
         pytest.skip("no C++ compiler: the kernel is not built here")
     depth = 4096
     x = jnp.full((1, depth), 127.0, jnp.float32)  # block scale 1: quantized to 127
-    codes = jnp.stack([jnp.full(depth // 2, 0xFF, jnp.uint8), jnp.full(depth // 2, 0xF0, jnp.uint8)])
+    # Two groups of 8 channels: codes 15 for every input; codes 0 for the first 4 of every 8 inputs.
+    codes = jnp.concatenate([jnp.full((8, depth // 2), 0xFF, jnp.uint8), jnp.full((8, depth // 2), 0xF0, jnp.uint8)])
     blocks = depth // int4.BLOCK
-    scales = jnp.full((2, blocks), 2.0, jnp.float16)
-    mins = jnp.full((2, blocks), -1.0, jnp.float16)
+    scales = jnp.full((16, blocks), 2.0, jnp.float16)
+    mins = jnp.full((16, blocks), -1.0, jnp.float16)
     got = np.asarray(jax.jit(kernels.q4_matmul)(x, [(codes, scales, mins)])[0])
-    # Weights 2 * 15 - 1 = 29 everywhere; then code 0 (-1) for each chunk's first 32 inputs.
-    np.testing.assert_array_equal(got, [[29 * 127 * depth, (29 - 1) * 127 * depth / 2]])
+    # Weights 2 * 15 - 1 = 29 everywhere; then code 0 (-1) for half of the inputs.
+    np.testing.assert_array_equal(got, [[29 * 127 * depth] * 8 + [(29 - 1) * 127 * depth / 2] * 8])
 
 
 def test_one_q4_call_multiplies_several_weights() -> None:
@@ -149,10 +150,10 @@ def test_one_q4_call_multiplies_several_weights() -> None:
     rng = np.random.default_rng(4)
     x = rng.standard_normal((3, 128)).astype(np.float32)
     weights = [
-        int8.quantize(jnp.asarray(rng.standard_normal((128, n)), jnp.float32), 1, packed=True) for n in (40, 7, 300)
+        int8.quantize(jnp.asarray(rng.standard_normal((128, n)), jnp.float32), 1, packed=True) for n in (40, 8, 304)
     ]
     got = jax.jit(kernels.q4_matmul)(jnp.asarray(x), [weight[:1] + weight[2:] for weight in weights])
-    assert [y.shape for y in got] == [(3, 40), (3, 7), (3, 300)]
+    assert [y.shape for y in got] == [(3, 40), (3, 8), (3, 304)]
     for y, weight in zip(got, weights, strict=True):
         expected = q4_reference(x, weight)
         np.testing.assert_allclose(np.asarray(y), expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
@@ -162,6 +163,9 @@ def test_malformed_q4_weights_are_refused() -> None:
     if not kernels.available():
         pytest.skip("no C++ compiler: the kernel is not built here")
     x = jnp.ones((1, 64), jnp.float32)
-    short = jnp.ones((3, 1), jnp.float16)  # 64 inputs are 2 blocks
+    short = jnp.ones((8, 1), jnp.float16)  # 64 inputs are 2 blocks
     with pytest.raises(Exception, match="scales and mins must be"):
-        jax.jit(kernels.q4_matmul)(x, [(jnp.zeros((3, 32), jnp.uint8), short, short)])
+        jax.jit(kernels.q4_matmul)(x, [(jnp.zeros((8, 32), jnp.uint8), short, short)])
+    halves = jnp.ones((3, 2), jnp.float16)
+    with pytest.raises(Exception, match="multiple of 8"):
+        jax.jit(kernels.q4_matmul)(x, [(jnp.zeros((3, 32), jnp.uint8), halves, halves)])
