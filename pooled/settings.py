@@ -98,9 +98,9 @@ class Settings:
         _one_of("none", "w8a8", "w4a8"),
         "w8a8: projections and output head as int8 × int8 matmuls (int8 weights, activations quantized per "
         "token): on the CPU faster than float32 for some accuracy (SmolLM2-135M: perplexity +3-5 %). w4a8: "
-        "the projections in Q4_1 blocks, a Q4_1 GGUF's own (embedding and output head int8); decoding runs "
-        "them on a native kernel with activations quantized per block of 32 (perplexity +1 %), prompts as "
-        "w8a8. See docs/BENCHMARKS.md for speed on two machines. none: the weights in --dtype.",
+        "the projections in Q4_1 blocks, a Q4_1 GGUF's own (embedding and output head int8), run on a native "
+        "CPU kernel with activations quantized per block of 32 (perplexity +1 %; without the kernel, as "
+        "w8a8). See docs/BENCHMARKS.md for speed on two machines. none: the weights in --dtype.",
     )
     kv_cache_dtype: str = setting(
         "bfloat16",

@@ -25,8 +25,9 @@ from engine.tokenizer import Tokenizer  # noqa: E402
 from pooled.model_host import default_model_path  # noqa: E402
 
 # name: (quantization, KV cache dtype, one token per step); attention runs in the cache's dtype, as
-# in the engine. The text goes through as one prompt, or a token at a time as decoding does it (w4a8
-# computes one-token steps with another function than prompts: engine/int4.py).
+# in the engine. w4a8 takes the text as one prompt and a token at a time as decoding does: the same
+# matmul function on a CPU with the native kernels, XLA's int8 rounding of the weights without them
+# (engine/int4.py).
 VARIANTS = {
     "w8a8": ("w8a8", jnp.float32, False),
     "bfloat16 KV": ("none", jnp.bfloat16, False),

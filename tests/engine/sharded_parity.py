@@ -1,7 +1,7 @@
 """Run in a subprocess by test_sharding.py: needs 4 CPU devices, which must be set before jax starts.
 
 Prints one JSON line: per model, the max logit difference between 1-device and 4-device loads
-(fresh and from the prepared cache, and with int8 matmuls) and the partition specs of a few
+(fresh and from the prepared cache, and with int8 and Q4 matmuls) and the partition specs of a few
 parameters.
 """
 
@@ -45,6 +45,12 @@ def main(names: list[str]) -> None:
                 for d in (devices[:1], devices)
             )
             int8_reference = logits(int8_single)
+            q4_single, q4_sharded = (
+                load_model(checkpoint, devices=d, cache_dir=shared_cache, progress=False, quantization="w4a8")
+                for d in (devices[:1], devices)
+            )
+            q4_reference = logits(q4_single)
+            q4_q = q4_sharded.params["layer_0"]["attn"]["q"]
             report[name] = {
                 "restored_from_cache": restored.from_cache,
                 "max_diff_restored": float(np.abs(logits(restored) - reference).max()),
@@ -59,6 +65,10 @@ def main(names: list[str]) -> None:
                 "w8a8_q_scale_spec": str(
                     tuple(int8_sharded.params["layer_0"]["attn"]["q"]["kernel_scale"].sharding.spec)
                 ),
+                "w4a8_q_packed": str(q4_q["kernel"].dtype) == "uint8",
+                "w4a8_q_specs": [str(tuple(q4_q[k].sharding.spec)) for k in ("kernel", "kernel_block_scales")],
+                "max_diff_w4a8": float(np.abs(logits(q4_sharded) - q4_reference).max()),
+                "max_abs_w4a8": float(np.abs(q4_reference).max()),
             }
     print(json.dumps(report))
 

@@ -31,6 +31,10 @@ def test_tensor_parallel_matches_single_device() -> None:
         # int8 matmuls sum exactly in int32; only the float parts' order differs.
         assert model["max_diff_w8a8"] < 1e-4 * model["max_abs_w8a8"], (name, model)
         assert model["w8a8_q_scale_spec"] == "('tp', None)"  # a kernel's scales split like its outputs
+        # Q4 blocks split by output channels only (their bytes interleave groups of 8 channels).
+        assert model["w4a8_q_packed"], name
+        assert model["w4a8_q_specs"] == ["('tp', None, None)"] * 2, (name, model)
+        assert model["max_diff_w4a8"] < 1e-4 * model["max_abs_w4a8"], (name, model)
         assert model["specs"]["attn/q/kernel"] == "(None, 'tp', None)"
         # 2 KV heads do not split over 4 devices, so they stay replicated.
         assert model["specs"]["attn/k/kernel"] == "(None, None, None)"
