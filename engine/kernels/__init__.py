@@ -3,7 +3,7 @@
 Why: XLA's CPU backend has no fast path for what a decode step does most. Its int8 dot moved
 weights at ~6 GB/s with one or two rows of activations, where the machine streams ~30-40
 (`int8_matmul.cc`: AVX-512 VNNI or AVX2, with software prefetch; used by engine/int8.py); it has
-no Q4 weights at all (`q4_matmul.cc`, the one-token matmul of `--quantization w4a8`, AVX2); and
+no Q4 weights at all (`q4_matmul.cc`, every matmul of `--quantization w4a8`, AVX2); and
 its attention over a paged cache had to gather each row's keys into blocks and loop over them in
 small matmuls (`paged_attention.cc` reads the pages in place; used by engine/layers.py for
 one-token steps). All split their work over XLA's own thread pool (`parallel.h`); each has

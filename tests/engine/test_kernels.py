@@ -111,7 +111,9 @@ def q4_reference(x: np.ndarray, weight: int8.Weight) -> np.ndarray:
     return (dots * d[None] * scale[:, None] + m[None] * block_sums[:, None]).sum(-1)
 
 
-@pytest.mark.parametrize(("rows", "channels", "depth"), [(1, 48, 64), (2, 8, 576), (5, 136, 1536), (32, 24, 96), (3, 16, 2048)])
+@pytest.mark.parametrize(
+    ("rows", "channels", "depth"), [(1, 48, 64), (2, 8, 576), (5, 136, 1536), (32, 24, 96), (3, 16, 2048)]
+)
 def test_the_q4_kernel_computes_its_definition(rows: int, channels: int, depth: int) -> None:
     if not kernels.available():
         pytest.skip("no C++ compiler: the kernel is not built here")
