@@ -1,5 +1,5 @@
-// pooled_q4_matmul: the one-token matmul of `--quantization w4a8` (engine/int4.py) as an XLA CPU
-// custom call: llama.cpp's Q4_1 weights against Q8 activations.
+// pooled_q4_matmul: the matmul of `--quantization w4a8` (engine/int4.py), prompts and decode steps, as
+// an XLA CPU custom call: llama.cpp's Q4_1 weights against Q8 activations.
 //
 // Weights [N, K] come in blocks of 32 inputs: 4-bit codes c with an f16 scale d and minimum m per
 // block, standing for d * c + m, in engine/int4.py's layout (groups of 8 channels interleaved). x f32
@@ -140,6 +140,9 @@ void Tile(const Problem& p, int64_t m0, int64_t n0) {
     for (int g = 0; g < G; ++g) _mm256_storeu_ps(p.y + (m0 + i) * p.channels + n0 + g * kGroup, acc[i][g]);
 }
 
+// Two groups per tile share each row's broadcast inputs. The 30 layers' projections (AMD Zen 3,
+// scratch timing, best of 20) against one group: 1 row 5.75 against 6.36 ms, 32 rows 49.8 against
+// 57.2, 512 rows alike.
 constexpr int64_t kTileChannels = 2 * kGroup;
 
 #else  // Portable: plain loops.
