@@ -56,13 +56,25 @@ def allowed_mask(bitmask: Array, vocab_size: int) -> Array:
 
 
 def _penalised(logits: Array, s: SamplerInputs) -> Array:
+    # Each pass below reads or writes the whole [B, V] logits (and the penalties' [B, V] state): a
+    # step whose rows set no penalty, or no grammar, skips that pass (a no-op there, bit for bit).
+    penalised = jnp.any((s.repetition_penalty != 1.0) | (s.presence_penalty != 0.0) | (s.frequency_penalty != 0.0))
+    logits = jax.lax.cond(penalised, _penalties, lambda x, _: x, logits, s)
+    rows = jnp.arange(logits.shape[0])[:, None]
+    logits = logits.at[rows, s.bias_ids].add(s.bias_values)
+    constrained = jnp.any(s.allowed != -1)
+    return jax.lax.cond(constrained, _allowed_only, lambda x, _: x, logits, s.allowed)
+
+
+def _penalties(logits: Array, s: SamplerInputs) -> Array:
     rep = s.repetition_penalty[:, None]
     logits = jnp.where(s.seen, jnp.where(logits > 0, logits / rep, logits * rep), logits)
     counts = s.output_counts.astype(jnp.float32)
-    logits = logits - s.frequency_penalty[:, None] * counts - s.presence_penalty[:, None] * (counts > 0)
-    rows = jnp.arange(logits.shape[0])[:, None]
-    logits = logits.at[rows, s.bias_ids].add(s.bias_values)
-    return jnp.where(allowed_mask(s.allowed, logits.shape[1]), logits, _BANNED)
+    return logits - s.frequency_penalty[:, None] * counts - s.presence_penalty[:, None] * (counts > 0)
+
+
+def _allowed_only(logits: Array, allowed: Array) -> Array:
+    return jnp.where(allowed_mask(allowed, logits.shape[1]), logits, _BANNED)
 
 
 def _top_k_top_p(logits: Array, top_k: Array, top_p: Array) -> Array:

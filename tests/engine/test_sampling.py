@@ -113,6 +113,20 @@ def test_penalties_push_down_exactly_the_tokens_they_cover() -> None:
     assert (np.asarray(sample(x, inputs(**greedy, presence_penalty=5.0, frequency_penalty=5.0)).token) == 0).all()
 
 
+def test_a_row_is_penalised_and_masked_alike_with_or_without_such_rows_beside_it() -> None:
+    """The sampler skips the penalty and grammar passes when no row of the step needs them."""
+    x = jnp.asarray(np.tile(np.linspace(3, 1, V, dtype=np.float32), (ROWS, 1)))  # token 0 best, then 1, ...
+    seen = np.zeros((ROWS, V), bool)
+    seen[:, 0] = True
+    allowed = np.full((ROWS, V // 32), -1, np.int32)
+    allowed[1] = [0, 0b100]  # row 1 may say token 34 only
+    special = {"temperature": 0.0, "seen": seen, "repetition_penalty": [2.0, 1.0, 1.0, 1.0], "allowed": allowed}
+    together = np.asarray(sample(x, inputs(**special)).token)
+    assert together.tolist() == [1, 34, 0, 0]
+    plain = np.asarray(sample(x, inputs(temperature=0.0, seen=seen)).token)
+    assert plain.tolist() == [0, 0, 0, 0]
+
+
 def test_seeded_rows_are_reproducible_alone_or_batched() -> None:
     x = logits()
     batched = draws(x, 30, seed=[5, 6, 7, 8])
