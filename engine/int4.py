@@ -75,12 +75,16 @@ def unpack(codes: Array, scales: Array, mins: Array) -> Array:
 
 def _interleaved(per_block: Array) -> Array:
     """[..., N, B] → the same shape, each group's B blocks of GROUP values adjacent."""
-    *lead, n, blocks = per_block.shape
-    grouped = per_block.reshape(*lead, n // GROUP, GROUP, blocks)
-    return jnp.swapaxes(grouped, -1, -2).reshape(*lead, n, blocks)
+    return _swap_in_groups(per_block, (GROUP, per_block.shape[-1]))
 
 
 def _deinterleaved(stored: Array) -> Array:
-    *lead, n, blocks = stored.shape
-    grouped = stored.reshape(*lead, n // GROUP, blocks, GROUP)
+    """`_interleaved`'s inverse."""
+    return _swap_in_groups(stored, (stored.shape[-1], GROUP))
+
+
+def _swap_in_groups(values: Array, group_shape: tuple[int, int]) -> Array:
+    """[..., N, B] seen as groups of `group_shape`, each transposed, back to [..., N, B]."""
+    *lead, n, blocks = values.shape
+    grouped = values.reshape(*lead, n // GROUP, *group_shape)
     return jnp.swapaxes(grouped, -1, -2).reshape(*lead, n, blocks)

@@ -37,6 +37,7 @@ using pooled::Prefetch;
 constexpr int64_t kBlock = 32;  // inputs per scale and minimum
 constexpr int64_t kGroup = 8;   // channels interleaved (engine/int4.py GROUP)
 constexpr int64_t kStep = 8;    // inputs per 4 bytes of a channel's codes
+constexpr int64_t kStepBytes = kGroup * kStep / 2;  // a group's codes for one step of inputs
 
 struct Problem {
   const int8_t* x;         // [rows, depth], quantized per block
@@ -109,7 +110,7 @@ void Tile(const Problem& p, int64_t m0, int64_t n0) {
       for (int g = 0; g < G; ++g) dots[i][g] = _mm256_setzero_si256();
     for (int g = 0; g < G; ++g) Prefetch<kGroup * kBlock / 2 / 64>(codes + g * group_bytes + b * kGroup * kBlock / 2);
     for (int64_t s = 0; s < kBlock / kStep; ++s) {
-      const int64_t step_byte = (b * kBlock / kStep + s) * 32;
+      const int64_t step_byte = (b * kBlock / kStep + s) * kStepBytes;
       __m256i low[G], high[G];
       for (int g = 0; g < G; ++g) {
         const __m256i bytes = Load32(codes + g * group_bytes + step_byte);
@@ -149,8 +150,8 @@ constexpr int64_t kTileChannels = 2 * kGroup;
 
 // The code of input k of channel n.
 inline int Code(const Problem& p, int64_t n, int64_t k) {
-  const uint8_t byte = p.group_codes(n)[k / kStep * 32 + n % kGroup * 4 + k % 4];
-  return k % kStep < 4 ? byte & 0x0F : byte >> 4;
+  const uint8_t byte = p.group_codes(n)[k / kStep * kStepBytes + n % kGroup * (kStep / 2) + k % (kStep / 2)];
+  return k % kStep < kStep / 2 ? byte & 0x0F : byte >> 4;
 }
 
 template <int RT, int CT>
@@ -188,21 +189,27 @@ struct Tiles {
   }
 };
 
-void QuantizeBlocks(const float* x, int64_t rows, int64_t depth, int8_t* q, float* scale, float* sum) {
-  for (int64_t block = 0; block < rows * depth / kBlock; ++block) {
-    const float* in = x + block * kBlock;
-    float peak = 0.0f;
-    for (int64_t k = 0; k < kBlock; ++k) peak = std::max(peak, std::fabs(in[k]));
-    const float s = peak == 0.0f ? 1.0f : peak * (1.0f / 127.0f);
-    int32_t total = 0;
-    for (int64_t k = 0; k < kBlock; ++k) {
-      const int8_t level = static_cast<int8_t>(std::nearbyint(in[k] / s));
-      q[block * kBlock + k] = level;
-      total += level;
+// x's rows quantized per block (see the top of this file), shared with XLA's pool past
+// kParallelWork inputs: a prompt chunk has hundreds of rows.
+void QuantizeBlocks(ffi::ThreadPool& pool, const float* x, int64_t rows, int64_t depth, int8_t* q, float* scale,
+                    float* sum) {
+  const int64_t blocks = depth / kBlock;
+  pooled::ForEachUnit(pool, rows, rows * depth >= pooled::kParallelWork, [&](int64_t row) {
+    for (int64_t block = row * blocks; block < (row + 1) * blocks; ++block) {
+      const float* in = x + block * kBlock;
+      float peak = 0.0f;
+      for (int64_t k = 0; k < kBlock; ++k) peak = std::max(peak, std::fabs(in[k]));
+      const float s = peak == 0.0f ? 1.0f : peak * (1.0f / 127.0f);
+      int32_t total = 0;
+      for (int64_t k = 0; k < kBlock; ++k) {
+        const int8_t level = static_cast<int8_t>(std::nearbyint(in[k] / s));
+        q[block * kBlock + k] = level;
+        total += level;
+      }
+      scale[block] = s;
+      sum[block] = s * static_cast<float>(total);
     }
-    scale[block] = s;
-    sum[block] = s * static_cast<float>(total);
-  }
+  });
 }
 
 ffi::Error Q4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::RemainingArgs weights, ffi::RemainingRets ys) {
@@ -213,7 +220,7 @@ ffi::Error Q4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Remainin
   const int64_t rows = x.dimensions()[0], depth = x.dimensions()[1], blocks = depth / kBlock;
   std::vector<int8_t> q(rows * depth);
   std::vector<float> x_scale(rows * blocks), x_sum(rows * blocks);
-  QuantizeBlocks(x.typed_data(), rows, depth, q.data(), x_scale.data(), x_sum.data());
+  QuantizeBlocks(pool, x.typed_data(), rows, depth, q.data(), x_scale.data(), x_sum.data());
   std::vector<Problem> problems;
   for (size_t i = 0; i < ys.size(); ++i) {
     auto codes = weights.get<ffi::Buffer<ffi::U8>>(3 * i);
