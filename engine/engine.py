@@ -158,7 +158,11 @@ class Engine:
         self._model = model
         self._page_size = config.page_size
         self._pool = PagePool(pages, config.page_size)
-        self._steps = StepFunctions(model.family.model(c, DTYPES[model.dtype]), config.page_size, PREFILL_ROWS)
+        param_leaves, params_tree = jax.tree.flatten(model.params)
+        self._param_leaves: list[jax.Array] = param_leaves
+        self._steps = StepFunctions(
+            model.family.model(c, DTYPES[model.dtype]), params_tree, config.page_size, PREFILL_ROWS
+        )
         lanes = config.decode_lanes
         # Placed like the step outputs (replicated on the model's mesh), so the first real step
         # finds the start-up compile instead of compiling again for a different input placement.
@@ -271,7 +275,7 @@ class Engine:
             start = PREFILL_ATTENTION_BLOCK_TOKENS + 1 if self.max_context > PREFILL_ATTENTION_BLOCK_TOKENS + 1 else 1
             tokens, positions = np.zeros(shape, np.int32), np.full(shape, start, np.int32)
             table, last = np.zeros((bucket.rows, bucket.pages), np.int32), np.zeros(bucket.rows, np.int32)
-            written, _ = self._steps.prefill(self._model.params, self._kv, tokens, positions, table, last)
+            written, _ = self._steps.prefill(self._param_leaves, self._kv, tokens, positions, table, last)
             self._kv = self._steps.write(self._kv, written)
         elif bucket.kind == "first_tokens":
             lane_ids = np.full(bucket.rows, self.decode_lanes, np.int32)
@@ -491,7 +495,7 @@ class Engine:
             table[i, : len(prefill.pages)] = prefill.pages
             last[i] = len(chunk) - 1
             prefill.next_position += len(chunk)
-        written, logits = self._steps.prefill(self._model.params, self._kv, tokens, positions, table, last)
+        written, logits = self._steps.prefill(self._param_leaves, self._kv, tokens, positions, table, last)
         self._kv = self._steps.write(self._kv, written)
         for i, prefill in enumerate(batch):
             if prefill.next_position == len(prefill.tokens):
@@ -623,7 +627,7 @@ class Engine:
 
     def _decode_call(self, tokens: np.ndarray, positions: np.ndarray, lane_ids: np.ndarray) -> Sampled:
         written, self._lane_state, sampled = self._steps.decode(
-            self._model.params,
+            self._param_leaves,
             self._kv,
             self._lane_state,
             tokens,

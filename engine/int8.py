@@ -38,36 +38,46 @@ KERNEL_MAX_ROWS = 8
 
 class Weight(NamedTuple):
     """An output-major weight for int8 matmuls: `values` int8 [N..., K...] with f32 `scale` [N...]
-    per output channel. Packed (Q4_1, engine/int4.py), `values` holds 4-bit codes uint8 [N..., K/2]
-    with f16 `block_scales` and `block_mins` [N..., K/32], and `scale` is the one its int8 rounding
-    takes on XLA's path."""
+    per output channel; or packed (Q4_1, engine/int4.py): `values` uint8 [N..., bytes] and no scale
+    (XLA's path derives the scale of its int8 rounding from the values when it runs)."""
 
     values: Array
-    scale: Array
-    block_scales: Array | None = None
-    block_mins: Array | None = None
+    scale: Array | None = None
 
     @property
     def packed(self) -> bool:
-        return self.block_scales is not None
+        return self.scale is None
+
+    @property
+    def channels(self) -> tuple[int, ...]:
+        """The output axes."""
+        return tuple(self.values.shape[:-1] if self.scale is None else self.scale.shape)
 
     def flat(self) -> "Weight":
         """This weight as [N, K] (its output axes as one, and its input axes as one)."""
-        channels = math.prod(self.scale.shape)
-        blocks = (None if a is None else a.reshape(channels, -1) for a in (self.block_scales, self.block_mins))
-        return Weight(self.values.reshape(channels, -1), self.scale.reshape(-1), *blocks)
+        channels = math.prod(self.channels)
+        scale = None if self.scale is None else self.scale.reshape(-1)
+        return Weight(self.values.reshape(channels, -1), scale)
 
     def floats(self) -> Array | None:
         """A packed weight's f32 values (None for an int8 one)."""
-        if self.block_scales is None or self.block_mins is None:
-            return None
-        return int4.unpack(self.values, self.block_scales, self.block_mins)
+        return int4.unpack(self.values) if self.scale is None else None
 
-    def int8_values(self) -> Array:
+    def int8(self) -> tuple[Array, Array]:
+        """int8 values and their scale per output channel; a packed weight's values rounded to them."""
         floats = self.floats()
         if floats is None:
-            return self.values
-        return jnp.round(floats / self.scale[..., None]).astype(jnp.int8)
+            assert self.scale is not None
+            return self.values, self.scale
+        scale = _channel_scale(floats, floats.ndim - 1)
+        return jnp.round(floats / scale[..., None]).astype(jnp.int8), scale
+
+
+def _channel_scale(weight: Array, channel_axes: int) -> Array:
+    """The symmetric int8 scale of each output channel (the leading `channel_axes` axes)."""
+    reduce = tuple(range(channel_axes, weight.ndim))
+    scale = jnp.max(jnp.abs(weight.astype(jnp.float32)), axis=reduce) / LEVELS
+    return jnp.where(scale == 0, 1.0, scale)
 
 
 def quantize(weight: Array, channel_axes: int, channels_last: bool = True, packed: bool = False) -> Weight:
@@ -81,14 +91,10 @@ def quantize(weight: Array, channel_axes: int, channels_last: bool = True, packe
         inputs = weight.ndim - channel_axes
         weight = jnp.transpose(weight, (*range(inputs, weight.ndim), *range(inputs)))
     if packed:
-        codes, block_scales, block_mins = int4.pack(weight.reshape(*weight.shape[:channel_axes], -1))
-        weight = int4.unpack(codes, block_scales, block_mins)  # the int8 rounding's scale is of these values
-    reduce = tuple(range(channel_axes, weight.ndim))
-    scale = jnp.max(jnp.abs(weight.astype(jnp.float32)), axis=reduce, keepdims=True) / LEVELS
-    scale = jnp.where(scale == 0, 1.0, scale)
-    if packed:
-        return Weight(codes, jnp.squeeze(scale, reduce), block_scales, block_mins)
-    return Weight(jnp.round(weight / scale).astype(jnp.int8), jnp.squeeze(scale, reduce))
+        return Weight(int4.pack(weight.reshape(*weight.shape[:channel_axes], -1)))
+    scale = _channel_scale(weight, channel_axes)
+    expanded = scale.reshape(*scale.shape, *(1,) * (weight.ndim - channel_axes))
+    return Weight(jnp.round(weight / expanded).astype(jnp.int8), scale)
 
 
 def matmul(x: Array, weight: Weight) -> Array:
@@ -116,6 +122,7 @@ def matmuls(x: Array, weights: Sequence[Weight]) -> list[Array]:
 
 def rows(weight: Weight, indices: Array) -> Array:
     """f32 rows of an int8 table (an embedding; never packed, see layers.Transformer) at `indices`."""
+    assert weight.scale is not None
     return jnp.take(weight.values, indices, axis=0) * jnp.take(weight.scale, indices, axis=0)[..., None]
 
 
@@ -131,19 +138,15 @@ def quantize_rows(rows: Array) -> tuple[Array, Array]:
 def xla_matmuls(rows: Array, weights: Sequence[Weight]) -> list[Array]:
     """XLA's int8 dots, the same function as `kernels.int8_matmul`."""
     quantized, row_scale = quantize_rows(rows)
-    return [_xla_matmul(quantized, row_scale, weight.int8_values(), weight.scale) for weight in weights]
+    return [_xla_matmul(quantized, row_scale, *weight.int8()) for weight in weights]
 
 
 def _int8_kernel_matmuls(rows: Array, weights: Sequence[Weight]) -> list[Array]:
-    return kernels.int8_matmul(rows, [(weight.values, weight.scale) for weight in weights])
+    return kernels.int8_matmul(rows, [weight.int8() for weight in weights])
 
 
 def _q4_kernel_matmuls(rows: Array, weights: Sequence[Weight]) -> list[Array]:
-    triples = []
-    for weight in weights:
-        assert weight.block_scales is not None and weight.block_mins is not None
-        triples.append((weight.values, weight.block_scales, weight.block_mins))
-    return kernels.q4_matmul(rows, triples)
+    return kernels.q4_matmul(rows, [weight.values for weight in weights])
 
 
 def _xla_matmul(x: Array, x_scale: Array, weight: Array, weight_scale: Array) -> Array:
@@ -161,4 +164,4 @@ def flat_matmuls(x: Array, weights: Sequence[Weight], contracting: int) -> list[
     axes, as one flat axis; each result has its weight's output axes."""
     flat_x = x.reshape(*x.shape[: x.ndim - contracting], -1)
     ys = matmuls(flat_x, [weight.flat() for weight in weights])
-    return [y.reshape(*flat_x.shape[:-1], *weight.scale.shape) for y, weight in zip(ys, weights, strict=True)]
+    return [y.reshape(*flat_x.shape[:-1], *weight.channels) for y, weight in zip(ys, weights, strict=True)]

@@ -288,22 +288,16 @@ def quantized_param(
     weights: str,
 ) -> int8.Weight:
     """An output-major int8 weight `name` ([*channels, *inputs]) with its `name_scale` per output
-    channel. As "int4" (where engine/int4.py can pack it) it holds Q4_1 codes over the inputs as one
-    flat axis, with `name_block_scales` and `name_block_mins`; their input axis is never split across
-    devices (its bytes interleave groups of channels), their channels are."""
-    scale = logical_param(module, f"{name}_scale", channels, channel_axes, jnp.float32)
+    channel; as "int4" (where engine/int4.py can pack it) one uint8 array `name` of Q4_1 blocks over the
+    inputs as one flat axis, whose input axis is never split across devices (its bytes interleave
+    groups of channels), its channels are."""
     depth = math.prod(inputs)
-    if weights != "int4" or not int4.packable(channels[-1], depth):
-        values = logical_param(module, name, (*channels, *inputs), (*channel_axes, *input_axes), jnp.int8)
-        return int8.Weight(values, scale)
-    axes = (*channel_axes, None)
-    blocks = (*channels, depth // int4.BLOCK)
-    return int8.Weight(
-        logical_param(module, name, (*channels, depth // 2), axes, jnp.uint8),
-        scale,
-        logical_param(module, f"{name}_block_scales", blocks, axes, jnp.float16),
-        logical_param(module, f"{name}_block_mins", blocks, axes, jnp.float16),
-    )
+    if weights == "int4" and int4.packable(channels[-1], depth):
+        packed = (*channels, int4.packed_bytes(depth))
+        return int8.Weight(logical_param(module, name, packed, (*channel_axes, None), jnp.uint8))
+    scale = logical_param(module, f"{name}_scale", channels, channel_axes, jnp.float32)
+    values = logical_param(module, name, (*channels, *inputs), (*channel_axes, *input_axes), jnp.int8)
+    return int8.Weight(values, scale)
 
 
 class Projection(nn.Module):

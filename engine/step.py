@@ -17,6 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.tree_util import PyTreeDef
 
 from engine.layers import NewKV, PagedLayerCache, to_pool
 from engine.sampling import Sampled, SamplerInputs, sample
@@ -28,9 +29,11 @@ KVPages = tuple[PagedLayerCache, ...]
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True)
 class Written:
-    """A step's new keys and values per layer, and where they go: page and slot [B,T]."""
+    """A step's new keys and values, all layers in one array [L, 2 (key, value), B, T, K, H] (one
+    output and one input instead of two per layer: each array costs the step's dispatch time), and
+    where they go: page and slot [B,T]."""
 
-    new: tuple[NewKV, ...]
+    new: Array
     pages: Array
     slots: Array
 
@@ -38,7 +41,8 @@ class Written:
 def _written(new: Any, positions: Array, block_tables: Array, page_size: int) -> Written:
     rows = jnp.arange(positions.shape[0])[:, None]
     pages = block_tables[rows, positions // page_size]
-    return Written(cast(tuple[NewKV, ...], new), pages, positions % page_size)
+    stacked = jnp.stack([jnp.stack([n.k, n.v]) for n in cast(tuple[NewKV, ...], new)])
+    return Written(stacked, pages, positions % page_size)
 
 
 @jax.tree_util.register_dataclass
@@ -75,9 +79,16 @@ class RowParams:
 
 
 class StepFunctions:
-    """The jitted functions for one model's forward pass (one set per engine)."""
+    """The jitted functions for one model's forward pass (one set per engine).
 
-    def __init__(self, model: nn.Module, page_size: int, prefill_rows: int) -> None:
+    They take the model's parameters as the flat list of the tree's leaves (`params_tree` rebuilds
+    the tree inside): a call's dispatch compares its arguments' tree with the compiled one's, and a
+    tree of nested dicts with hundreds of leaves cost ~0.5 ms per call where a list costs little."""
+
+    def __init__(self, model: nn.Module, params_tree: PyTreeDef, page_size: int, prefill_rows: int) -> None:
+        def forward(params: list[Array], *inputs: Array | KVPages) -> tuple[Array, Any]:
+            return model.apply({"params": jax.tree.unflatten(params_tree, params)}, *inputs)
+
         def sampled_rows(
             logits: Array, lanes: LaneState, lane_ids: Array, rows: RowParams
         ) -> tuple[LaneState, Sampled]:
@@ -90,12 +101,12 @@ class StepFunctions:
             return lanes, sampled
 
         def prefill(
-            params: Any, kv: KVPages, tokens: Array, positions: Array, block_tables: Array, last: Array
+            params: list[Array], kv: KVPages, tokens: Array, positions: Array, block_tables: Array, last: Array
         ) -> tuple[Written, Array]:
             """The chunks' keys and values, and each row's logits at its chunk index `last` [B] (on a
             prompt's final chunk, its last token: the first output token is sampled from them),
             padded to [prefill_rows, V] so that `first_tokens` sees one shape."""
-            logits, new = model.apply({"params": params}, tokens, positions, kv, block_tables, last)
+            logits, new = forward(params, tokens, positions, kv, block_tables, last)
             padded = jnp.zeros((prefill_rows, logits.shape[-1]), logits.dtype).at[: logits.shape[0]].set(logits[:, 0])
             return _written(new, positions, block_tables, page_size), padded
 
@@ -108,7 +119,7 @@ class StepFunctions:
             return sampled_rows(prompt_logits, lanes, lane_ids, rows)
 
         def decode(
-            params: Any,
+            params: list[Array],
             kv: KVPages,
             lanes: LaneState,
             tokens: Array,
@@ -118,9 +129,7 @@ class StepFunctions:
             rows: RowParams,
         ) -> tuple[Written, LaneState, Sampled]:
             logits_at = jnp.zeros(tokens.shape[0], jnp.int32)
-            logits, new = model.apply(
-                {"params": params}, tokens[:, None], positions[:, None], kv, block_tables, logits_at
-            )
+            logits, new = forward(params, tokens[:, None], positions[:, None], kv, block_tables, logits_at)
             lanes, sampled = sampled_rows(logits[:, 0], lanes, lane_ids, rows)
             return _written(new, positions[:, None], block_tables, page_size), lanes, sampled
 
@@ -132,10 +141,10 @@ class StepFunctions:
 
             return tuple(
                 PagedLayerCache(
-                    c.k.at[:, pages, slots].set(to_pool(heads_first(n.k), c.k)),
-                    c.v.at[:, pages, slots].set(to_pool(heads_first(n.v), c.v)),
+                    c.k.at[:, pages, slots].set(to_pool(heads_first(written.new[i, 0]), c.k)),
+                    c.v.at[:, pages, slots].set(to_pool(heads_first(written.new[i, 1]), c.v)),
                 )
-                for c, n in zip(kv, written.new, strict=True)
+                for i, c in enumerate(kv)
             )
 
         def reset_lane(lanes: LaneState, lane: Array, prompt: Array, output: Array) -> LaneState:

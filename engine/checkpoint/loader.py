@@ -145,8 +145,8 @@ def load_model(
 
 
 def _int8_params(params: Any, model: Any, mesh: Mesh) -> Any:
-    """Float parameters → the int8 model's tree: each int8 weight `w` with its `w_scale` (and, packed
-    to Q4_1, `w_block_scales` and `w_block_mins`)."""
+    """Float parameters → the int8 model's tree: each int8 weight `w` with its `w_scale`, or packed
+    to Q4_1 (uint8) on its own."""
     shapes, logical = abstract_params(model)
 
     def convert(floats: dict[str, Any], shapes: dict[str, Any]) -> dict[str, Any]:
@@ -156,15 +156,16 @@ def _int8_params(params: Any, model: Any, mesh: Mesh) -> Any:
                 out[name] = convert(floats[name], shape)
             elif name in floats and shape.dtype in (jnp.int8, jnp.uint8):
                 # An embedding table's channels are its rows (tokens); a kernel's are its last axes.
+                packed = shape.dtype == jnp.uint8
                 weight = int8.quantize(
                     floats[name],
-                    shapes[f"{name}_scale"].ndim,
+                    shape.ndim - 1 if packed else shapes[f"{name}_scale"].ndim,
                     channels_last=name != "embedding",
-                    packed=shape.dtype == jnp.uint8,
+                    packed=packed,
                 )
-                for suffix, array in zip(("", "_scale", "_block_scales", "_block_mins"), weight, strict=True):
-                    if array is not None:
-                        out[name + suffix] = array
+                out[name] = weight.values
+                if weight.scale is not None:
+                    out[f"{name}_scale"] = weight.scale
             elif name not in out:
                 out[name] = floats[name]
         return out

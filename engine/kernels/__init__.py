@@ -107,10 +107,10 @@ def int8_matmul(x: Array, weights: Sequence[tuple[Array, Array]]) -> list[Array]
     return _matmuls(INT8_MATMUL, x, weights)
 
 
-def q4_matmul(x: Array, weights: Sequence[tuple[Array, Array, Array]]) -> list[Array]:
-    """f32 x [M, K] times each Q4_1 weight (engine/int4.py: codes uint8 [N, K/2], scales and mins f16
-    [N, K/32]) → f32 [M, N] each, in one call (`q4_matmul.cc`). CPU only, after `available()`."""
-    return _matmuls(Q4_MATMUL, x, weights)
+def q4_matmul(x: Array, weights: Sequence[Array]) -> list[Array]:
+    """f32 x [M, K] times each packed Q4_1 weight (engine/int4.py: uint8 [N, K/32 · 20]) → f32 [M, N]
+    each, in one call (`q4_matmul.cc`). CPU only, after `available()`."""
+    return _matmuls(Q4_MATMUL, x, [(weight,) for weight in weights])
 
 
 def _matmuls(target: str, x: Array, weights: Sequence[tuple[Array, ...]]) -> list[Array]:

@@ -2,7 +2,8 @@
 // an XLA CPU custom call: llama.cpp's Q4_1 weights against Q8 activations.
 //
 // Weights [N, K] come in blocks of 32 inputs: 4-bit codes c with an f16 scale d and minimum m per
-// block, standing for d * c + m, in engine/int4.py's layout (groups of 8 channels interleaved). x f32
+// block, standing for d * c + m, in engine/int4.py's layout: one uint8 array per weight, each group of
+// 8 channels block after block, its codes interleaved, then its 8 scales, then its 8 minimums. x f32
 // [M, K] is quantized here per block of 32 inputs: s = max |x| / 127 (1 for a zero block), q = x / s
 // rounded half to even, and the block's sum t = s * sum(q). Then, block by block in order,
 //   y[m, n] = fma(m[n, b], t[m, b], fma(sum_k c[n, k] * q[m, k], d[n, b] * s[m, b], y[m, n])),
@@ -11,7 +12,7 @@
 // per channel against 4 inputs broadcast to every lane (vpmaddubsw), a block's 8 products summed in
 // 16 bits (at most 8 * 2 * 15 * 127 = 30480), then widened and scaled lane by lane: no horizontal
 // sums at all.
-// One call takes any number of weights, each (codes, scales, mins), against the same x and returns a
+// One call takes any number of weights against the same x and returns a
 // y for each (q, k and v; gate and up): one parallel region streams all their weights.
 // Threads: chunks of output channels are shared with XLA's pool (parallel.h).
 
@@ -38,23 +39,26 @@ constexpr int64_t kBlock = 32;  // inputs per scale and minimum
 constexpr int64_t kGroup = 8;   // channels interleaved (engine/int4.py GROUP)
 constexpr int64_t kStep = 8;    // inputs per 4 bytes of a channel's codes
 constexpr int64_t kStepBytes = kGroup * kStep / 2;  // a group's codes for one step of inputs
+constexpr int64_t kCodeBytes = kGroup * kBlock / 2;  // a group's codes for one block
+constexpr int64_t kBlockBytes = kCodeBytes + 2 * kGroup * 2;  // and its f16 scales and minimums
 
 struct Problem {
   const int8_t* x;         // [rows, depth], quantized per block
   const float* x_scale;    // [rows, blocks]
   const float* x_sum;      // [rows, blocks]: the block's scale times the sum of its quantized inputs
-  const uint8_t* codes;    // per group of 8 channels, per 8 inputs: 4 bytes per channel
-  const uint16_t* scales;  // per group, per block: the 8 channels' f16 scales
-  const uint16_t* mins;    // the same for the minimums
+  const uint8_t* weight;  // per group of 8 channels, per block: codes, scales, minimums
   float* y;
   int64_t rows;
   int64_t channels;
   int64_t depth;
 
   int64_t blocks() const { return depth / kBlock; }
-  // Offsets of channel n's group and of its lane in that group's per-block values.
-  const uint8_t* group_codes(int64_t n) const { return codes + n / kGroup * kGroup * depth / 2; }
-  int64_t block_value(int64_t n, int64_t b) const { return (n / kGroup * blocks() + b) * kGroup + n % kGroup; }
+  // Block b of channel n's group: kCodeBytes of codes, then 8 f16 scales, then 8 f16 minimums.
+  const uint8_t* block(int64_t n, int64_t b) const { return weight + (n / kGroup * blocks() + b) * kBlockBytes; }
+  const uint16_t* scales(int64_t n, int64_t b) const {
+    return reinterpret_cast<const uint16_t*>(block(n, b) + kCodeBytes);
+  }
+  const uint16_t* mins(int64_t n, int64_t b) const { return scales(n, b) + kGroup; }
 };
 
 inline float HalfToFloat(uint16_t half) {
@@ -98,9 +102,8 @@ template <int RT, int CT>
 void Tile(const Problem& p, int64_t m0, int64_t n0) {
   constexpr int G = CT / kGroup;
   static_assert(G * kGroup == CT, "a tile is whole groups of channels");
-  const int64_t blocks = p.blocks(), group_bytes = kGroup * p.depth / 2;
+  const int64_t blocks = p.blocks(), group_bytes = blocks * kBlockBytes;
   const __m256i nibble = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-  const uint8_t* codes = p.group_codes(n0);
   __m256 acc[RT][G];
   for (int i = 0; i < RT; ++i)
     for (int g = 0; g < G; ++g) acc[i][g] = _mm256_setzero_ps();
@@ -108,12 +111,12 @@ void Tile(const Problem& p, int64_t m0, int64_t n0) {
     __m256i dots[RT][G];
     for (int i = 0; i < RT; ++i)
       for (int g = 0; g < G; ++g) dots[i][g] = _mm256_setzero_si256();
-    for (int g = 0; g < G; ++g) Prefetch<kGroup * kBlock / 2 / 64>(codes + g * group_bytes + b * kGroup * kBlock / 2);
+    const uint8_t* first_block = p.block(n0, b);
+    for (int g = 0; g < G; ++g) Prefetch<(kBlockBytes + 63) / 64>(first_block + g * group_bytes);
     for (int64_t s = 0; s < kBlock / kStep; ++s) {
-      const int64_t step_byte = (b * kBlock / kStep + s) * kStepBytes;
       __m256i low[G], high[G];
       for (int g = 0; g < G; ++g) {
-        const __m256i bytes = Load32(codes + g * group_bytes + step_byte);
+        const __m256i bytes = Load32(first_block + g * group_bytes + s * kStepBytes);
         low[g] = _mm256_and_si256(bytes, nibble);
         high[g] = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble);
       }
@@ -127,8 +130,8 @@ void Tile(const Problem& p, int64_t m0, int64_t n0) {
       }
     }
     for (int g = 0; g < G; ++g) {
-      const __m256 scales = LoadHalves(p.scales + p.block_value(n0 + g * kGroup, b));
-      const __m256 mins = LoadHalves(p.mins + p.block_value(n0 + g * kGroup, b));
+      const __m256 scales = LoadHalves(p.scales(n0 + g * kGroup, b));
+      const __m256 mins = LoadHalves(p.mins(n0 + g * kGroup, b));
       for (int i = 0; i < RT; ++i) {
         const int64_t at = (m0 + i) * blocks + b;
         const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(dots[i][g], ones));
@@ -150,7 +153,7 @@ constexpr int64_t kTileChannels = 2 * kGroup;
 
 // The code of input k of channel n.
 inline int Code(const Problem& p, int64_t n, int64_t k) {
-  const uint8_t byte = p.group_codes(n)[k / kStep * kStepBytes + n % kGroup * (kStep / 2) + k % (kStep / 2)];
+  const uint8_t byte = p.block(n, k / kBlock)[k % kBlock / kStep * kStepBytes + n % kGroup * (kStep / 2) + k % (kStep / 2)];
   return k % kStep < kStep / 2 ? byte & 0x0F : byte >> 4;
 }
 
@@ -165,9 +168,9 @@ void Tile(const Problem& p, int64_t m0, int64_t n0) {
       for (int64_t b = 0; b < blocks; ++b) {
         int32_t sum = 0;
         for (int64_t k = b * kBlock; k < (b + 1) * kBlock; ++k) sum += Code(p, n, k) * static_cast<int32_t>(p.x[m * p.depth + k]);
-        const float factor = HalfToFloat(p.scales[p.block_value(n, b)]) * p.x_scale[m * blocks + b];
+        const float factor = HalfToFloat(p.scales(n, b)[n % kGroup]) * p.x_scale[m * blocks + b];
         total = std::fma(static_cast<float>(sum), factor, total);
-        total = std::fma(HalfToFloat(p.mins[p.block_value(n, b)]), p.x_sum[m * blocks + b], total);
+        total = std::fma(HalfToFloat(p.mins(n, b)[n % kGroup]), p.x_sum[m * blocks + b], total);
       }
       p.y[m * p.channels + n] = total;
     }
@@ -213,9 +216,8 @@ void QuantizeBlocks(ffi::ThreadPool& pool, const float* x, int64_t rows, int64_t
 }
 
 ffi::Error Q4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::RemainingArgs weights, ffi::RemainingRets ys) {
-  if (x.dimensions().size() != 2 || x.dimensions()[1] % kBlock != 0 || weights.size() != 3 * ys.size()) {
-    return ffi::Error::InvalidArgument(
-        "pooled_q4_matmul: expected x [M, K] (K a multiple of 32) and a (codes, scales, mins) triple per result");
+  if (x.dimensions().size() != 2 || x.dimensions()[1] % kBlock != 0 || weights.size() != ys.size()) {
+    return ffi::Error::InvalidArgument("pooled_q4_matmul: expected x [M, K] (K a multiple of 32) and a weight per result");
   }
   const int64_t rows = x.dimensions()[0], depth = x.dimensions()[1], blocks = depth / kBlock;
   std::vector<int8_t> q(rows * depth);
@@ -223,24 +225,21 @@ ffi::Error Q4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Remainin
   QuantizeBlocks(pool, x.typed_data(), rows, depth, q.data(), x_scale.data(), x_sum.data());
   std::vector<Problem> problems;
   for (size_t i = 0; i < ys.size(); ++i) {
-    auto codes = weights.get<ffi::Buffer<ffi::U8>>(3 * i);
-    auto scales = weights.get<ffi::Buffer<ffi::F16>>(3 * i + 1);
-    auto mins = weights.get<ffi::Buffer<ffi::F16>>(3 * i + 2);
+    auto weight = weights.get<ffi::Buffer<ffi::U8>>(i);
     auto y = ys.get<ffi::Buffer<ffi::F32>>(i);
-    if (!codes.has_value() || !scales.has_value() || !mins.has_value() || !y.has_value() ||
-        codes->dimensions().size() != 2 || codes->dimensions()[1] != depth / 2) {
-      return ffi::Error::InvalidArgument("pooled_q4_matmul: a weight is not uint8 codes [N, K/2] with f16 scales and mins");
+    if (!weight.has_value() || !y.has_value() || weight->dimensions().size() != 2 ||
+        weight->dimensions()[1] != blocks * kBlockBytes / kGroup) {
+      return ffi::Error::InvalidArgument("pooled_q4_matmul: a weight is not uint8 [N, K/32 * 20]");
     }
-    const int64_t channels = codes->dimensions()[0];
+    const int64_t channels = weight->dimensions()[0];
     if (channels % kGroup != 0) {
       return ffi::Error::InvalidArgument("pooled_q4_matmul: the channels must be a multiple of 8");
     }
-    const auto count = [](const auto& buffer) { return static_cast<int64_t>(buffer.element_count()); };
-    if (count(*scales) != channels * blocks || count(*mins) != channels * blocks || count(**y) != rows * channels) {
-      return ffi::Error::InvalidArgument("pooled_q4_matmul: scales and mins must be [N, K/32], the result f32 [M, N]");
+    if (static_cast<int64_t>((*y)->element_count()) != rows * channels) {
+      return ffi::Error::InvalidArgument("pooled_q4_matmul: the result must be f32 [M, N]");
     }
-    problems.push_back(Problem{q.data(), x_scale.data(), x_sum.data(), codes->typed_data(), scales->typed_data(),
-                               mins->typed_data(), (*y)->typed_data(), rows, channels, depth});
+    problems.push_back(
+        Problem{q.data(), x_scale.data(), x_sum.data(), weight->typed_data(), (*y)->typed_data(), rows, channels, depth});
   }
   pooled::RunTiles<Tiles>(pool, problems);
   return ffi::Error::Success();

@@ -24,31 +24,33 @@ def test_packing_finds_a_q4_1_files_own_blocks() -> None:
     scales = rng.uniform(0.001, 0.05, (16, 4)).astype(np.float16)
     mins = (-rng.uniform(0.0, 0.4, (16, 4))).astype(np.float16)
     floats = codes * scales[..., None].astype(np.float32) + mins[..., None].astype(np.float32)
-    packed, got_scales, got_mins = int4.pack(jnp.asarray(floats.reshape(16, 128), jnp.float32))
-    assert packed.dtype == jnp.uint8 and packed.shape == (16, 64)
-    assert got_scales.shape == got_mins.shape == (16, 4)
-    np.testing.assert_array_equal(np.asarray(int4.unpack(packed, got_scales, got_mins)), floats.reshape(16, 128))
-    # The interleaved layout (engine/int4.py): per group of 8 channels, per 8 inputs, 4 bytes per
-    # channel (input j low, j + 4 high); per group and block, the 8 channels' scales side by side.
-    group, step, channel, j = 1, 5, 3, 2
-    stored = np.asarray(packed).reshape(2, 16, 8, 4)[group, step, channel, j]
-    codes_of = codes.reshape(16, 128)[8 * group + channel]
-    assert stored == codes_of[8 * step + j] | codes_of[8 * step + j + 4] << 4
-    block = 2
-    assert np.asarray(got_scales).reshape(2, 4, 8)[group, block, channel] == scales[8 * group + channel, block]
-    assert np.asarray(got_mins).reshape(2, 4, 8)[group, block, channel] == mins[8 * group + channel, block]
+    packed = int4.pack(jnp.asarray(floats.reshape(16, 128), jnp.float32))
+    assert packed.dtype == jnp.uint8 and packed.shape == (16, 4 * int4.BLOCK_BYTES)
+    np.testing.assert_array_equal(np.asarray(int4.unpack(packed)), floats.reshape(16, 128))
+    # The layout (engine/int4.py): per group of 8 channels, per block, per 8 inputs, 4 bytes per
+    # channel (input j low, j + 4 high); then the group's 8 scales, then its 8 minimums (f16).
+    group, block, step, channel, j = 1, 2, 1, 3, 2
+    stored = np.asarray(packed).reshape(2, 4, 8 * int4.BLOCK_BYTES)[group, block]
+    codes_of = codes[8 * group + channel, block]
+    assert stored[:128].reshape(4, 8, 4)[step, channel, j] == codes_of[8 * step + j] | codes_of[8 * step + j + 4] << 4
+    assert stored[128:144].view(np.float16)[channel] == scales[8 * group + channel, block]
+    assert stored[144:160].view(np.float16)[channel] == mins[8 * group + channel, block]
+    got_codes, got_scales, got_mins = (np.asarray(a) for a in int4.fields(packed))
+    np.testing.assert_array_equal(got_codes, codes)
+    np.testing.assert_array_equal(got_scales, scales)
+    np.testing.assert_array_equal(got_mins, mins)
 
 
 def test_packing_rounds_any_weights_to_half_a_step() -> None:
     rng = np.random.default_rng(1)
     floats = rng.standard_t(3, (2, 8, 256)).astype(np.float32)  # leading axes: groups stay within the last
-    packed, scales, mins = int4.pack(jnp.asarray(floats))
-    error = np.abs(np.asarray(int4.unpack(packed, scales, mins)) - floats).reshape(2, 8, 8, 32)
-    step = np.asarray(int4._deinterleaved(scales), np.float32)[..., None]
+    packed = int4.pack(jnp.asarray(floats))
+    error = np.abs(np.asarray(int4.unpack(packed)) - floats).reshape(2, 8, 8, 32)
+    step = np.asarray(int4.fields(packed)[1], np.float32)[..., None]
     assert np.all(error <= step / 2 + 1e-3 * step + 1e-6)
     # A constant block has scale 0 and decodes exactly (to its f16 minimum).
     flat = np.full((8, 64), 0.5, np.float32)
-    np.testing.assert_array_equal(np.asarray(int4.unpack(*int4.pack(jnp.asarray(flat)))), flat)
+    np.testing.assert_array_equal(np.asarray(int4.unpack(int4.pack(jnp.asarray(flat)))), flat)
 
 
 def test_only_whole_groups_of_channels_and_blocks_are_packed() -> None:
@@ -72,7 +74,7 @@ def test_prompts_and_steps_run_one_q4_function_with_independent_rows() -> None:
     exact = np.asarray(x @ w)
     assert np.abs(prompt - exact).max() < 0.15 * np.abs(exact).max()
     rounded = np.asarray(int8.xla_matmuls(x.reshape(15, 128), [weight])[0]).reshape(3, 5, 40)
-    np.testing.assert_array_equal(rounded, np.asarray(int8.matmul(x, int8.Weight(weight.int8_values(), weight.scale))))
+    np.testing.assert_array_equal(rounded, np.asarray(int8.matmul(x, int8.Weight(*weight.int8()))))
     if kernels.available():
         assert not np.array_equal(prompt, rounded)  # the kernel ran
     else:
@@ -85,10 +87,12 @@ def test_packed_model_tracks_the_float_model(name: str, tiny_checkpoint: Callabl
     packed = load_model(tiny_checkpoint(name), cache_dir=tmp_path, progress=False, quantization="w4a8")
     c = packed.config
     gate = packed.params["layer_0"]["mlp"]["gate"]
-    assert gate["kernel"].dtype == jnp.uint8 and gate["kernel"].shape == (c.intermediate_size, c.hidden_size // 2)
-    blocks = (c.intermediate_size, c.hidden_size // int4.BLOCK)
-    assert gate["kernel_block_scales"].shape == gate["kernel_block_mins"].shape == blocks
-    assert packed.params["layer_0"]["attn"]["o"]["kernel"].shape == (c.hidden_size, c.num_heads * c.head_dim // 2)
+    assert gate["kernel"].dtype == jnp.uint8 and set(gate) == {"kernel"}  # one array, no scale of its own
+    assert gate["kernel"].shape == (c.intermediate_size, int4.packed_bytes(c.hidden_size))
+    assert packed.params["layer_0"]["attn"]["o"]["kernel"].shape == (
+        c.hidden_size,
+        int4.packed_bytes(c.num_heads * c.head_dim),
+    )
     assert packed.params["embed"]["embedding"].dtype == jnp.int8  # the embedding and head stay int8
     if not c.tie_word_embeddings:
         assert packed.params["lm_head"].dtype == jnp.int8

@@ -22,7 +22,7 @@ def test_int8_matmul_is_close_to_float_and_row_independent() -> None:
     w = jnp.asarray(rng.standard_normal((64, 48)) * 0.05, jnp.float32)
     weight = int8.quantize(w, 1)
     assert weight.values.dtype == jnp.int8 and weight.values.shape == (48, 64)  # output-major
-    assert weight.scale.shape == (48,) and weight.block_scales is None
+    assert weight.scale is not None and weight.scale.shape == (48,) and not weight.packed
     exact = np.asarray(x @ w)
     y = np.asarray(int8.matmul(x, weight))
     assert np.abs(y - exact).max() < 0.03 * np.abs(exact).max()

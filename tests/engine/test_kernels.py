@@ -97,16 +97,13 @@ def test_one_call_multiplies_several_weights() -> None:
 
 def q4_reference(x: np.ndarray, weight: int8.Weight) -> np.ndarray:
     """pooled_q4_matmul's definition (q4_matmul.cc) in float64: x quantized per block of 32."""
-    assert weight.block_scales is not None and weight.block_mins is not None
+    assert weight.packed
     blocks = x.reshape(x.shape[0], -1, int4.BLOCK)
     scale = np.abs(blocks).max(axis=-1) * np.float32(1 / 127)
     scale = np.where(scale == 0, np.float32(1), scale)
     q = np.round(blocks / scale[..., None])
     block_sums = scale * q.sum(axis=-1)
-    d = np.asarray(int4._deinterleaved(weight.block_scales), np.float64)
-    m = np.asarray(int4._deinterleaved(weight.block_mins), np.float64)
-    codes = (np.asarray(weight.floats(), np.float64) - np.repeat(m, int4.BLOCK, -1)) / np.repeat(d, int4.BLOCK, -1)
-    codes = np.round(codes).reshape(codes.shape[0], -1, int4.BLOCK)
+    codes, d, m = (np.asarray(a, np.float64) for a in int4.fields(weight.values))
     dots = np.einsum("mbk,nbk->mnb", q, codes)
     return (dots * d[None] * scale[:, None] + m[None] * block_sums[:, None]).sum(-1)
 
@@ -121,12 +118,12 @@ def test_the_q4_kernel_computes_its_definition(rows: int, channels: int, depth: 
     x = (rng.standard_normal((rows, depth)) * rng.choice([0.01, 1.0, 30.0], depth)).astype(np.float32)
     x[0, :32] = 0.0  # a zero block takes scale 1
     weight = int8.quantize(jnp.asarray(rng.standard_normal((depth, channels)), jnp.float32), 1, packed=True)
-    got = np.asarray(jax.jit(kernels.q4_matmul)(jnp.asarray(x), [weight[:1] + weight[2:]])[0])
+    got = np.asarray(jax.jit(kernels.q4_matmul)(jnp.asarray(x), [weight.values])[0])
     expected = q4_reference(x, weight)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
     # A row's result does not depend on the rows beside it (tiles of 4 rows, remainders).
     for row in (0, rows - 1):
-        alone = np.asarray(jax.jit(kernels.q4_matmul)(jnp.asarray(x[row : row + 1]), [weight[:1] + weight[2:]])[0])
+        alone = np.asarray(jax.jit(kernels.q4_matmul)(jnp.asarray(x[row : row + 1]), [weight.values])[0])
         np.testing.assert_array_equal(alone[0], got[row])
 
 
@@ -136,12 +133,16 @@ def test_q4_extremes() -> None:
         pytest.skip("no C++ compiler: the kernel is not built here")
     depth = 4096
     x = jnp.full((1, depth), 127.0, jnp.float32)  # block scale 1: quantized to 127
-    # Two groups of 8 channels: codes 15 for every input; codes 0 for the first 4 of every 8 inputs.
-    codes = jnp.concatenate([jnp.full((8, depth // 2), 0xFF, jnp.uint8), jnp.full((8, depth // 2), 0xF0, jnp.uint8)])
-    blocks = depth // int4.BLOCK
-    scales = jnp.full((16, blocks), 2.0, jnp.float16)
-    mins = jnp.full((16, blocks), -1.0, jnp.float16)
-    got = np.asarray(jax.jit(kernels.q4_matmul)(x, [(codes, scales, mins)])[0])
+
+    # Two groups of 8 channels: codes 15 for every input; codes 0 for the first 4 of every 8 inputs;
+    # every scale 2 and every minimum -1 (engine/int4.py's layout, block by block).
+    def group(code_byte: int) -> np.ndarray:
+        halves = np.concatenate([np.full(8, 2.0, np.float16), np.full(8, -1.0, np.float16)]).view(np.uint8)
+        block = np.concatenate([np.full(8 * int4.BLOCK // 2, code_byte, np.uint8), halves])
+        return np.tile(block, depth // int4.BLOCK).reshape(8, -1)
+
+    weight = jnp.asarray(np.concatenate([group(0xFF), group(0xF0)]))
+    got = np.asarray(jax.jit(kernels.q4_matmul)(x, [weight])[0])
     # Weights 2 * 15 - 1 = 29 everywhere; then code 0 (-1) for half of the inputs.
     np.testing.assert_array_equal(got, [[29 * 127 * depth] * 8 + [(29 - 1) * 127 * depth / 2] * 8])
 
@@ -154,7 +155,7 @@ def test_one_q4_call_multiplies_several_weights() -> None:
     weights = [
         int8.quantize(jnp.asarray(rng.standard_normal((128, n)), jnp.float32), 1, packed=True) for n in (40, 8, 304)
     ]
-    got = jax.jit(kernels.q4_matmul)(jnp.asarray(x), [weight[:1] + weight[2:] for weight in weights])
+    got = jax.jit(kernels.q4_matmul)(jnp.asarray(x), [weight.values for weight in weights])
     assert [y.shape for y in got] == [(3, 40), (3, 8), (3, 304)]
     for y, weight in zip(got, weights, strict=True):
         expected = q4_reference(x, weight)
@@ -164,10 +165,8 @@ def test_one_q4_call_multiplies_several_weights() -> None:
 def test_malformed_q4_weights_are_refused() -> None:
     if not kernels.available():
         pytest.skip("no C++ compiler: the kernel is not built here")
-    x = jnp.ones((1, 64), jnp.float32)
-    short = jnp.ones((8, 1), jnp.float16)  # 64 inputs are 2 blocks
-    with pytest.raises(Exception, match="scales and mins must be"):
-        jax.jit(kernels.q4_matmul)(x, [(jnp.zeros((8, 32), jnp.uint8), short, short)])
-    halves = jnp.ones((3, 2), jnp.float16)
+    x = jnp.ones((1, 64), jnp.float32)  # 64 inputs are 2 blocks: 40 bytes per channel
+    with pytest.raises(Exception, match="is not uint8"):
+        jax.jit(kernels.q4_matmul)(x, [jnp.zeros((8, 32), jnp.uint8)])
     with pytest.raises(Exception, match="multiple of 8"):
-        jax.jit(kernels.q4_matmul)(x, [(jnp.zeros((3, 32), jnp.uint8), halves, halves)])
+        jax.jit(kernels.q4_matmul)(x, [jnp.zeros((3, 40), jnp.uint8)])

@@ -33,7 +33,7 @@ def test_tensor_parallel_matches_single_device() -> None:
         assert model["w8a8_q_scale_spec"] == "('tp', None)"  # a kernel's scales split like its outputs
         # Q4 blocks split by output channels only (their bytes interleave groups of 8 channels).
         assert model["w4a8_q_packed"], name
-        assert model["w4a8_q_specs"] == ["('tp', None, None)"] * 2, (name, model)
+        assert model["w4a8_q_spec"] == "('tp', None, None)", (name, model)
         assert model["max_diff_w4a8"] < 1e-4 * model["max_abs_w4a8"], (name, model)
         assert model["specs"]["attn/q/kernel"] == "(None, 'tp', None)"
         # 2 KV heads do not split over 4 devices, so they stay replicated.
