@@ -17,7 +17,7 @@ channels side by side, one per 32-bit lane, so each group of 8 channels (along t
 keeps its bytes interleaved, block after block: 4 steps of 8 inputs, each 32 bytes holding 4 bytes
 per channel (input j of the 8 in the low nibble of byte j and input j + 4 in the high nibble: one
 shift and mask give the first 4 and the last 4 inputs of all 8 channels), then the 8 channels' f16
-scales and their 8 f16 minimums (little-endian). A group's 8 rows of the array hold its bytes in
+scales and their 8 f16 minimums (in the machine's byte order). A group's 8 rows of the array hold its bytes in
 that order, so splitting the output channels (at multiples of `GROUP`) splits the weight.
 
 Two paths compute with these weights (engine/int8.py picks one):
@@ -26,7 +26,7 @@ Two paths compute with these weights (engine/int8.py picks one):
   block, scaled in float. One function for every step: a token's result never depends on the
   step it is in.
 - other platforms, or no C++ compiler: XLA's int8 dot, the weights expanded and rounded to int8 per
-  output channel for the call (`int8.Weight.int8_values`), as `--quantization w8a8` computes.
+  output channel for the call (`int8.Weight.int8`), as `--quantization w8a8` computes.
   (That rounding runs on every prompt chunk: ~0.3 s of CPU time per chunk of the default model on
   2 AMD Zen 3 cores, by jax.profiler; the CPU runs prompts on the kernel instead.)
 """
