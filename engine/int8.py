@@ -74,9 +74,12 @@ class Weight(NamedTuple):
 
 
 def _channel_scale(weight: Array, channel_axes: int) -> Array:
-    """The symmetric int8 scale of each output channel (the leading `channel_axes` axes)."""
+    """The symmetric int8 scale of each output channel (the leading `channel_axes` axes). A product,
+    not a quotient, as in `quantize_rows`: a packed weight's XLA path computes it in every step, and
+    XLA would rewrite a division into this product in some fusions only (prompt and decode graphs
+    could then round a channel's scale apart)."""
     reduce = tuple(range(channel_axes, weight.ndim))
-    scale = jnp.max(jnp.abs(weight.astype(jnp.float32)), axis=reduce) / LEVELS
+    scale = jnp.max(jnp.abs(weight.astype(jnp.float32)), axis=reduce) * jnp.float32(1 / LEVELS)
     return jnp.where(scale == 0, 1.0, scale)
 
 
