@@ -17,8 +17,9 @@ channels side by side, one per 32-bit lane, so each group of 8 channels (along t
 keeps its bytes interleaved, block after block: 4 steps of 8 inputs, each 32 bytes holding 4 bytes
 per channel (input j of the 8 in the low nibble of byte j and input j + 4 in the high nibble: one
 shift and mask give the first 4 and the last 4 inputs of all 8 channels), then the 8 channels' f16
-scales and their 8 f16 minimums (in the machine's byte order). A group's 8 rows of the array hold its bytes in
-that order, so splitting the output channels (at multiples of `GROUP`) splits the weight.
+scales and their 8 f16 minimums (in the machine's byte order). A group's 8 rows of the array hold
+its bytes in that order, so splitting the output channels (at multiples of `GROUP`) splits the
+weight.
 
 Two paths compute with these weights (engine/int8.py picks one):
 - on the CPU, prompts and decode steps alike: the native kernel (engine/kernels/q4_matmul.cc)

@@ -46,7 +46,7 @@ struct Problem {
   const int8_t* x;         // [rows, depth], quantized per block
   const float* x_scale;    // [rows, blocks]
   const float* x_sum;      // [rows, blocks]: the block's scale times the sum of its quantized inputs
-  const uint8_t* weight;  // per group of 8 channels, per block: codes, scales, minimums
+  const uint8_t* weight;   // per group of 8 channels, per block: codes, scales, minimums
   float* y;
   int64_t rows;
   int64_t channels;
