@@ -105,9 +105,9 @@ class Settings:
     kv_cache_dtype: str = setting(
         "bfloat16",
         _one_of("bfloat16", "float32", "auto"),
-        "KV cache dtype. bfloat16 holds twice the tokens of float32 in the same memory and runs prefill "
-        "attention's matmuls in bfloat16 with float32 sums (with float32 weights on an AVX-512 CPU a 3k-token prompt "
-        "prefilled ~1.15× faster), for 0.1 % perplexity (docs/BENCHMARKS.md). auto: the weights' (--dtype).",
+        "KV cache dtype. bfloat16 holds twice the tokens of float32 in the same memory, for 0.1 % perplexity "
+        "(docs/BENCHMARKS.md); the CPU's attention kernels read it as float32, XLA's attention (other platforms) "
+        "multiplies it in bfloat16 with float32 sums. auto: the weights' (--dtype).",
     )
     kv_memory: int | None = setting(
         None,

@@ -5,8 +5,9 @@ weights at ~6 GB/s with one or two rows of activations, where the machine stream
 (`int8_matmul.cc`: AVX-512 VNNI or AVX2, with software prefetch; used by engine/int8.py); it has
 no Q4 weights at all (`q4_matmul.cc`, every matmul of `--quantization w4a8`, AVX2); and
 its attention over a paged cache had to gather each row's keys into blocks and loop over them in
-small matmuls (`paged_attention.cc` reads the pages in place; used by engine/layers.py for
-one-token steps). All split their work over XLA's own thread pool (`parallel.h`); each has
+small matmuls (`paged_attention.cc` reads the pages in place for one-token steps,
+`paged_prefill_attention.cc` runs a tiled flash attention for prompt steps; used by
+engine/layers.py). All split their work over XLA's own thread pool (`parallel.h`); each has
 portable loops for CPUs without those instructions.
 
 The kernels are compiled together on first use, for the machine they run on (`-march=native`),
@@ -44,10 +45,12 @@ _FLAGS = ("-O3", "-march=native", "-std=c++17", "-fopenmp-simd", "-shared", "-fP
 INT8_MATMUL = "pooled_int8_matmul"
 Q4_MATMUL = "pooled_q4_matmul"
 PAGED_DECODE_ATTENTION = "pooled_paged_decode_attention"
+PAGED_PREFILL_ATTENTION = "pooled_paged_prefill_attention"
 _TARGETS = {
     INT8_MATMUL: "PooledInt8Matmul",
     Q4_MATMUL: "PooledQ4Matmul",
     PAGED_DECODE_ATTENTION: "PooledPagedDecodeAttention",
+    PAGED_PREFILL_ATTENTION: "PooledPagedPrefillAttention",
 }
 
 
@@ -128,3 +131,15 @@ def paged_decode_attention(
     B, K, G, H = q.shape
     result = jax.ShapeDtypeStruct((B, K * G * H), jnp.float32)
     return jax.ffi.ffi_call(PAGED_DECODE_ATTENTION, result)(q, k, v, k_pool, v_pool, tables, filled)
+
+
+def paged_prefill_attention(
+    q: Array, k: Array, v: Array, k_pool: Array, v_pool: Array, tables: Array, positions: Array
+) -> Array:
+    """A prompt step's attention (see `paged_prefill_attention.cc`): q f32 [B, T, K, G, H], the
+    step's own k, v f32 [B, T, K, H], pools [K, P, S, H] (f32, or bfloat16 stored as uint16), tables
+    int32 [B, C], the step tokens' positions int32 [B, T] → f32 [B, T, K*G*H]. CPU only, after
+    `available()`."""
+    B, T, K, G, H = q.shape
+    result = jax.ShapeDtypeStruct((B, T, K * G * H), jnp.float32)
+    return jax.ffi.ffi_call(PAGED_PREFILL_ATTENTION, result)(q, k, v, k_pool, v_pool, tables, positions)

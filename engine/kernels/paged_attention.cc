@@ -19,6 +19,7 @@
 #include <cstring>
 #include <vector>
 
+#include "attention_ops.h"
 #include "parallel.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -26,51 +27,24 @@ namespace ffi = xla::ffi;
 
 namespace {
 
+using pooled::ExpNonPositive;
+using pooled::kMaxGroup;
+using pooled::kMaxHeadDim;
+using pooled::kMaxPage;
+using pooled::Load;
+
 // Below this many pooled keys in a step (over all rows and KV heads) one thread does it all.
 constexpr int64_t kParallelKeys = 2048;
-constexpr int kMaxHeadDim = 256;
-constexpr int kMaxGroup = 16;
-constexpr int kMaxPage = 128;
 
 struct Shape {
   int64_t rows, kv_heads, group, head_dim, pages, page_size, columns;
 };
-
-inline void Load(const float* from, float* to, int64_t n) { std::memcpy(to, from, n * sizeof(float)); }
-
-inline void Load(const uint16_t* from, float* to, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t bits = static_cast<uint32_t>(from[i]) << 16;
-    std::memcpy(&to[i], &bits, sizeof(float));
-  }
-}
 
 inline float Dot(const float* a, const float* b, int64_t n) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
   return sum;
-}
-
-// exp(x) for x <= 0 (scores minus their running maximum), as straight-line arithmetic the
-// compiler vectorizes: 2^(x log2 e) split into an integer power set in the exponent bits and a
-// degree-6 polynomial for the fraction (relative error ~2e-7). Underflows to 0 below -87.
-inline float ExpNonPositive(float x) {
-  x = std::max(x, -87.0f);
-  const float t = x * 1.44269504088896341f;
-  const float whole = std::floor(t);
-  const float f = t - whole;
-  float p = 1.5353362e-4f;
-  p = p * f + 1.3398874e-3f;
-  p = p * f + 9.6181291e-3f;
-  p = p * f + 5.5504109e-2f;
-  p = p * f + 2.4022650e-1f;
-  p = p * f + 6.9314718e-1f;
-  p = p * f + 1.0f;
-  const int32_t exponent = (static_cast<int32_t>(whole) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &exponent, sizeof(float));
-  return p * scale;
 }
 
 template <typename T>

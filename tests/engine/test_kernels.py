@@ -65,8 +65,10 @@ def test_extreme_values_do_not_overflow() -> None:
     np.testing.assert_array_equal(got, [[127 * 127 * depth, -127 * 127 * depth]] * 2)
 
 
-@pytest.mark.parametrize(("step_tokens", "native"), [(1, True), (4, False)])
-def test_one_token_steps_attend_natively(step_tokens: int, native: bool) -> None:
+@pytest.mark.parametrize(
+    ("step_tokens", "kernel"), [(1, kernels.PAGED_DECODE_ATTENTION), (4, kernels.PAGED_PREFILL_ATTENTION)]
+)
+def test_steps_attend_natively(step_tokens: int, kernel: str) -> None:
     if not kernels.available():
         pytest.skip("no C++ compiler: the kernel is not built here")
     rows, heads, group, head_dim, pages, page = 2, 2, 3, 8, 5, 4
@@ -75,8 +77,10 @@ def test_one_token_steps_attend_natively(step_tokens: int, native: bool) -> None
     pool = empty_pool(heads, pages, page, head_dim, jnp.bfloat16)
     tables = jnp.ones((rows, 2), jnp.int32)
     positions = jnp.zeros((rows, step_tokens), jnp.int32)
-    lowered = jax.jit(paged_attention).lower(q, kv, kv, positions, PagedLayerCache(pool, pool), tables)
-    assert (kernels.PAGED_DECODE_ATTENTION in lowered.as_text()) == native
+    lowered = jax.jit(paged_attention).lower(q, kv, kv, positions, PagedLayerCache(pool, pool), tables).as_text()
+    other = ({kernels.PAGED_DECODE_ATTENTION, kernels.PAGED_PREFILL_ATTENTION} - {kernel}).pop()
+    assert kernel in lowered
+    assert other not in lowered
 
 
 def test_one_call_multiplies_several_weights() -> None:

@@ -42,7 +42,8 @@ def _context(pool: np.ndarray, own: np.ndarray, slots: list[tuple[int, int]]) ->
     return np.concatenate([np.array(earlier).reshape(-1, K, H), own])
 
 
-@pytest.mark.parametrize(("rows", "step_tokens"), [(1, 1), (WIDE_DECODE_ROWS, 1), (1, 5), (2, 5)])
+# 70 step tokens: two tiles of the native prefill kernel's queries and two blocks of own keys.
+@pytest.mark.parametrize(("rows", "step_tokens"), [(1, 1), (WIDE_DECODE_ROWS, 1), (1, 5), (2, 5), (2, 70)])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("attention", [paged_attention, xla_paged_attention], ids=["dispatched", "xla"])
 def test_each_row_attends_as_dense_attention(
@@ -82,3 +83,23 @@ def test_each_row_attends_as_dense_attention(
 def test_wide_decode_steps_gather_smaller_blocks() -> None:
     assert attention_block_tokens(WIDE_DECODE_ROWS, 1) < attention_block_tokens(1, 1)
     assert attention_block_tokens(1, 16) > attention_block_tokens(1, 1)
+
+
+@pytest.mark.parametrize("attention", [paged_attention, xla_paged_attention], ids=["dispatched", "xla"])
+def test_padding_tokens_change_nothing_for_real_ones(attention: Callable[..., jax.Array]) -> None:
+    """The engine pads a short prompt chunk with tokens at a position past every real one."""
+    rng = np.random.default_rng(7)
+    step_tokens, real, in_pool, pages = 9, 6, 5, 8
+    tables = np.arange(1, pages + 1, dtype=np.int32)[None]
+    pool_k, pool_v = (rng.standard_normal((K, pages + 1, PAGE, H)).astype(np.float32) for _ in range(2))
+    q = rng.standard_normal((1, step_tokens, K, G, H)).astype(np.float32)
+    k, v = (rng.standard_normal((1, step_tokens, K, H)).astype(np.float32) for _ in range(2))
+    positions = np.full((1, step_tokens), pages * PAGE, np.int32)
+    positions[0, :real] = in_pool + np.arange(real)
+    stored = PagedLayerCache(jnp.asarray(pool_k), jnp.asarray(pool_v))
+    got = jax.jit(attention)(*map(jnp.asarray, (q, k, v, positions)), stored, jnp.asarray(tables))
+
+    slots = [(tables[0, p // PAGE], p % PAGE) for p in range(in_pool)]
+    keys, values = (_context(pool, own[0, :real], slots) for pool, own in ((pool_k, k), (pool_v, v)))
+    expected = _dense(q[0, :real], keys, values, positions[0, :real])
+    np.testing.assert_allclose(np.asarray(got[0, :real]), expected, rtol=2e-5, atol=2e-5)
