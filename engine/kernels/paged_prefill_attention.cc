@@ -15,8 +15,8 @@
 // Flash-attention style. A unit of work is one KV head of a tile of a row's tokens: their G query
 // heads each, up to kTileQueries queries, which walk the keys in blocks of kKeyBlock (the pooled
 // ones, then the step's own), each block's keys and values converted to float32 once for all of
-// them. Scores and weighted values are register-tiled matmuls (kRowTile queries by 16 keys or 16
-// head dimensions); the softmax runs online in float32. The step's own keys and values are rounded
+// them. Scores and weighted values are register-tiled matmuls (kRowTile keys by 16 queries, kRowTile
+// queries by 16 head dimensions); the softmax runs online in float32. The step's own keys and values are rounded
 // to the pool's type first, as they will be stored, so a prompt attends alike however the engine
 // splits it into chunks.
 // Threads: units are shared with XLA's pool (parallel.h).
@@ -44,8 +44,8 @@ using pooled::Splat;
 using pooled::StoreVec;
 using pooled::Vec;
 
-constexpr int64_t kColumns = 2 * kLanes;  // keys (scores) or head dimensions (values) per tile
-constexpr int kRowTile = 6;               // queries per tile: 12 accumulators, 2 operands, 1 broadcast
+constexpr int64_t kColumns = 2 * kLanes;  // queries (scores) or head dimensions (values) per tile
+constexpr int kRowTile = 6;               // keys or queries per tile: 12 accumulators, 2 operands, 1 broadcast
 constexpr int64_t kKeyBlock = 64;
 constexpr int64_t kTileQueries = 96;
 
@@ -58,54 +58,58 @@ struct Shape {
   int64_t Tiles() const { return (tokens + TileTokens() - 1) / TileTokens(); }
 };
 
-// A unit's working set: its queries and their running sums, and the block of keys in hand.
+// A unit's working set: its queries and their running sums, and the block of keys in hand. Scores
+// are kept key by key with the queries side by side, so the online softmax runs down the block's
+// keys with every lane a query of its own (no sums across lanes), and keys are read as stored.
 struct Work {
-  int64_t queries, head_dim, width;  // width: head_dim rounded up to kColumns
+  int64_t queries, lanes, head_dim, width;  // lanes: queries rounded up to kColumns; width: head_dim
   std::vector<float> buffer;
-  float* q;       // [queries][width], scaled by 1/sqrt(head_dim)
-  float* acc;     // [queries][width]: weighted values so far
-  float* scores;  // [queries][kKeyBlock]: the block's scores, then its probabilities
-  float* keys;    // [head_dim][kKeyBlock]: the block's keys, transposed
-  float* values;  // [kKeyBlock][width]
-  std::vector<float> peak, total;
+  float* q;           // [head_dim][lanes]: the queries transposed, scaled by 1/sqrt(head_dim)
+  float* acc;         // [queries][width]: weighted values so far
+  float* scores;      // [kKeyBlock][lanes]: the block's scores, then its probabilities
+  float* keys;        // [kKeyBlock][head_dim]
+  float* values;      // [kKeyBlock][width]
+  float* peak;        // [lanes]: each query's running maximum score
+  float* total;       // [lanes]: and its running sum of probabilities
+  float* correction;  // [lanes]: the block's rescaling of what came before
   std::vector<int32_t> query_position, key_position;
 
   Work(int64_t queries, int64_t head_dim)
       : queries(queries),
+        lanes(RoundUp(queries, kColumns)),
         head_dim(head_dim),
         width(RoundUp(head_dim, kColumns)),
-        buffer(2 * queries * width + queries * kKeyBlock + head_dim * kKeyBlock + kKeyBlock * width),
+        buffer(head_dim * lanes + queries * width + kKeyBlock * (lanes + head_dim + width) + 3 * lanes),
         q(buffer.data()),
-        acc(q + queries * width),
+        acc(q + head_dim * lanes),
         scores(acc + queries * width),
-        keys(scores + queries * kKeyBlock),
-        values(keys + head_dim * kKeyBlock),
-        peak(queries, -INFINITY),
-        total(queries, 0.0f),
-        query_position(queries),
-        key_position(kKeyBlock) {}
-
-  void SetKey(int64_t j, const float* key) {
-    for (int64_t h = 0; h < head_dim; ++h) keys[h * kKeyBlock + j] = key[h];
+        keys(scores + kKeyBlock * lanes),
+        values(keys + kKeyBlock * head_dim),
+        peak(values + kKeyBlock * width),
+        total(peak + lanes),
+        correction(total + lanes),
+        query_position(lanes, -1),  // padding lanes see no key of the step's own
+        key_position(kKeyBlock) {
+    std::fill(peak, peak + lanes, -INFINITY);
   }
 };
 
-// scores[r][j0, j0 + 16) for queries r0 .. r0 + R.
+// scores[j][c0, c0 + 16) for keys j0 .. j0 + R.
 template <int R>
 struct ScoreTile {
-  static void Run(Work& w, int64_t r0, int64_t j0) {
+  static void Run(Work& w, int64_t j0, int64_t c0) {
     Vec acc[R][2] = {};
     for (int64_t h = 0; h < w.head_dim; ++h) {
-      const Vec k0 = LoadVec(w.keys + h * kKeyBlock + j0), k1 = LoadVec(w.keys + h * kKeyBlock + j0 + kLanes);
+      const Vec q0 = LoadVec(w.q + h * w.lanes + c0), q1 = LoadVec(w.q + h * w.lanes + c0 + kLanes);
       for (int i = 0; i < R; ++i) {
-        const Vec q = Splat(w.q[(r0 + i) * w.width + h]);
-        acc[i][0] += q * k0;
-        acc[i][1] += q * k1;
+        const Vec k = Splat(w.keys[(j0 + i) * w.head_dim + h]);
+        acc[i][0] += k * q0;
+        acc[i][1] += k * q1;
       }
     }
     for (int i = 0; i < R; ++i) {
-      StoreVec(w.scores + (r0 + i) * kKeyBlock + j0, acc[i][0]);
-      StoreVec(w.scores + (r0 + i) * kKeyBlock + j0 + kLanes, acc[i][1]);
+      StoreVec(w.scores + (j0 + i) * w.lanes + c0, acc[i][0]);
+      StoreVec(w.scores + (j0 + i) * w.lanes + c0 + kLanes, acc[i][1]);
     }
   }
 };
@@ -122,7 +126,7 @@ struct WeightTile {
     for (int64_t j = 0; j < n; ++j) {
       const Vec v0 = LoadVec(w.values + j * w.width + h0), v1 = LoadVec(w.values + j * w.width + h0 + kLanes);
       for (int i = 0; i < R; ++i) {
-        const Vec p = Splat(w.scores[(r0 + i) * kKeyBlock + j]);
+        const Vec p = Splat(w.scores[j * w.lanes + r0 + i]);
         acc[i][0] += p * v0;
         acc[i][1] += p * v1;
       }
@@ -134,12 +138,12 @@ struct WeightTile {
   }
 };
 
-// Tile<R>::Run(w, r0, args...) over all of w's queries: tiles of kRowTile, then one of the rest.
+// Tile<R>::Run(w, r0, args...) for r0 over [0, count): tiles of kRowTile, then one of the rest.
 template <template <int> class Tile, typename... Args>
-void OverQueries(Work& w, Args... args) {
+void OverRows(Work& w, int64_t count, Args... args) {
   int64_t r0 = 0;
-  for (; r0 + kRowTile <= w.queries; r0 += kRowTile) Tile<kRowTile>::Run(w, r0, args...);
-  switch (w.queries - r0) {
+  for (; r0 + kRowTile <= count; r0 += kRowTile) Tile<kRowTile>::Run(w, r0, args...);
+  switch (count - r0) {
     case 5: Tile<5>::Run(w, r0, args...); break;
     case 4: Tile<4>::Run(w, r0, args...); break;
     case 3: Tile<3>::Run(w, r0, args...); break;
@@ -151,36 +155,42 @@ void OverQueries(Work& w, Args... args) {
 
 // Folds the block in hand (n keys; `masked`: some query must not see some of its keys) into w.
 void Attend(Work& w, int64_t n, bool masked) {
-  const int64_t padded = RoundUp(n, kColumns);
-  for (int64_t h = 0; h < w.head_dim; ++h) std::fill(w.keys + h * kKeyBlock + n, w.keys + h * kKeyBlock + padded, 0.0f);
-  for (int64_t j0 = 0; j0 < padded; j0 += kColumns) OverQueries<ScoreTile>(w, j0);
-  for (int64_t r = 0; r < w.queries; ++r) {
-    float* row = w.scores + r * kKeyBlock;
-    for (int64_t j = 0; j < padded; ++j) {
-      const bool hidden = j >= n || (masked && w.key_position[j] > w.query_position[r]);
-      row[j] = hidden ? -INFINITY : row[j];
+  for (int64_t c0 = 0; c0 < w.lanes; c0 += kColumns) OverRows<ScoreTile>(w, n, c0);
+  const Vec hidden = Splat(-INFINITY);
+  for (int64_t c = 0; c < w.lanes; c += kLanes) {
+    const Vec before = LoadVec(w.peak + c);
+    Vec peak = before;
+    pooled::IntVec seen;
+    std::memcpy(&seen, w.query_position.data() + c, sizeof seen);
+    for (int64_t j = 0; j < n; ++j) {
+      Vec scores = LoadVec(w.scores + j * w.lanes + c);
+      if (masked) {
+        scores = pooled::IntVec{} + w.key_position[j] > seen ? hidden : scores;
+        StoreVec(w.scores + j * w.lanes + c, scores);
+      }
+      peak = Max(peak, scores);
     }
-    Vec peaks = Splat(w.peak[r]);
-    for (int64_t j = 0; j < padded; j += kLanes) peaks = Max(peaks, LoadVec(row + j));
-    const float peak = pooled::MaxLane(peaks);
-    if (peak == -INFINITY) {  // the query sees none of these keys, nor any before them
-      std::fill(row, row + padded, 0.0f);
-      continue;
-    }
+    // A query that has seen no key yet keeps a peak of -inf, its probabilities 0.
+    const Vec correction = peak == hidden ? Splat(1.0f) : ExpNonPositive(before - peak);
     Vec sums{};
-    for (int64_t j = 0; j < padded; j += kLanes) {
-      const Vec scores = LoadVec(row + j);
-      const Vec p = scores == -INFINITY ? Vec{} : ExpNonPositive(scores - peak);
-      StoreVec(row + j, p);
+    for (int64_t j = 0; j < n; ++j) {
+      const Vec scores = LoadVec(w.scores + j * w.lanes + c);
+      const Vec p = scores == hidden ? Vec{} : ExpNonPositive(scores - peak);
+      StoreVec(w.scores + j * w.lanes + c, p);
       sums += p;
     }
-    const float correction = ExpNonPositive(w.peak[r] - peak);
-    w.peak[r] = peak;
-    w.total[r] = w.total[r] * correction + pooled::SumLanes(sums);
-    float* acc = w.acc + r * w.width;
-    for (int64_t h = 0; h < w.head_dim; ++h) acc[h] *= correction;
+    StoreVec(w.total + c, LoadVec(w.total + c) * correction + sums);
+    StoreVec(w.peak + c, peak);
+    StoreVec(w.correction + c, correction);
   }
-  for (int64_t h0 = 0; h0 < w.width; h0 += kColumns) OverQueries<WeightTile>(w, h0, n);
+  for (int64_t r = 0; r < w.queries; ++r) {
+    const float correction = w.correction[r];
+    float* acc = w.acc + r * w.width;
+    if (correction != 1.0f) {
+      for (int64_t h = 0; h < w.head_dim; ++h) acc[h] *= correction;
+    }
+  }
+  for (int64_t h0 = 0; h0 < w.width; h0 += kColumns) OverRows<WeightTile>(w, w.queries, h0, n);
 }
 
 // Rounds float32 values to the pool's type and back: the step's own keys and values as stored.
@@ -208,13 +218,12 @@ void AttendTile(const Shape& s, const float* q, const float* k_new, const float*
     for (int64_t g = 0; g < G; ++g) {
       const int64_t r = (t - t0) * G + g;
       const float* query = q + (((b * s.tokens + t) * K + kh) * G + g) * H;
-      for (int64_t h = 0; h < H; ++h) w.q[r * w.width + h] = query[h] * inv_sqrt;
+      for (int64_t h = 0; h < H; ++h) w.q[h * w.lanes + r] = query[h] * inv_sqrt;
       w.query_position[r] = row_positions[t];
     }
   }
-  const int32_t last_query = *std::max_element(w.query_position.begin(), w.query_position.end());
-  const int32_t first_query = *std::min_element(w.query_position.begin(), w.query_position.end());
-  std::vector<float> key(H);
+  const int32_t last_query = *std::max_element(row_positions + t0, row_positions + t1);
+  const int32_t first_query = *std::min_element(row_positions + t0, row_positions + t1);
 
   const int64_t in_pool = std::clamp<int64_t>(row_positions[0], 0, s.columns * S);
   for (int64_t start = 0; start < in_pool; start += kKeyBlock) {
@@ -223,8 +232,7 @@ void AttendTile(const Shape& s, const float* q, const float* k_new, const float*
       const int64_t position = start + j;
       const int64_t page = std::clamp<int64_t>(tables[b * s.columns + position / S], 0, s.pages - 1);
       const int64_t at = ((kh * s.pages + page) * S + position % S) * H;
-      Load(k_pool + at, key.data(), H);
-      w.SetKey(j, key.data());
+      Load(k_pool + at, w.keys + j * H, H);
       Load(v_pool + at, w.values + j * w.width, H);
     }
     Attend(w, n, false);  // the pool holds positions below every query's
@@ -236,8 +244,7 @@ void AttendTile(const Shape& s, const float* q, const float* k_new, const float*
     if (*std::min_element(key_positions, key_positions + n) > last_query) continue;  // all in the future
     for (int64_t j = 0; j < n; ++j) {
       const int64_t at = ((b * s.tokens + start + j) * K + kh) * H;
-      AsStored(k_new + at, key.data(), H, T{});
-      w.SetKey(j, key.data());
+      AsStored(k_new + at, w.keys + j * H, H, T{});
       AsStored(v_new + at, w.values + j * w.width, H, T{});
       w.key_position[j] = key_positions[j];
     }
