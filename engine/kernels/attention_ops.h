@@ -1,5 +1,5 @@
 // What the paged attention kernels share: their limits, reading a page pool's keys and values as
-// float32, and the exponential of their online softmax.
+// float32, the exponential of their online softmax, and vectors of eight floats.
 #pragma once
 
 #include <algorithm>
@@ -65,19 +65,6 @@ inline void StoreVec(float* to, Vec v) { std::memcpy(to, &v, sizeof v); }
 inline Vec Splat(float x) { return Vec{x, x, x, x, x, x, x, x}; }
 
 inline Vec Max(Vec a, Vec b) { return a > b ? a : b; }
-
-inline float MaxLane(Vec v) {
-  float peak = v[0];
-  for (int64_t i = 1; i < kLanes; ++i) peak = std::max(peak, v[i]);
-  return peak;
-}
-
-// The lanes' sum, always in the same order.
-inline float SumLanes(Vec v) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < kLanes; ++i) sum += v[i];
-  return sum;
-}
 
 // ExpNonPositive lane by lane.
 inline Vec ExpNonPositive(Vec x) {

@@ -62,7 +62,7 @@ struct Shape {
 // are kept key by key with the queries side by side, so the online softmax runs down the block's
 // keys with every lane a query of its own (no sums across lanes), and keys are read as stored.
 struct Work {
-  int64_t queries, lanes, head_dim, width;  // lanes: queries rounded up to kColumns; width: head_dim
+  int64_t queries, lanes, head_dim, width;  // lanes, width: queries, head_dim rounded up to kColumns
   std::vector<float> buffer;
   float* q;           // [head_dim][lanes]: the queries transposed, scaled by 1/sqrt(head_dim)
   float* acc;         // [queries][width]: weighted values so far
