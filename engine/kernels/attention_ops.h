@@ -1,11 +1,15 @@
-// What the paged attention kernels share: their limits, reading a page pool's keys and values as
-// float32, the exponential of their online softmax, and vectors of eight floats.
+// What the paged attention kernels share: their limits, arguments and pool types, reading a page
+// pool's keys and values as float32, the exponential of their online softmax, and vectors of
+// eight floats.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
+
+#include "xla/ffi/api/ffi.h"
 
 namespace pooled {
 
@@ -21,6 +25,35 @@ inline void Load(const uint16_t* from, float* to, int64_t n) {
     const uint32_t bits = static_cast<uint32_t>(from[i]) << 16;
     std::memcpy(&to[i], &bits, sizeof(float));
   }
+}
+
+// Calls attend(k, v) with the pools' values as float, or as bfloat16 bit patterns (uint16_t).
+template <typename Attend>
+xla::ffi::Error WithPoolValues(xla::ffi::AnyBuffer k_pool, xla::ffi::AnyBuffer v_pool, const std::string& kernel,
+                               const Attend& attend) {
+  if (k_pool.element_type() == v_pool.element_type() && k_pool.element_type() == xla::ffi::DataType::F32) {
+    attend(k_pool.reinterpret_data<float>(), v_pool.reinterpret_data<float>());
+  } else if (k_pool.element_type() == v_pool.element_type() && k_pool.element_type() == xla::ffi::DataType::U16) {
+    attend(k_pool.reinterpret_data<uint16_t>(), v_pool.reinterpret_data<uint16_t>());
+  } else {
+    return xla::ffi::Error::InvalidArgument(kernel + ": pools must both be f32 or bf16 bits");
+  }
+  return xla::ffi::Error::Success();
+}
+
+// Both kernels' arguments: q, the step's own k and v (f32), the key and value pools, the block
+// tables and one more int32 array; the result is f32.
+inline auto AttentionBinding() {
+  return xla::ffi::Ffi::Bind()
+      .Ctx<xla::ffi::ThreadPool>()
+      .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+      .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+      .Arg<xla::ffi::Buffer<xla::ffi::F32>>()
+      .Arg<xla::ffi::AnyBuffer>()
+      .Arg<xla::ffi::AnyBuffer>()
+      .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
+      .Arg<xla::ffi::Buffer<xla::ffi::S32>>()
+      .Ret<xla::ffi::Buffer<xla::ffi::F32>>();
 }
 
 // 2^f for f in [0, 1): a degree-6 polynomial (relative error ~2e-7), in float or Vec arithmetic.

@@ -131,31 +131,16 @@ ffi::Error PagedDecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, f
   }
   const Shape s{qd[0], qd[1], qd[2], qd[3], pd[1], pd[2], tables.dimensions()[1]};
   if (pd[0] != s.kv_heads || pd[3] != s.head_dim || s.head_dim > kMaxHeadDim || s.group > kMaxGroup ||
-      s.page_size > kMaxPage || k_pool.element_type() != v_pool.element_type()) {
+      s.page_size > kMaxPage) {
     return ffi::Error::InvalidArgument("pooled_paged_decode_attention: unsupported shapes");
   }
-  if (k_pool.element_type() == ffi::DataType::F32) {
-    Attend(pool, s, q.typed_data(), k_new.typed_data(), v_new.typed_data(), k_pool.reinterpret_data<float>(),
-           v_pool.reinterpret_data<float>(), tables.typed_data(), filled.typed_data(), out->typed_data());
-  } else if (k_pool.element_type() == ffi::DataType::U16) {
-    Attend(pool, s, q.typed_data(), k_new.typed_data(), v_new.typed_data(), k_pool.reinterpret_data<uint16_t>(),
-           v_pool.reinterpret_data<uint16_t>(), tables.typed_data(), filled.typed_data(), out->typed_data());
-  } else {
-    return ffi::Error::InvalidArgument("pooled_paged_decode_attention: pools must be f32 or bf16 bits");
-  }
-  return ffi::Error::Success();
+  return pooled::WithPoolValues(k_pool, v_pool, "pooled_paged_decode_attention", [&](const auto* k, const auto* v) {
+    Attend(pool, s, q.typed_data(), k_new.typed_data(), v_new.typed_data(), k, v, tables.typed_data(),
+           filled.typed_data(), out->typed_data());
+  });
 }
 
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PooledPagedDecodeAttention, PagedDecodeAttention,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+                              pooled::AttentionBinding());

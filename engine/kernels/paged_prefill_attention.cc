@@ -282,32 +282,17 @@ ffi::Error PagedPrefillAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, 
   }
   const Shape s{qd[0], qd[1], qd[2], qd[3], qd[4], pd[1], pd[2], tables.dimensions()[1]};
   if (pd[0] != s.kv_heads || pd[3] != s.head_dim || s.head_dim > pooled::kMaxHeadDim || s.group > pooled::kMaxGroup ||
-      s.page_size > pooled::kMaxPage || k_pool.element_type() != v_pool.element_type() || s.tokens < 1 ||
+      s.page_size > pooled::kMaxPage || s.tokens < 1 ||
       positions.dimensions()[0] != s.rows || positions.dimensions()[1] != s.tokens) {
     return ffi::Error::InvalidArgument("pooled_paged_prefill_attention: unsupported shapes");
   }
-  if (k_pool.element_type() == ffi::DataType::F32) {
-    AttendAll(pool, s, q.typed_data(), k_new.typed_data(), v_new.typed_data(), k_pool.reinterpret_data<float>(),
-              v_pool.reinterpret_data<float>(), tables.typed_data(), positions.typed_data(), out->typed_data());
-  } else if (k_pool.element_type() == ffi::DataType::U16) {
-    AttendAll(pool, s, q.typed_data(), k_new.typed_data(), v_new.typed_data(), k_pool.reinterpret_data<uint16_t>(),
-              v_pool.reinterpret_data<uint16_t>(), tables.typed_data(), positions.typed_data(), out->typed_data());
-  } else {
-    return ffi::Error::InvalidArgument("pooled_paged_prefill_attention: pools must be f32 or bf16 bits");
-  }
-  return ffi::Error::Success();
+  return pooled::WithPoolValues(k_pool, v_pool, "pooled_paged_prefill_attention", [&](const auto* k, const auto* v) {
+    AttendAll(pool, s, q.typed_data(), k_new.typed_data(), v_new.typed_data(), k, v, tables.typed_data(),
+              positions.typed_data(), out->typed_data());
+  });
 }
 
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PooledPagedPrefillAttention, PagedPrefillAttention,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::ThreadPool>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+                              pooled::AttentionBinding());

@@ -174,3 +174,21 @@ def test_malformed_q4_weights_are_refused() -> None:
         jax.jit(kernels.q4_matmul)(x, [jnp.zeros((8, 32), jnp.uint8)])
     with pytest.raises(Exception, match="multiple of 8"):
         jax.jit(kernels.q4_matmul)(x, [jnp.zeros((3, 40), jnp.uint8)])
+
+
+@pytest.mark.parametrize("step_tokens", [1, 4])
+def test_pools_of_two_types_are_refused(step_tokens: int) -> None:
+    if not kernels.available():
+        pytest.skip("no C++ compiler: the kernel is not built here")
+    rows, heads, group, head_dim, pages, page = 1, 2, 2, 8, 3, 4
+    q = jnp.zeros((rows, step_tokens, heads, group, head_dim))
+    kv = jnp.zeros((rows, step_tokens, heads, head_dim))
+    f32_pool = empty_pool(heads, pages, page, head_dim, jnp.float32)
+    bf16_pool = empty_pool(heads, pages, page, head_dim, jnp.bfloat16)
+    tables = jnp.ones((rows, 2), jnp.int32)
+    positions = jnp.zeros((rows, step_tokens), jnp.int32)
+    with pytest.raises(Exception, match="pools must both be f32 or bf16 bits"):
+        if step_tokens == 1:
+            kernels.paged_decode_attention(q[:, 0], kv[:, 0], kv[:, 0], f32_pool, bf16_pool, tables, positions[:, 0])
+        else:
+            kernels.paged_prefill_attention(q, kv, kv, f32_pool, bf16_pool, tables, positions)
