@@ -11,7 +11,12 @@ Request path (after JetStream's orchestrator):
    step (the next chunk of the oldest prompt, or the short last chunks of up to PREFILL_ROWS
    prompts together; a finished prompt's rows draw their first tokens), then one decode step for
    every decoding row (which also samples, on the device), and sends each row's new token or
-   finish to the request's sink.
+   finish to the request's sink. Decode steps are pipelined: while the same rows keep decoding,
+   step N+1 is dispatched on step N's sampled tokens, still on the device, before the host takes
+   step N's tokens and calls the sinks, so the host's share of a step (the dispatch, the sinks,
+   the HTTP side's work they wake) overlaps the device's. A change of rows, a grammar (its mask
+   needs the token) or a row's last token settles the step in flight first; a token in flight
+   for a row that ended meanwhile (cancel, deadline, stop) is dropped.
 3. When there is nothing to do, the engine thread waits on the condition variable; `submit`,
    `cancel`, `drain` and `shutdown` notify it. Nothing polls.
 
@@ -132,6 +137,14 @@ class _Prefill:
     next_position: int
 
 
+@dataclass(frozen=True)
+class _Flight:
+    """A decode step dispatched to the device whose tokens the host has not taken yet."""
+
+    rows: list[_Row]
+    sampled: Sampled
+
+
 def _geometric_buckets(smallest: int, largest: int, growth: int) -> list[int]:
     """smallest, smallest·growth, ... and largest; a size within 2× of largest is left to largest,
     which costs that little padding and saves a compile."""
@@ -212,6 +225,7 @@ class Engine:
         self._waiting: deque[list[_Row]] = deque()
         self._prefills: list[_Prefill] = []  # admitted, in admission order
         self._decoding: list[_Row] = []
+        self._flight: _Flight | None = None  # the decode step dispatched and not yet taken
         self._admissions = 0
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._compiles = CompileWatch(self._thread)
@@ -285,7 +299,8 @@ class Engine:
             )
         elif bucket.kind == "decode":
             lane_ids = np.full(bucket.rows, self.decode_lanes, np.int32)
-            self._decode_call(np.zeros(bucket.rows, np.int32), np.ones(bucket.rows, np.int32), lane_ids)
+            tokens = jax.device_put(np.zeros(bucket.rows, np.int32), self._replicated)
+            self._decode_call(tokens, np.ones(bucket.rows, np.int32), lane_ids)
         elif bucket.kind == "reset_lane":
             self._reset_lane(self.decode_lanes, [], [])
         else:
@@ -405,7 +420,7 @@ class Engine:
             self._die(error)
 
     def _busy(self) -> bool:
-        return bool(self._waiting or self._prefills or self._decoding)
+        return bool(self._waiting or self._prefills or self._decoding or self._flight is not None)
 
     def _iterate(self, inbox: deque[_Request], cancels: dict[int, FinishReason]) -> None:
         for entry in inbox:
@@ -420,7 +435,7 @@ class Engine:
         self._admit()
         if self._prefills:
             self._prefill_step()
-        if self._decoding:
+        if self._decoding or self._flight is not None:
             self._decode_step()
 
     def _in_flight(self) -> list[_Request]:
@@ -613,19 +628,22 @@ class Engine:
     def _rows(self, lane_ids: np.ndarray) -> RowParams:
         return RowParams(**{name: table[lane_ids] for name, table in vars(self._row_params).items()})
 
-    def _lane_ids(self, rows: list[_Row]) -> np.ndarray:
+    def _lane_ids(self, rows: list[_Row], ahead: int = 0) -> np.ndarray:
         """The rows' lanes padded to a row bucket (padding rows use the spare lane), after refreshing
-        each row's draw counter and grammar mask in its lane's parameters."""
+        each row's draw counter (`ahead` tokens still in flight) and grammar mask in its lane's
+        parameters."""
         lane_ids = np.full(next(b for b in self._row_buckets if b >= len(rows)), self.decode_lanes, np.int32)
         for i, row in enumerate(rows):
             assert row.lane is not None
             lane_ids[i] = row.lane
-            self._row_params.counter[row.lane] = row.generated
+            self._row_params.counter[row.lane] = row.generated + ahead
             if row.constraint is not None:
                 row.constraint.fill_mask(self._row_params.allowed[row.lane])
         return lane_ids
 
-    def _decode_call(self, tokens: np.ndarray, positions: np.ndarray, lane_ids: np.ndarray) -> Sampled:
+    def _decode_call(self, tokens: jax.Array, positions: np.ndarray, lane_ids: np.ndarray) -> Sampled:
+        """`tokens` are on the device, placed like a step's sampled tokens: a step started from host
+        tokens and one chained on the last step's run the same compiled program."""
         written, self._lane_state, sampled = self._steps.decode(
             self._param_leaves,
             self._kv,
@@ -640,6 +658,20 @@ class Engine:
         return sampled
 
     def _decode_step(self) -> None:
+        """Runs one decode step for every decoding row. When the rows are the same as the step in
+        flight's, the next step is dispatched on that step's sampled tokens (still on the device)
+        before its results are taken: the host's share of a step (dispatch, sinks) overlaps the
+        device's work. Otherwise the flight is settled first and the step starts from host tokens."""
+        flight, self._flight = self._flight, None
+        if flight is not None and self._chains(flight):
+            lane_ids = self._lane_ids(flight.rows, ahead=1)
+            positions = np.zeros(len(lane_ids), np.int32)
+            positions[: len(flight.rows)] = [len(row.tokens) for row in flight.rows]
+            self._flight = _Flight(flight.rows, self._decode_call(flight.sampled.token, positions, lane_ids))
+            self._take_tokens(flight.rows, flight.sampled)
+            return
+        if flight is not None:
+            self._take_tokens(flight.rows, flight.sampled)
         self._grow_pages()
         rows = list(self._decoding)
         if not rows:
@@ -649,7 +681,27 @@ class Engine:
         positions = np.zeros(len(lane_ids), np.int32)
         for i, row in enumerate(rows):
             tokens[i], positions[i] = row.tokens[-1], len(row.tokens) - 1
-        self._take_tokens(rows, self._decode_call(tokens, positions, lane_ids))
+        self._flight = _Flight(rows, self._decode_call(jax.device_put(tokens, self._replicated), positions, lane_ids))
+
+    def _chains(self, flight: "_Flight") -> bool:
+        """Whether the next step can start from `flight`'s tokens before they reach the host: the
+        same rows still decode, none has a grammar (its mask needs the token), none ends on its
+        length with that token, and each has a page for the position after it (allocated here,
+        never by preempting: preemption needs the tokens settled)."""
+        if flight.rows != self._decoding:
+            return False
+        for row in flight.rows:
+            if row.constraint is not None or row.generated + 1 >= row.request.max_tokens:
+                return False
+        for row in flight.rows:
+            assert row.lane is not None
+            if len(row.pages) * self._page_size <= len(row.tokens):
+                page = self._pool.allocate()
+                if page is None:
+                    return False
+                self._block_tables[row.lane, len(row.pages)] = page
+                row.pages.append(page)
+        return True
 
     def _take_tokens(self, rows: list[_Row], sampled: Sampled) -> None:
         """Hands each row its sampled token; every row's KV is written up to its last token."""
@@ -659,6 +711,8 @@ class Engine:
             logprobs = tuple(np.asarray(a) for a in (sampled.logprob, sampled.top_ids, sampled.top_logprobs))
         now = time.monotonic()
         for i, row in enumerate(rows):
+            if row.lane is None:  # ended (cancel, deadline) while its token was in flight
+                continue
             self._name_full_pages(row, len(row.tokens))
             self._take_token(row, int(chosen[i]), None if logprobs is None else (i, *logprobs), now)
 

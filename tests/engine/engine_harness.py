@@ -22,11 +22,14 @@ class Collected:
         self.logprobs: list[list] = [[] for _ in range(n)]
         self.finished: dict[int, Finished] = {}
         self.failed: Failed | None = None
+        self.late_events = 0  # events for a row after its Finished: a sink must never see any
         self.done = threading.Event()
         self.request_id = 0
         self._n = n
 
     def __call__(self, event: EngineEvent) -> None:
+        if not isinstance(event, Failed) and event.row in self.finished:
+            self.late_events += 1
         if isinstance(event, Tokens):
             self.tokens[event.row].extend(event.token_ids)
             self.logprobs[event.row].extend(event.logprobs or ())
@@ -39,6 +42,7 @@ class Collected:
 
     def wait(self) -> "Collected":
         assert self.done.wait(WAIT_S), "request did not finish"
+        assert self.late_events == 0, "a row got events after it finished"
         return self
 
 

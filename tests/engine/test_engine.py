@@ -4,6 +4,7 @@ One engine serves the whole module (compiling its buckets once); the last test c
 of the mixed workload before it compiled anything.
 """
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -168,6 +169,47 @@ class OnlyTokens:
 
     def is_finished(self) -> bool:
         return self._left == 0
+
+
+class AllTokens:
+    """A constraint that allows every token and never finishes."""
+
+    def fill_mask(self, out: np.ndarray) -> None:
+        out[:] = -1
+
+    def accept(self, token_id: int) -> None:
+        pass
+
+    def is_finished(self) -> bool:
+        return False
+
+
+def test_chained_steps_draw_what_settled_steps_draw(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the same rows decode, each step is dispatched on the last step's sampled tokens before
+    the host takes them; a row with a grammar is not (its mask needs the token). A seeded row draws
+    the same tokens either way: the draw counter counts the token still in flight."""
+    calls: list[str] = []
+    decode, take_tokens = engine._steps.decode, engine._take_tokens
+
+    def counted_decode(*args: Any) -> Any:
+        calls.append("decode")
+        return decode(*args)
+
+    def counted_take(*args: Any) -> None:
+        calls.append("take")
+        take_tokens(*args)
+
+    monkeypatch.setattr(engine._steps, "decode", counted_decode)
+    monkeypatch.setattr(engine, "_take_tokens", counted_take)
+    sampling = SamplingParams(temperature=1.5, seed=5, ignore_eos=True)
+    request = GenerationRequest(tuple(prompt(50, 6)), sampling, 24)
+    chained = generate(engine, request).tokens[0]
+    assert "decode,decode" in ",".join(calls)
+    calls.clear()
+    settled = generate(engine, dataclasses.replace(request, constraint=AllTokens)).tokens[0]
+    assert "decode,decode" not in ",".join(calls)
+    assert chained == settled and len(set(chained)) > 4
+    assert_idle(engine)
 
 
 def test_refusals_on_their_face(engine: Engine) -> None:
