@@ -197,27 +197,62 @@ struct Tiles {
   }
 };
 
-// x's rows quantized per block (see the top of this file), shared with XLA's pool past
-// kParallelWork inputs: a prompt chunk has hundreds of rows.
-void QuantizeBlocks(ffi::ThreadPool& pool, const float* x, int64_t rows, int64_t depth, int8_t* q, float* scale,
-                    float* sum) {
-  const int64_t blocks = depth / kBlock;
-  pooled::ForEachUnit(pool, rows, rows * depth >= pooled::kParallelWork, [&](int64_t row) {
-    for (int64_t block = row * blocks; block < (row + 1) * blocks; ++block) {
-      const float* in = x + block * kBlock;
-      float peak = 0.0f;
-      for (int64_t k = 0; k < kBlock; ++k) peak = std::max(peak, std::fabs(in[k]));
-      const float s = peak == 0.0f ? 1.0f : peak * (1.0f / 127.0f);
-      int32_t total = 0;
-      for (int64_t k = 0; k < kBlock; ++k) {
-        const int8_t level = static_cast<int8_t>(std::nearbyint(in[k] / s));
-        q[block * kBlock + k] = level;
-        total += level;
-      }
-      scale[block] = s;
-      sum[block] = s * static_cast<float>(total);
-    }
-  });
+#if defined(__AVX2__)
+
+// One block of 32 inputs quantized (see the top of this file), 8 lanes at a time: the same
+// division and rounding as the scalar loops below, so the same levels. Scalar, it took ~3 ns an
+// input: ~9 ms of a 32-row decode step of the default model (AMD Zen 3).
+void QuantizeBlock(const float* in, int8_t* q, float* scale, float* sum) {
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 x[4], peak = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    x[i] = _mm256_loadu_ps(in + 8 * i);
+    peak = _mm256_max_ps(_mm256_and_ps(x[i], magnitude), peak);
+  }
+  __m128 half = _mm_max_ps(_mm256_castps256_ps128(peak), _mm256_extractf128_ps(peak, 1));
+  half = _mm_max_ps(half, _mm_movehl_ps(half, half));
+  const float top = _mm_cvtss_f32(_mm_max_ss(half, _mm_movehdup_ps(half)));
+  const float s = top == 0.0f ? 1.0f : top * (1.0f / 127.0f);
+  __m256i levels[4];
+  for (int i = 0; i < 4; ++i) {
+    const __m256 rounded = _mm256_round_ps(_mm256_div_ps(x[i], _mm256_set1_ps(s)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    levels[i] = _mm256_cvtps_epi32(rounded);
+  }
+  const __m256i total = _mm256_add_epi32(_mm256_add_epi32(levels[0], levels[1]), _mm256_add_epi32(levels[2], levels[3]));
+  // Packing works within 128-bit halves: the permutation puts the 32 bytes back in input order.
+  const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(levels[0], levels[1]), _mm256_packs_epi32(levels[2], levels[3]));
+  const __m256i in_order = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), in_order);
+  *scale = s;
+  *sum = s * static_cast<float>(pooled::Sum(total));
+}
+
+#else
+
+void QuantizeBlock(const float* in, int8_t* q, float* scale, float* sum) {
+  float peak = 0.0f;
+  for (int64_t k = 0; k < kBlock; ++k) peak = std::max(peak, std::fabs(in[k]));
+  const float s = peak == 0.0f ? 1.0f : peak * (1.0f / 127.0f);
+  int32_t total = 0;
+  for (int64_t k = 0; k < kBlock; ++k) {
+    const int8_t level = static_cast<int8_t>(std::nearbyint(in[k] / s));
+    q[k] = level;
+    total += level;
+  }
+  *scale = s;
+  *sum = s * static_cast<float>(total);
+}
+
+#endif
+
+// x's rows quantized per block (see the top of this file), on the calling thread: vectorized, a
+// 512-row prompt chunk's largest x (1536 inputs a row) takes ~0.25 ms. Shared with XLA's pool as
+// well, the 30 layers' projections at 256 rows timed slower in two alternating runs (best of 40:
+// 232 and 278 ms against 204 and 229 for the scalar loops), not faster.
+void QuantizeBlocks(const float* x, int64_t rows, int64_t depth, int8_t* q, float* scale, float* sum) {
+  for (int64_t block = 0; block < rows * depth / kBlock; ++block) {
+    QuantizeBlock(x + block * kBlock, q + block * kBlock, scale + block, sum + block);
+  }
 }
 
 ffi::Error Q4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::RemainingArgs weights, ffi::RemainingRets ys) {
@@ -227,7 +262,7 @@ ffi::Error Q4Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Remainin
   const int64_t rows = x.dimensions()[0], depth = x.dimensions()[1], blocks = depth / kBlock;
   std::vector<int8_t> q(rows * depth);
   std::vector<float> x_scale(rows * blocks), x_sum(rows * blocks);
-  QuantizeBlocks(pool, x.typed_data(), rows, depth, q.data(), x_scale.data(), x_sum.data());
+  QuantizeBlocks(x.typed_data(), rows, depth, q.data(), x_scale.data(), x_sum.data());
   std::vector<Problem> problems;
   for (size_t i = 0; i < ys.size(); ++i) {
     auto weight = weights.get<ffi::Buffer<ffi::U8>>(i);
