@@ -5,12 +5,15 @@ compiled step. Order, as in vLLM: repetition penalty (prompt + output tokens), p
 penalties (output tokens), logit bias, the allowed-token bitmask; then greedy rows take the argmax,
 the others divide by the temperature, filter by top-k, top-p and min-p, and draw with their own
 PRNG key. Reported logprobs are log_softmax of the raw model logits (no temperature, no penalties).
+A step whose rows are all `plain` (greedy, at most a logit bias) can take `greedy` instead: the
+same tokens in one pass, without the penalty state.
 """
 
 from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 Array = jax.Array
 _BANNED = -jnp.inf
@@ -60,10 +63,14 @@ def _penalised(logits: Array, s: SamplerInputs) -> Array:
     # step whose rows set no penalty, or no grammar, skips that pass (a no-op there, bit for bit).
     penalised = jnp.any((s.repetition_penalty != 1.0) | (s.presence_penalty != 0.0) | (s.frequency_penalty != 0.0))
     logits = jax.lax.cond(penalised, _penalties, lambda x, _: x, logits, s)
-    rows = jnp.arange(logits.shape[0])[:, None]
-    logits = logits.at[rows, s.bias_ids].add(s.bias_values)
+    logits = _biased(logits, s.bias_ids, s.bias_values)
     constrained = jnp.any(s.allowed != -1)
     return jax.lax.cond(constrained, _allowed_only, lambda x, _: x, logits, s.allowed)
+
+
+def _biased(logits: Array, bias_ids: ArrayLike, bias_values: ArrayLike) -> Array:
+    rows = jnp.arange(logits.shape[0])[:, None]
+    return logits.at[rows, bias_ids].add(bias_values)
 
 
 def _penalties(logits: Array, s: SamplerInputs) -> Array:
@@ -132,6 +139,29 @@ def _logprobs(logits: Array, token: Array) -> tuple[Array, Array, Array]:
 def _no_logprobs(logits: Array, token: Array) -> tuple[Array, Array, Array]:
     rows, top = logits.shape[0], min(MAX_TOP_LOGPROBS, logits.shape[1])
     return jnp.zeros(rows), jnp.zeros((rows, top), jnp.int32), jnp.zeros((rows, top))
+
+
+def plain(
+    temperature: ArrayLike,
+    repetition_penalty: ArrayLike,
+    presence_penalty: ArrayLike,
+    frequency_penalty: ArrayLike,
+    allowed: ArrayLike,
+    logprobs: ArrayLike,
+) -> Array:
+    """Whether every row is greedy with at most a logit bias: no penalty, grammar or logprobs."""
+    neutral = (jnp.asarray(repetition_penalty) == 1.0) & (jnp.asarray(presence_penalty) == 0.0)
+    neutral &= jnp.asarray(frequency_penalty) == 0.0
+    return jnp.all((jnp.asarray(temperature) <= 0) & neutral & ~jnp.asarray(logprobs)) & jnp.all(
+        jnp.asarray(allowed) == -1
+    )
+
+
+def greedy(logits: Array, bias_ids: ArrayLike, bias_values: ArrayLike) -> Sampled:
+    """What `sample` returns for rows that are all `plain`, in one pass over the logits and without
+    the penalty state: a step of greedy rows need not gather that state ([B, V] twice)."""
+    token = jnp.argmax(_biased(logits, bias_ids, bias_values), axis=-1).astype(jnp.int32)
+    return Sampled(token, *_no_logprobs(logits, token))
 
 
 @jax.jit

@@ -20,7 +20,7 @@ import numpy as np
 from jax.tree_util import PyTreeDef
 
 from engine.layers import NewKV, PagedLayerCache, to_pool
-from engine.sampling import Sampled, SamplerInputs, sample
+from engine.sampling import Sampled, SamplerInputs, greedy, plain, sample
 
 Array = jax.Array
 KVPages = tuple[PagedLayerCache, ...]
@@ -92,8 +92,24 @@ class StepFunctions:
         def sampled_rows(
             logits: Array, lanes: LaneState, lane_ids: Array, rows: RowParams
         ) -> tuple[LaneState, Sampled]:
-            inputs = SamplerInputs(**vars(rows), seen=lanes.seen[lane_ids], output_counts=lanes.output_counts[lane_ids])
-            sampled = sample(logits, inputs)
+            def drawn(logits: Array, lanes: LaneState, lane_ids: Array, rows: RowParams) -> Sampled:
+                seen, counts = lanes.seen[lane_ids], lanes.output_counts[lane_ids]
+                return sample(logits, SamplerInputs(**vars(rows), seen=seen, output_counts=counts))
+
+            def greedy_only(logits: Array, _lanes: LaneState, _lane_ids: Array, rows: RowParams) -> Sampled:
+                return greedy(logits, rows.bias_ids, rows.bias_values)
+
+            # The penalty state is gathered inside the branch that needs it: as an operand of the
+            # branch, XLA would gather it for every step.
+            is_plain = plain(
+                rows.temperature,
+                rows.repetition_penalty,
+                rows.presence_penalty,
+                rows.frequency_penalty,
+                rows.allowed,
+                rows.logprobs,
+            )
+            sampled = jax.lax.cond(is_plain, greedy_only, drawn, logits, lanes, lane_ids, rows)
             lanes = LaneState(
                 lanes.seen.at[lane_ids, sampled.token].set(True),
                 lanes.output_counts.at[lane_ids, sampled.token].add(1),

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.sampling import SamplerInputs, allowed_mask, sample
+from engine.sampling import SamplerInputs, allowed_mask, greedy, plain, sample
 
 V = 64
 ROWS = 4
@@ -164,3 +164,31 @@ def test_rows_without_logprobs_choose_alike_and_skip_them() -> None:
     asked, skipped = sample(x, inputs(temperature=0.0)), sample(x, inputs(temperature=0.0, logprobs=False))
     assert (np.asarray(asked.token) == np.asarray(skipped.token)).all()
     assert not np.asarray(skipped.top_logprobs).any()
+
+
+def is_plain(s: SamplerInputs) -> bool:
+    args = (s.temperature, s.repetition_penalty, s.presence_penalty, s.frequency_penalty, s.allowed, s.logprobs)
+    return bool(plain(*args))
+
+
+def test_greedy_rows_with_a_bias_take_the_short_path_to_the_same_tokens() -> None:
+    """A step whose rows are all plain (greedy, nothing but a logit bias) skips `sample`: `greedy`
+    must choose what `sample` chooses, bias included; any other setting on any row is not plain."""
+    x = logits()
+    best = np.argmax(np.asarray(x), axis=-1)
+    bias = {"bias_ids": np.stack([best, best + 1, best + 2], axis=-1) % V, "bias_values": [-100.0, 3.0, 0.0]}
+    settled = inputs(temperature=0.0, logprobs=False, **bias)
+    assert is_plain(settled)
+    short = greedy(x, jnp.asarray(settled.bias_ids), jnp.asarray(settled.bias_values))
+    np.testing.assert_array_equal(np.asarray(short.token), np.asarray(sample(x, settled).token))
+    assert (np.asarray(short.token) != best).all()  # the bias counted
+    assert not np.asarray(short.logprob).any() and not np.asarray(short.top_ids).any()
+    for other in (
+        {"temperature": [0.0, 0.0, 0.0, 0.7]},
+        {"repetition_penalty": [1.0, 1.2, 1.0, 1.0]},
+        {"presence_penalty": [0.0, 0.0, 0.5, 0.0]},
+        {"frequency_penalty": [0.3, 0.0, 0.0, 0.0]},
+        {"logprobs": [False, True, False, False]},
+        {"allowed": np.array([[-1, -1], [-1, -1], [-1, 0], [-1, -1]], np.int32)},
+    ):
+        assert not is_plain(inputs(**{"temperature": 0.0, "logprobs": False, **other}))
