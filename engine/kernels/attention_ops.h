@@ -99,6 +99,13 @@ inline Vec Splat(float x) { return Vec{x, x, x, x, x, x, x, x}; }
 
 inline Vec Max(Vec a, Vec b) { return a > b ? a : b; }
 
+// The eight lanes summed pairwise (three dependent adds, not seven).
+inline float SumLanes(Vec v) {
+  float lanes[kLanes];
+  std::memcpy(lanes, &v, sizeof v);
+  return ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+}
+
 // ExpNonPositive lane by lane.
 inline Vec ExpNonPositive(Vec x) {
   const Vec t = Max(x, Splat(-87.0f)) * kLog2E;

@@ -28,10 +28,16 @@ namespace ffi = xla::ffi;
 namespace {
 
 using pooled::ExpNonPositive;
+using pooled::kLanes;
 using pooled::kMaxGroup;
 using pooled::kMaxHeadDim;
 using pooled::kMaxPage;
 using pooled::Load;
+using pooled::LoadVec;
+using pooled::Splat;
+using pooled::StoreVec;
+using pooled::SumLanes;
+using pooled::Vec;
 
 // Below this many pooled keys in a step (over all rows and KV heads) one thread does it all.
 constexpr int64_t kParallelKeys = 2048;
@@ -40,10 +46,40 @@ struct Shape {
   int64_t rows, kv_heads, group, head_dim, pages, page_size, columns;
 };
 
+// a·b over n floats: two partial sums eight lanes wide, then the tail. An `omp simd` reduction
+// had ended each dot in seven dependent scalar adds; with it and the exponentials one at a time,
+// the 30 layers' calls of a 32-row step at 96 keys took 13.3-14.1 ms (medians of 30, AMD Zen 3),
+// 9.7-10.7 ms since.
 inline float Dot(const float* a, const float* b, int64_t n) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  Vec first{}, second{};
+  int64_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    first += LoadVec(a + i) * LoadVec(b + i);
+    second += LoadVec(a + i + kLanes) * LoadVec(b + i + kLanes);
+  }
+  if (i + kLanes <= n) {
+    first += LoadVec(a + i) * LoadVec(b + i);
+    i += kLanes;
+  }
+  float sum = SumLanes(first + second);
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// scores[i] = exp(scores[i] - peak) for i < n, eight at a time; returns their sum.
+inline float ExpAndSum(float* scores, int64_t n, float peak) {
+  Vec sums{};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const Vec p = ExpNonPositive(LoadVec(scores + i) - Splat(peak));
+    StoreVec(scores + i, p);
+    sums += p;
+  }
+  float sum = SumLanes(sums);
+  for (; i < n; ++i) {
+    scores[i] = ExpNonPositive(scores[i] - peak);
+    sum += scores[i];
+  }
   return sum;
 }
 
@@ -85,13 +121,7 @@ void AttendOne(const Shape& s, const float* q, const float* k_new, const float* 
 #pragma omp simd reduction(max : new_peak)
       for (int64_t i = 0; i < n; ++i) new_peak = std::max(new_peak, scores[g][i]);
       const float correction = ExpNonPositive(peak[g] - new_peak);
-      float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-      for (int64_t i = 0; i < n; ++i) {
-        scores[g][i] = ExpNonPositive(scores[g][i] - new_peak);
-        sum += scores[g][i];
-      }
-      total[g] = total[g] * correction + sum;
+      total[g] = total[g] * correction + ExpAndSum(scores[g], n, new_peak);
       peak[g] = new_peak;
       for (int64_t h = 0; h < H; ++h) acc[g][h] *= correction;
     }
