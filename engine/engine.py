@@ -683,7 +683,7 @@ class Engine:
             tokens[i], positions[i] = row.tokens[-1], len(row.tokens) - 1
         self._flight = _Flight(rows, self._decode_call(jax.device_put(tokens, self._replicated), positions, lane_ids))
 
-    def _chains(self, flight: "_Flight") -> bool:
+    def _chains(self, flight: _Flight) -> bool:
         """Whether the next step can start from `flight`'s tokens before they reach the host: the
         same rows still decode, none has a grammar (its mask needs the token), none ends on its
         length with that token, and each has a page for the position after it (allocated here,
@@ -711,7 +711,7 @@ class Engine:
             logprobs = tuple(np.asarray(a) for a in (sampled.logprob, sampled.top_ids, sampled.top_logprobs))
         now = time.monotonic()
         for i, row in enumerate(rows):
-            if row.lane is None:  # ended (cancel, deadline) while its token was in flight
+            if row.lane is None:  # ended (cancel, deadline, a stop token) while this token was in flight
                 continue
             self._name_full_pages(row, len(row.tokens))
             self._take_token(row, int(chosen[i]), None if logprobs is None else (i, *logprobs), now)
