@@ -687,14 +687,14 @@ class Engine:
         """Whether the next step can start from `flight`'s tokens before they reach the host: the
         same rows still decode, none has a grammar (its mask needs the token), none ends on its
         length with that token, and each has a page for the position after it (allocated here,
-        never by preempting: preemption needs the tokens settled)."""
+        never by preempting: preemption needs the tokens settled; a page allocated before the
+        answer turns out False is one the row needs next step anyway)."""
         if flight.rows != self._decoding:
             return False
         for row in flight.rows:
+            assert row.lane is not None
             if row.constraint is not None or row.generated + 1 >= row.request.max_tokens:
                 return False
-        for row in flight.rows:
-            assert row.lane is not None
             if len(row.pages) * self._page_size <= len(row.tokens):
                 page = self._pool.allocate()
                 if page is None:

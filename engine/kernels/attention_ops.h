@@ -31,12 +31,14 @@ inline void Load(const uint16_t* from, float* to, int64_t n) {
 template <typename Attend>
 xla::ffi::Error WithPoolValues(xla::ffi::AnyBuffer k_pool, xla::ffi::AnyBuffer v_pool, const std::string& kernel,
                                const Attend& attend) {
-  if (k_pool.element_type() == v_pool.element_type() && k_pool.element_type() == xla::ffi::DataType::F32) {
-    attend(k_pool.reinterpret_data<float>(), v_pool.reinterpret_data<float>());
-  } else if (k_pool.element_type() == v_pool.element_type() && k_pool.element_type() == xla::ffi::DataType::U16) {
-    attend(k_pool.reinterpret_data<uint16_t>(), v_pool.reinterpret_data<uint16_t>());
-  } else {
+  const xla::ffi::DataType type = k_pool.element_type();
+  if (type != v_pool.element_type() || (type != xla::ffi::DataType::F32 && type != xla::ffi::DataType::U16)) {
     return xla::ffi::Error::InvalidArgument(kernel + ": pools must both be f32 or bf16 bits");
+  }
+  if (type == xla::ffi::DataType::F32) {
+    attend(k_pool.reinterpret_data<float>(), v_pool.reinterpret_data<float>());
+  } else {
+    attend(k_pool.reinterpret_data<uint16_t>(), v_pool.reinterpret_data<uint16_t>());
   }
   return xla::ffi::Error::Success();
 }
