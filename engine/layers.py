@@ -169,6 +169,7 @@ def _step_major(attended: Array, B: int, T: int) -> Array:
 # flash attention in float32, where XLA's loop over 512-key blocks took ~2 of the 2.5 s of a
 # 440-token chunk at 2.5k tokens of context (default model, w4a8). Their limits on the shapes:
 NATIVE_MAX_HEAD_DIM, NATIVE_MAX_GROUP, NATIVE_MAX_PAGE_SIZE = 256, 16, 128
+NATIVE_DECODE_HEAD_DIM_MULTIPLE = 8  # the decode kernel's vectors of eight floats
 
 
 def paged_attention(
@@ -185,7 +186,7 @@ def paged_attention(
         and value_dtype(cache.k) in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
         and kernels.available()
     )
-    if not native:
+    if not native or (T == 1 and H % NATIVE_DECODE_HEAD_DIM_MULTIPLE != 0):
         return xla_paged_attention(q, k, v, positions, cache, block_tables)
     kernel = _native_decode_attention if T == 1 else _native_prefill_attention
     return jax.lax.platform_dependent(q, k, v, positions, cache, block_tables, cpu=kernel, default=xla_paged_attention)

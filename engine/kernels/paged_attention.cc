@@ -10,8 +10,12 @@
 //   filled s32 [B]             positions 0..filled-1 of each row are read from the pool
 //   out    f32 [B, K*G*H]      attention output, query heads in checkpoint order (k-major)
 //
-// The softmax runs online, a page at a time, in float32. Threads: (row, KV head) units are shared
-// with XLA's pool (parallel.h) when the step reads enough keys to be worth it.
+// A unit of work is one row's KV head: its G queries walk the row's pages in blocks of up to
+// kMaxKeys keys (whole pages); per block, the scores of up to three queries at once (each key read
+// and widened once for all of them), one online-softmax update in float32, then the weighted
+// values (each value read once for all of them, the sums in registers across the block). The head
+// size must be a multiple of 8. Threads: units are shared with XLA's pool (parallel.h) when the
+// step reads enough keys to be worth it.
 
 #include <algorithm>
 #include <cmath>
@@ -31,13 +35,22 @@ using pooled::ExpNonPositive;
 using pooled::kLanes;
 using pooled::kMaxGroup;
 using pooled::kMaxHeadDim;
+using pooled::IntVec;
 using pooled::kMaxPage;
-using pooled::Load;
 using pooled::LoadVec;
+using pooled::Max;
 using pooled::Splat;
 using pooled::StoreVec;
 using pooled::SumLanes;
 using pooled::Vec;
+
+// Keys per block. A page at a time (16 keys by default), the softmax's update and the value sums'
+// loads and stores took a third of the time. The 30 layers' calls of a 32-row step at 96 keys
+// (AMD Zen 3, alternating): one thread, min of 8, 7.35 ms before this layout, 5.03 with it a page
+// at a time, 4.08 in blocks; jitted on two threads, medians of 30, 9.4-11.2 -> 3.6-4.7 ms, and one
+// row at 3,000 keys 10.1-10.7 -> 3.8-4.2 ms.
+constexpr int64_t kMaxKeys = 128;
+static_assert(kMaxKeys >= kMaxPage, "a block holds a whole page");
 
 // Below this many pooled keys in a step (over all rows and KV heads) one thread does it all.
 constexpr int64_t kParallelKeys = 2048;
@@ -46,10 +59,8 @@ struct Shape {
   int64_t rows, kv_heads, group, head_dim, pages, page_size, columns;
 };
 
-// a·b over n floats: two partial sums eight lanes wide, then the tail. An `omp simd` reduction
-// had ended each dot in seven dependent scalar adds; with it and the exponentials one at a time,
-// the 30 layers' calls of a 32-row step at 96 keys took 13.3-14.1 ms (medians of 30, AMD Zen 3),
-// 9.7-10.7 ms since.
+// a·b over n floats (a query and the step's own key): two partial sums eight lanes wide, then the
+// tail.
 inline float Dot(const float* a, const float* b, int64_t n) {
   Vec first{}, second{};
   int64_t i = 0;
@@ -83,6 +94,139 @@ inline float ExpAndSum(float* scores, int64_t n, float peak) {
   return sum;
 }
 
+// Eight keys' or values' entries as floats.
+inline Vec LoadEight(const float* from) { return LoadVec(from); }
+inline Vec LoadEight(const uint16_t* from) {
+#if defined(__AVX2__)
+  const __m256i widened = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from)));
+  return Vec(_mm256_castsi256_ps(_mm256_slli_epi32(widened, 16)));
+#else
+  typedef uint16_t Halves __attribute__((vector_size(16)));
+  Halves halves;
+  std::memcpy(&halves, from, sizeof halves);
+  const IntVec bits = __builtin_convertvector(halves, IntVec) << 16;
+  Vec v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
+#endif
+}
+
+// The lane sums of four vectors: {sum(a), sum(b), sum(c), sum(d)}.
+inline void StoreSums4(Vec a, Vec b, Vec c, Vec d, float* out) {
+#if defined(__AVX__)
+  const __m256 ab = _mm256_hadd_ps(__m256(a), __m256(b)), cd = _mm256_hadd_ps(__m256(c), __m256(d));
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);
+  _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+#else
+  out[0] = SumLanes(a), out[1] = SumLanes(b), out[2] = SumLanes(c), out[3] = SumLanes(d);
+#endif
+}
+
+// scores[t][offset + i] = queries[t] · key i for GB queries (H a multiple of 8) and the n keys of
+// a page: four keys at a time, their products summed lane-wise in 4 x GB registers, each key's entries
+// loaded (and widened from bfloat16) once for all GB queries.
+template <int GB, typename T>
+void PageScores(const float (*queries)[kMaxHeadDim], const T* keys, int64_t n, int64_t H, float (*scores)[kMaxKeys],
+                int64_t offset) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    Vec sums[GB][4] = {};
+    for (int64_t h = 0; h < H; h += kLanes) {
+      for (int j = 0; j < 4; ++j) {
+        const Vec key = LoadEight(keys + (i + j) * H + h);
+        for (int t = 0; t < GB; ++t) sums[t][j] += LoadVec(queries[t] + h) * key;
+      }
+    }
+    for (int t = 0; t < GB; ++t) StoreSums4(sums[t][0], sums[t][1], sums[t][2], sums[t][3], scores[t] + offset + i);
+  }
+  for (; i < n; ++i) {
+    Vec sums[GB] = {};
+    for (int64_t h = 0; h < H; h += kLanes) {
+      const Vec key = LoadEight(keys + i * H + h);
+      for (int t = 0; t < GB; ++t) sums[t] += LoadVec(queries[t] + h) * key;
+    }
+    for (int t = 0; t < GB; ++t) scores[t][offset + i] = SumLanes(sums[t]);
+  }
+}
+
+// The keys and values of consecutive pages of a row's block table, up to kMaxKeys of them.
+template <typename T>
+struct KeyBlock {
+  const T* keys[kMaxKeys];  // a page holds at least one key
+  const T* values[kMaxKeys];
+  int64_t pages = 0, page_size = 0, count = 0;
+
+  int64_t PageKeys(int64_t p) const { return std::min(page_size, count - p * page_size); }
+};
+
+// acc[t] = acc[t] * correction[t] + sum_i scores[t][i] * value i, for GB queries (H a multiple of
+// 8) over the block's values: CH x 8 dimensions at a time, each query's sums in registers over
+// all its values, each value's entries loaded (and widened) once for all GB queries.
+template <int GB, int CH, typename T>
+void BlockValues(const float (*scores)[kMaxKeys], const float* correction, const KeyBlock<T>& block, int64_t H,
+                 int64_t h, float (*acc)[kMaxHeadDim]) {
+  Vec sums[GB][CH];
+  for (int t = 0; t < GB; ++t)
+    for (int c = 0; c < CH; ++c) sums[t][c] = LoadVec(acc[t] + h + c * kLanes) * Splat(correction[t]);
+  for (int64_t p = 0; p < block.pages; ++p) {
+    const T* values = block.values[p] + h;
+    const int64_t n = block.PageKeys(p), first = p * block.page_size;
+    for (int64_t i = 0; i < n; ++i) {
+      Vec value[CH];
+      for (int c = 0; c < CH; ++c) value[c] = LoadEight(values + i * H + c * kLanes);
+      for (int t = 0; t < GB; ++t) {
+        const Vec weight = Splat(scores[t][first + i]);
+        for (int c = 0; c < CH; ++c) sums[t][c] += weight * value[c];
+      }
+    }
+  }
+  for (int t = 0; t < GB; ++t)
+    for (int c = 0; c < CH; ++c) StoreVec(acc[t] + h + c * kLanes, sums[t][c]);
+}
+
+// The largest of n scores.
+inline float Peak(const float* scores, int64_t n, float peak) {
+  Vec peaks = Splat(peak);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) peaks = Max(peaks, LoadVec(scores + i));
+  float lanes[kLanes];
+  std::memcpy(lanes, &peaks, sizeof lanes);
+  for (int j = 0; j < kLanes; ++j) peak = std::max(peak, lanes[j]);
+  for (; i < n; ++i) peak = std::max(peak, scores[i]);
+  return peak;
+}
+
+// One block of keys for GB of a unit's queries: their scores, the online softmax's update, and
+// the weighted values (H a multiple of 8).
+template <int GB, typename T>
+void AttendBlock(const float (*queries)[kMaxHeadDim], const KeyBlock<T>& block, int64_t H, float* peak, float* total,
+                 float (*scores)[kMaxKeys], float (*acc)[kMaxHeadDim]) {
+  for (int64_t p = 0; p < block.pages; ++p) {
+    PageScores<GB>(queries, block.keys[p], block.PageKeys(p), H, scores, p * block.page_size);
+  }
+  float correction[GB];
+  for (int t = 0; t < GB; ++t) {
+    const float new_peak = Peak(scores[t], block.count, peak[t]);
+    correction[t] = ExpNonPositive(peak[t] - new_peak);
+    total[t] = total[t] * correction[t] + ExpAndSum(scores[t], block.count, new_peak);
+    peak[t] = new_peak;
+  }
+  int64_t h = 0;
+  for (; h + 2 * kLanes <= H; h += 2 * kLanes) BlockValues<GB, 2>(scores, correction, block, H, h, acc);
+  if (h < H) BlockValues<GB, 1>(scores, correction, block, H, h, acc);
+}
+
+// The block for `count` (<= 3: twelve score sums in registers) of a unit's queries.
+template <typename T>
+void AttendBlockGroup(int64_t count, const float (*queries)[kMaxHeadDim], const KeyBlock<T>& block, int64_t H,
+                      float* peak, float* total, float (*scores)[kMaxKeys], float (*acc)[kMaxHeadDim]) {
+  switch (count) {
+    case 3: AttendBlock<3>(queries, block, H, peak, total, scores, acc); break;
+    case 2: AttendBlock<2>(queries, block, H, peak, total, scores, acc); break;
+    default: AttendBlock<1>(queries, block, H, peak, total, scores, acc); break;
+  }
+}
+
 template <typename T>
 void AttendOne(const Shape& s, const float* q, const float* k_new, const float* v_new, const T* k_pool,
                const T* v_pool, const int32_t* tables, const int32_t* filled, float* out, int64_t unit) {
@@ -91,9 +235,7 @@ void AttendOne(const Shape& s, const float* q, const float* k_new, const float* 
   const float inv_sqrt = 1.0f / std::sqrt(static_cast<float>(H));
   alignas(64) float queries[kMaxGroup][kMaxHeadDim];
   alignas(64) float acc[kMaxGroup][kMaxHeadDim];
-  alignas(64) float key[kMaxHeadDim];
-  alignas(64) float four[4][kMaxHeadDim];
-  alignas(64) float scores[kMaxGroup][kMaxPage];
+  alignas(64) float scores[kMaxGroup][kMaxKeys];
   float peak[kMaxGroup], total[kMaxGroup];
 
   // The step's own key and value first: every query sees them (its own position).
@@ -108,43 +250,20 @@ void AttendOne(const Shape& s, const float* q, const float* k_new, const float* 
   }
 
   const int64_t count = std::clamp<int64_t>(filled[b], 0, s.columns * S);
-  for (int64_t start = 0; start < count; start += S) {
-    const int64_t page = std::clamp<int64_t>(tables[b * s.columns + start / S], 0, s.pages - 1);
-    const int64_t n = std::min(S, count - start);
-    const T* keys = k_pool + (kh * s.pages + page) * S * H;
-    const T* values = v_pool + (kh * s.pages + page) * S * H;
-    for (int64_t i = 0; i < n; ++i) {
-      Load(keys + i * H, key, H);
-      for (int64_t g = 0; g < G; ++g) scores[g][i] = Dot(queries[g], key, H);
+  const int64_t block_keys = std::max<int64_t>(1, kMaxKeys / S) * S;
+  KeyBlock<T> block;
+  block.page_size = S;
+  for (int64_t start = 0; start < count; start += block_keys) {
+    block.count = std::min(block_keys, count - start);
+    block.pages = (block.count + S - 1) / S;
+    for (int64_t p = 0; p < block.pages; ++p) {
+      const int64_t page = std::clamp<int64_t>(tables[b * s.columns + start / S + p], 0, s.pages - 1);
+      block.keys[p] = k_pool + (kh * s.pages + page) * S * H;
+      block.values[p] = v_pool + (kh * s.pages + page) * S * H;
     }
-    for (int64_t g = 0; g < G; ++g) {
-      float new_peak = peak[g];
-#pragma omp simd reduction(max : new_peak)
-      for (int64_t i = 0; i < n; ++i) new_peak = std::max(new_peak, scores[g][i]);
-      const float correction = ExpNonPositive(peak[g] - new_peak);
-      total[g] = total[g] * correction + ExpAndSum(scores[g], n, new_peak);
-      peak[g] = new_peak;
-      for (int64_t h = 0; h < H; ++h) acc[g][h] *= correction;
-    }
-    // Four keys' weighted values at a time: each query's sums are read and written once per four
-    // keys, not once per key (30 layers at 32 rows x 96 keys, medians of 30 alternating with the
-    // key-by-key loop: 12.5-14.2 -> 10.3-10.7 ms).
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-      for (int64_t j = 0; j < 4; ++j) Load(values + (i + j) * H, four[j], H);
-      for (int64_t g = 0; g < G; ++g) {
-        const float w0 = scores[g][i], w1 = scores[g][i + 1], w2 = scores[g][i + 2], w3 = scores[g][i + 3];
-        for (int64_t h = 0; h < H; ++h) {
-          acc[g][h] += (w0 * four[0][h] + w1 * four[1][h]) + (w2 * four[2][h] + w3 * four[3][h]);
-        }
-      }
-    }
-    for (; i < n; ++i) {
-      Load(values + i * H, key, H);
-      for (int64_t g = 0; g < G; ++g) {
-        const float weight = scores[g][i];
-        for (int64_t h = 0; h < H; ++h) acc[g][h] += weight * key[h];
-      }
+    for (int64_t g0 = 0; g0 < G; g0 += 3) {
+      AttendBlockGroup(std::min<int64_t>(3, G - g0), queries + g0, block, H, peak + g0, total + g0, scores + g0,
+                       acc + g0);
     }
   }
   float* result = out + (b * s.kv_heads + kh) * G * H;
@@ -175,7 +294,7 @@ ffi::Error PagedDecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, f
   }
   const Shape s{qd[0], qd[1], qd[2], qd[3], pd[1], pd[2], tables.dimensions()[1]};
   if (pd[0] != s.kv_heads || pd[3] != s.head_dim || s.head_dim > kMaxHeadDim || s.group > kMaxGroup ||
-      s.page_size > kMaxPage) {
+      s.page_size > kMaxPage || s.head_dim % kLanes != 0) {
     return ffi::Error::InvalidArgument("pooled_paged_decode_attention: unsupported shapes");
   }
   return pooled::WithPoolValues(k_pool, v_pool, "pooled_paged_decode_attention", [&](const auto* k, const auto* v) {

@@ -192,3 +192,20 @@ def test_pools_of_two_types_are_refused(step_tokens: int) -> None:
             kernels.paged_decode_attention(q[:, 0], kv[:, 0], kv[:, 0], f32_pool, bf16_pool, tables, positions[:, 0])
         else:
             kernels.paged_prefill_attention(q, kv, kv, f32_pool, bf16_pool, tables, positions)
+
+
+def test_decode_attention_refuses_head_sizes_it_cannot_vectorize() -> None:
+    if not kernels.available():
+        pytest.skip("no C++ compiler: the kernel is not built here")
+    rows, heads, group, head_dim, pages, page = 1, 2, 2, 12, 3, 4
+    pool = empty_pool(heads, pages, page, head_dim, jnp.float32)
+    with pytest.raises(Exception, match="unsupported shapes"):
+        kernels.paged_decode_attention(
+            jnp.zeros((rows, heads, group, head_dim)),
+            jnp.zeros((rows, heads, head_dim)),
+            jnp.zeros((rows, heads, head_dim)),
+            pool,
+            pool,
+            jnp.ones((rows, 2), jnp.int32),
+            jnp.ones((rows,), jnp.int32),
+        )

@@ -29,7 +29,7 @@ K, G, H, PAGE = 2, 2, 8, 4  # kv heads, queries per kv head, head dim, tokens pe
 
 def _dense(q: np.ndarray, keys: np.ndarray, values: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """One row: q [T,K,G,H] at `positions` over keys/values [S,K,H] at positions 0..S-1."""
-    scores = np.einsum("tkgh,skh->tkgs", q, keys) / math.sqrt(H)
+    scores = np.einsum("tkgh,skh->tkgs", q, keys) / math.sqrt(q.shape[-1])
     scores = np.where(np.arange(keys.shape[0])[None, None, None] <= positions[:, None, None, None], scores, -np.inf)
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
@@ -39,7 +39,41 @@ def _dense(q: np.ndarray, keys: np.ndarray, values: np.ndarray, positions: np.nd
 def _context(pool: np.ndarray, own: np.ndarray, slots: list[tuple[int, int]]) -> np.ndarray:
     """A row's keys or values [S, K, H]: its earlier positions from the pool, then the step's own."""
     earlier = [pool[:, page, slot] for page, slot in slots]  # [K, H] each
-    return np.concatenate([np.array(earlier).reshape(-1, K, H), own])
+    return np.concatenate([np.array(earlier).reshape(-1, *own.shape[1:]), own])
+
+
+def _attends_as_dense_attention(
+    attention: Callable[..., jax.Array],
+    in_pool: np.ndarray,
+    step_tokens: int,
+    dtype: jnp.dtype,
+    rng: np.random.Generator,
+    shape: tuple[int, int, int, int] = (K, G, H, PAGE),
+) -> None:
+    """Each row of a step (`in_pool[row]` positions already in the pool) against `_dense`."""
+    kv_heads, group, head_dim, page = shape
+    rows = len(in_pool)
+    pages_per_row = -(-int(in_pool.max() + step_tokens) // page) + 1
+    pool_pages = 1 + rows * pages_per_row
+    tables = 1 + rng.permutation(rows * pages_per_row).reshape(rows, pages_per_row).astype(np.int32)
+    pool_k, pool_v = (rng.standard_normal((kv_heads, pool_pages, page, head_dim)).astype(np.float32) for _ in range(2))
+    q = rng.standard_normal((rows, step_tokens, kv_heads, group, head_dim)).astype(np.float32)
+    k, v = (rng.standard_normal((rows, step_tokens, kv_heads, head_dim)).astype(np.float32) for _ in range(2))
+    positions = (in_pool[:, None] + np.arange(step_tokens)[None]).astype(np.int32)
+
+    template = empty_pool(kv_heads, pool_pages, page, head_dim, dtype)
+    stored = PagedLayerCache(to_pool(jnp.asarray(pool_k), template), to_pool(jnp.asarray(pool_v), template))
+    got = jax.jit(attention)(
+        jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(positions), stored, jnp.asarray(tables)
+    )
+    # bfloat16 keeps 8 bits of mantissa of the queries, keys and values (attention sums in float32).
+    tolerance = 2e-5 if dtype == jnp.float32 else 3e-2
+
+    for row in range(rows):
+        slots = [(tables[row, p // page], p % page) for p in range(in_pool[row])]
+        keys, values = (_context(pool, own[row], slots) for pool, own in ((pool_k, k), (pool_v, v)))
+        expected = _dense(q[row], keys, values, positions[row])
+        np.testing.assert_allclose(np.asarray(got[row]), expected, rtol=tolerance, atol=tolerance)
 
 
 # 70 step tokens: two tiles of the native prefill kernel's queries and two blocks of own keys.
@@ -55,29 +89,24 @@ def test_each_row_attends_as_dense_attention(
     # first row sees two blocks whole (a prefill step skips their masking when every row does).
     in_pool = rng.integers(0, 2 * block + 3, rows)
     in_pool[0] = 2 * block + 3
-    pages_per_row = -(-int(in_pool.max() + step_tokens) // PAGE) + 1
-    pool_pages = 1 + rows * pages_per_row
-    tables = 1 + rng.permutation(rows * pages_per_row).reshape(rows, pages_per_row).astype(np.int32)
-    pool_k = rng.standard_normal((K, pool_pages, PAGE, H)).astype(np.float32)
-    pool_v = rng.standard_normal((K, pool_pages, PAGE, H)).astype(np.float32)
-    q = rng.standard_normal((rows, step_tokens, K, G, H)).astype(np.float32)
-    k = rng.standard_normal((rows, step_tokens, K, H)).astype(np.float32)
-    v = rng.standard_normal((rows, step_tokens, K, H)).astype(np.float32)
-    positions = (in_pool[:, None] + np.arange(step_tokens)[None]).astype(np.int32)
+    _attends_as_dense_attention(attention, in_pool, step_tokens, dtype, rng)
 
-    template = empty_pool(K, pool_pages, PAGE, H, dtype)
-    stored = PagedLayerCache(to_pool(jnp.asarray(pool_k), template), to_pool(jnp.asarray(pool_v), template))
-    got = jax.jit(attention)(
-        jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), jnp.asarray(positions), stored, jnp.asarray(tables)
-    )
-    # bfloat16 keeps 8 bits of mantissa of the queries, keys and values (attention sums in float32).
-    tolerance = 2e-5 if dtype == jnp.float32 else 3e-2
 
-    for row in range(rows):
-        slots = [(tables[row, p // PAGE], p % PAGE) for p in range(in_pool[row])]
-        keys, values = (_context(pool, own[row], slots) for pool, own in ((pool_k, k), (pool_v, v)))
-        expected = _dense(q[row], keys, values, positions[row])
-        np.testing.assert_allclose(np.asarray(got[row]), expected, rtol=tolerance, atol=tolerance)
+# The native decode kernel's own blocking: queries three at a time (1; 3; 4 = 3 + 1; 7 = 3 + 3 + 1),
+# head sizes of one, two or three vectors of eight (12: not a multiple of eight, XLA's path),
+# pages that divide its 128-key blocks or not (48: blocks of 96), contexts of 0 to 301 keys (past
+# two blocks, and not a multiple of the four keys it scores at a time).
+KERNEL_SHAPES = [(1, 64, 16), (3, 64, 16), (4, 24, 48), (7, 16, 16), (3, 12, 16)]
+
+
+@pytest.mark.parametrize(("group", "head_dim", "page"), KERNEL_SHAPES)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_decode_steps_attend_as_dense_attention_at_the_kernels_shapes(
+    group: int, head_dim: int, page: int, dtype: jnp.dtype
+) -> None:
+    rng = np.random.default_rng(group * 100 + head_dim)
+    in_pool = np.array([301, 0, 1, 127, 128, 130, 47])
+    _attends_as_dense_attention(paged_attention, in_pool, 1, dtype, rng, (3, group, head_dim, page))
 
 
 def test_wide_decode_steps_gather_smaller_blocks() -> None:
