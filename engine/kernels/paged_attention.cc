@@ -23,6 +23,10 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "attention_ops.h"
 #include "parallel.h"
 #include "xla/ffi/api/ffi.h"
@@ -94,7 +98,8 @@ inline float ExpAndSum(float* scores, int64_t n, float peak) {
   return sum;
 }
 
-// Eight keys' or values' entries as floats.
+// Eight keys' or values' entries as floats. With AVX2 one widening instruction: GCC 12 compiles the
+// vector-extension conversion below into two half-width widenings and an insert.
 inline Vec LoadEight(const float* from) { return LoadVec(from); }
 inline Vec LoadEight(const uint16_t* from) {
 #if defined(__AVX2__)
