@@ -36,10 +36,10 @@ namespace ffi = xla::ffi;
 namespace {
 
 using pooled::ExpNonPositive;
+using pooled::IntVec;
 using pooled::kLanes;
 using pooled::kMaxGroup;
 using pooled::kMaxHeadDim;
-using pooled::IntVec;
 using pooled::kMaxPage;
 using pooled::LoadVec;
 using pooled::Max;

@@ -93,9 +93,10 @@ def test_each_row_attends_as_dense_attention(
 
 
 # The native decode kernel's own blocking: queries three at a time (1; 3; 4 = 3 + 1; 7 = 3 + 3 + 1),
-# head sizes of one, two or three vectors of eight (12: not a multiple of eight, XLA's path),
-# pages that divide its 128-key blocks or not (48: blocks of 96), contexts of 0 to 301 keys (past
-# two blocks, and not a multiple of the four keys it scores at a time).
+# head sizes in pairs of vectors of eight (16, 64) or pairs and one more (24), and 12 (not a
+# multiple of eight: XLA's path), pages that divide its 128-key blocks or not (48: blocks of 96),
+# contexts of 0 to 301 keys (past two blocks, and not a multiple of the four keys it scores at a
+# time).
 KERNEL_SHAPES = [(1, 64, 16), (3, 64, 16), (4, 24, 48), (7, 16, 16), (3, 12, 16)]
 
 
