@@ -6,8 +6,12 @@
 
 Each server is started, measured and stopped in turn, so they never compete for
 the CPU; keep the machine otherwise quiet (llama-server with 2 threads collapses
-when anything else loads it). Measured over `/v1/completions` streams with a
-fixed output length (`ignore_eos`), so both servers do the same work:
+when anything else loads it). `--rounds` (default 3) repeats that, the servers
+taking turns, so a drift in the machine's speed between one server's turn and the
+other's (a shared VM's can move by half) reaches both: each figure is the median
+of the rounds, each ratio the median of the rounds' own ratios, with their range.
+Measured over `/v1/completions` streams with a fixed output length (`ignore_eos`),
+so both servers do the same work:
 
 - TTFT at ~128, ~1k and ~3k prompt tokens (each prompt new to the server);
 - TTFT of a resent ~1k conversation plus one turn (prefix reuse);
@@ -30,7 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -205,12 +209,43 @@ def llama_command(binary: Path, model: Path, port: int, threads: int, slots: int
     ]  # fmt: skip
 
 
-def ratio(ours: float, theirs: float) -> str:
-    return f"{ours / theirs:.2f}×" if theirs else "n/a"
+def median_report(rounds: list[Report]) -> Report:
+    """Each figure the median of the rounds' (a server's reports, one a round)."""
+    first = rounds[0]
+
+    def median(values: list[float]) -> float:
+        return statistics.median(values)
+
+    return Report(
+        first.name,
+        ttft_s={size: median([r.ttft_s[size] for r in rounds]) for size in first.ttft_s},
+        resent_ttft_s=median([r.resent_ttft_s for r in rounds]),
+        decode_tps=median([r.decode_tps for r in rounds]),
+        aggregate_tps={n: median([r.aggregate_tps[n] for r in rounds]) for n in first.aggregate_tps},
+        latency_p50_s={n: median([r.latency_p50_s[n] for r in rounds]) for n in first.latency_p50_s},
+        latency_p99_s={n: median([r.latency_p99_s[n] for r in rounds]) for n in first.latency_p99_s},
+        peak_rss_mib=median([r.peak_rss_mib for r in rounds]),
+        bytes_per_step=first.bytes_per_step,
+    )
 
 
-def markdown(reports: list[Report], bandwidth: float, command: str) -> str:
-    compared = len(reports) == 2
+def speedup(ours: list[float], theirs: list[float], higher_is_better: bool) -> str:
+    """pooled's speed-up over llama-server: the median of the rounds' own ratios (rounds where both
+    servers were measured), with their range when there are several."""
+    ratios = [
+        (a / b if higher_is_better else b / a) if a and b else float("nan") for a, b in zip(ours, theirs, strict=False)
+    ]
+    if not ratios or any(r != r for r in ratios):
+        return "n/a"
+    text = f"{statistics.median(ratios):.2f}×"
+    return text + (f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(ratios) > 1 else "")
+
+
+def markdown(runs: list[list[Report]], bandwidth: float, command: str) -> str:
+    """The page section for `runs`: per server (pooled first), its reports, one a round."""
+    compared = len(runs) == 2
+    reports = [median_report(rounds) for rounds in runs]
+    rounds = max(len(r) for r in runs)
     lines = [
         f"## Run: {', '.join(r.name for r in reports)}",
         "",
@@ -222,27 +257,33 @@ def markdown(reports: list[Report], bandwidth: float, command: str) -> str:
         f"- Command: `{command}`",
         f"- Workload: `/v1/completions` streams, temperature 0, `ignore_eos`; decode {DECODE_TOKENS} tokens; "
         f"{CONCURRENT_TOKENS} tokens per concurrent stream",
+        f"- Rounds: {rounds}, the servers taking turns; each figure is the median of the rounds"
+        + (", each ratio the median of the rounds' own ratios (their range in brackets)" if compared else ""),
         "",
         "| metric | " + " | ".join(r.name for r in reports) + (" | pooled / llama-server" if compared else "") + " |",
         "| --- | " + " | ".join("---" for _ in reports) + (" | ---" if compared else "") + " |",
     ]
 
-    def row(label: str, values: list[float], fmt: str, higher_is_better: bool) -> None:
-        cells = " | ".join(format(v, fmt) for v in values)
+    def row(label: str, figure: Callable[[Report], float], fmt: str, higher_is_better: bool) -> None:
+        cells = " | ".join(format(figure(r), fmt) for r in reports)
         extra = ""
         if compared:
-            extra = " | " + (ratio(values[0], values[1]) if higher_is_better else ratio(values[1], values[0]))
+            ours, theirs = ([figure(r) for r in server] for server in runs)
+            extra = " | " + speedup(ours, theirs, higher_is_better)
         lines.append(f"| {label} | {cells}{extra} |")
 
+    def entry(table: Callable[[Report], dict[int, float]], key: int) -> Callable[[Report], float]:
+        return lambda report: table(report)[key]
+
     for size in PROMPT_SIZES:
-        row(f"TTFT, {size}-token prompt (s)", [r.ttft_s[size] for r in reports], ".2f", False)
-    row("TTFT, resent 1k conversation + one turn (s)", [r.resent_ttft_s for r in reports], ".2f", False)
-    row("single-stream decode (tokens/s)", [r.decode_tps for r in reports], ".1f", True)
-    for streams in CONCURRENCY:
-        row(f"aggregate decode, {streams} streams (tokens/s)", [r.aggregate_tps[streams] for r in reports], ".1f", True)
-        row(f"p50 latency, {streams} streams (s)", [r.latency_p50_s[streams] for r in reports], ".2f", False)
-        row(f"p99 latency, {streams} streams (s)", [r.latency_p99_s[streams] for r in reports], ".2f", False)
-    row("peak RSS (MiB)", [r.peak_rss_mib for r in reports], ".0f", False)
+        row(f"TTFT, {size}-token prompt (s)", entry(lambda r: r.ttft_s, size), ".2f", False)
+    row("TTFT, resent 1k conversation + one turn (s)", lambda r: r.resent_ttft_s, ".2f", False)
+    row("single-stream decode (tokens/s)", lambda r: r.decode_tps, ".1f", True)
+    for n in CONCURRENCY:
+        row(f"aggregate decode, {n} streams (tokens/s)", entry(lambda r: r.aggregate_tps, n), ".1f", True)
+        row(f"p50 latency, {n} streams (s)", entry(lambda r: r.latency_p50_s, n), ".2f", False)
+        row(f"p99 latency, {n} streams (s)", entry(lambda r: r.latency_p99_s, n), ".2f", False)
+    row("peak RSS (MiB)", lambda r: r.peak_rss_mib, ".0f", False)
     lines += ["", "Ratios are speed-ups (above 1× means pooled is better), for latencies and TTFT too.", ""]
     lines += ["### Roofline (batch-1 decode)", ""]
     for report in reports:
@@ -306,6 +347,14 @@ def pooled_bytes_per_step(model: Path, pooled_args: list[str]) -> int:
     return int(sum(int(t.n_elements) * element_bytes(t.name, len(t.shape)) for t in tensors))
 
 
+def measure_pooled(model: Path, tokenizer: Tokenizer, pooled_args: list[str]) -> Report:
+    url = "http://127.0.0.1:8091"
+    with running(pooled_command(model, 8091, pooled_args), url, "/health") as process:
+        report = asyncio.run(measure("pooled", url, tokenizer, process.pid))
+    report.bytes_per_step = pooled_bytes_per_step(model, pooled_args)
+    return report
+
+
 def measure_llama_server(model: Path, tokenizer: Tokenizer, threads: int, slots: int) -> Report:
     binary = Path(subprocess.check_output([str(REPO / "tools" / "build_llama_server.sh")], text=True).strip())
     url = "http://127.0.0.1:8092"
@@ -323,9 +372,12 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2, help="llama-server threads")
     parser.add_argument("--slots", type=int, default=32, help="llama-server parallel slots")
     parser.add_argument("--pooled-args", default="", help="extra flags for pooled serve")
+    parser.add_argument("--rounds", type=int, default=3, help="turns each server takes (figures: medians)")
     parser.add_argument("--write", type=Path, default=REPO / "docs" / "BENCHMARKS.md")
     parser.add_argument("--section", default="main", help="which marked section of --write this run replaces")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     model = args.model or default_model_path()
     tokenizer = Tokenizer.from_gguf_file(model)
     (REPO / ".cache").mkdir(exist_ok=True)
@@ -334,23 +386,25 @@ def main() -> int:
         print(json.dumps(asyncio.run(measure("server", args.base_url, tokenizer, None)).__dict__, indent=2))
         return 0
 
-    reports = []
-    if args.only in (None, "pooled"):
-        url = "http://127.0.0.1:8091"
-        with running(pooled_command(model, 8091, args.pooled_args.split()), url, "/health") as process:
-            report = asyncio.run(measure("pooled", url, tokenizer, process.pid))
-        report.bytes_per_step = pooled_bytes_per_step(model, args.pooled_args.split())
-        reports.append(report)
-    if args.only in (None, "llama-server"):
-        try:
-            reports.append(measure_llama_server(model, tokenizer, args.threads, args.slots))
-        except (RuntimeError, subprocess.CalledProcessError) as error:
-            # Keep what was measured: a failed baseline must not throw away pooled's figures.
-            print(f"bench: llama-server could not be measured: {error}", file=sys.stderr)
+    runs: dict[str, list[Report]] = {server: [] for server in ("pooled", "llama-server") if args.only in (None, server)}
+    failed: set[str] = set()
+    for round_index in range(args.rounds):
+        # Every other round the other server goes first, so a steady drift reaches both alike.
+        for server in list(runs) if round_index % 2 == 0 else list(runs)[::-1]:
+            if server == "pooled":
+                runs[server].append(measure_pooled(model, tokenizer, args.pooled_args.split()))
+            elif server not in failed:
+                try:
+                    runs[server].append(measure_llama_server(model, tokenizer, args.threads, args.slots))
+                except (RuntimeError, subprocess.CalledProcessError) as error:
+                    # Keep what was measured: a failed baseline must not throw away pooled's figures.
+                    print(f"bench: llama-server could not be measured: {error}", file=sys.stderr)
+                    failed.add(server)
+    measured = [rounds for rounds in runs.values() if rounds]
     bandwidth = memory_bandwidth_gbs()
     # The page names the command that wrote it, every flag included.
     flags = shlex.join(sys.argv[1:])
-    text = markdown(reports, bandwidth, "make bench" + (f" ARGS={shlex.quote(flags)}" if flags else ""))
+    text = markdown(measured, bandwidth, "make bench" + (f" ARGS={shlex.quote(flags)}" if flags else ""))
     write_section(args.write, args.section, text)
     print(text)
     return 0

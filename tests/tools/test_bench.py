@@ -1,0 +1,59 @@
+"""`make bench`'s summary of several rounds: medians per figure, ratios per round."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+_SPEC = importlib.util.spec_from_file_location("bench", Path(__file__).parents[2] / "tools" / "bench.py")
+assert _SPEC is not None and _SPEC.loader is not None
+bench = importlib.util.module_from_spec(_SPEC)
+sys.modules["bench"] = bench
+_SPEC.loader.exec_module(bench)
+
+
+def _report(name: str, speed: float) -> "bench.Report":
+    """A report whose every throughput is `speed` and every time 1 / `speed`."""
+    return bench.Report(
+        name,
+        ttft_s={size: 1 / speed for size in bench.PROMPT_SIZES},
+        resent_ttft_s=1 / speed,
+        decode_tps=speed,
+        aggregate_tps={n: speed for n in bench.CONCURRENCY},
+        latency_p50_s={n: 1 / speed for n in bench.CONCURRENCY},
+        latency_p99_s={n: 1 / speed for n in bench.CONCURRENCY},
+        peak_rss_mib=speed,
+        bytes_per_step=1000,
+    )
+
+
+def test_a_servers_figures_are_the_medians_of_its_rounds() -> None:
+    median = bench.median_report([_report("pooled", s) for s in (1.0, 4.0, 2.0)])
+    assert median.decode_tps == 2.0
+    assert median.aggregate_tps == {n: 2.0 for n in bench.CONCURRENCY}
+    assert median.ttft_s == {size: 0.5 for size in bench.PROMPT_SIZES}
+    assert median.peak_rss_mib == 2.0
+
+
+def test_a_ratio_is_the_median_of_each_rounds_own_ratio_with_their_range() -> None:
+    # Rounds' ratios 3, 4 and 2: their median is 3, where the ratio of the medians would be 8 / 2.
+    ours, theirs = [6.0, 8.0, 20.0], [2.0, 2.0, 10.0]
+    assert bench.speedup(ours, theirs, higher_is_better=True) == "3.00× (2.00–4.00)"
+    assert bench.speedup(theirs, ours, higher_is_better=False) == "3.00× (2.00–4.00)"
+    assert bench.speedup([6.0], [2.0], higher_is_better=True) == "3.00×"
+    # Only rounds where both servers were measured are compared.
+    assert bench.speedup(ours, [2.0], higher_is_better=True) == "3.00×"
+    assert bench.speedup([1.0], [0.0], higher_is_better=True) == "n/a"
+
+
+@pytest.mark.parametrize("rounds", [1, 3])
+def test_the_page_says_how_many_rounds_and_compares_the_medians(rounds: int) -> None:
+    speeds = [i + 1.0 for i in range(rounds)]
+    runs = [[_report("pooled", 3 * s) for s in speeds], [_report("llama-server", s) for s in speeds]]
+    page = bench.markdown(runs, bandwidth=10.0, command="make bench")
+    assert f"- Rounds: {rounds}, the servers taking turns" in page
+    row = next(line for line in page.splitlines() if line.startswith("| single-stream decode"))
+    median = (rounds + 1) / 2
+    ratio = "3.00× (3.00–3.00)" if rounds > 1 else "3.00×"
+    assert row == f"| single-stream decode (tokens/s) | {3 * median:.1f} | {median:.1f} | {ratio} |"
