@@ -3,6 +3,7 @@
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ sys.modules["bench"] = bench
 _SPEC.loader.exec_module(bench)
 
 
-def _report(name: str, speed: float) -> "bench.Report":
+def _report(name: str, speed: float) -> Any:
     """A report whose every throughput is `speed` and every time 1 / `speed`."""
     return bench.Report(
         name,
