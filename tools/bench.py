@@ -210,12 +210,8 @@ def llama_command(binary: Path, model: Path, port: int, threads: int, slots: int
 
 
 def median_report(rounds: list[Report]) -> Report:
-    """Each figure the median of the rounds' (a server's reports, one a round)."""
-    first = rounds[0]
-
-    def median(values: list[float]) -> float:
-        return statistics.median(values)
-
+    """A server's report whose every figure is the median of its rounds' reports."""
+    first, median = rounds[0], statistics.median
     return Report(
         first.name,
         ttft_s={size: median([r.ttft_s[size] for r in rounds]) for size in first.ttft_s},
@@ -257,8 +253,13 @@ def markdown(runs: list[list[Report]], bandwidth: float, command: str) -> str:
         f"- Command: `{command}`",
         f"- Workload: `/v1/completions` streams, temperature 0, `ignore_eos`; decode {DECODE_TOKENS} tokens; "
         f"{CONCURRENT_TOKENS} tokens per concurrent stream",
-        f"- Rounds: {rounds}, the servers taking turns; each figure is the median of the rounds"
-        + (", each ratio the median of the rounds' own ratios (their range in brackets)" if compared else ""),
+        f"- Rounds: {rounds}"
+        + (
+            ", the servers taking turns; each figure is the median of the rounds, each ratio the median of the "
+            "rounds' own ratios (their range in brackets)"
+            if compared
+            else "; each figure is the median of the rounds"
+        ),
         "",
         "| metric | " + " | ".join(r.name for r in reports) + (" | pooled / llama-server" if compared else "") + " |",
         "| --- | " + " | ".join("---" for _ in reports) + (" | ---" if compared else "") + " |",

@@ -58,3 +58,10 @@ def test_the_page_says_how_many_rounds_and_compares_the_medians(rounds: int) -> 
     median = (rounds + 1) / 2
     ratio = "3.00× (3.00–3.00)" if rounds > 1 else "3.00×"
     assert row == f"| single-stream decode (tokens/s) | {3 * median:.1f} | {median:.1f} | {ratio} |"
+
+
+def test_one_servers_page_has_its_medians_and_no_ratios() -> None:
+    page = bench.markdown([[_report("pooled", s) for s in (1.0, 4.0, 2.0)]], bandwidth=10.0, command="make bench")
+    assert "- Rounds: 3; each figure is the median of the rounds" in page
+    row = next(line for line in page.splitlines() if line.startswith("| single-stream decode"))
+    assert row == "| single-stream decode (tokens/s) | 2.0 |"
