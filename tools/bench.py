@@ -228,11 +228,10 @@ def median_report(rounds: list[Report]) -> Report:
 def speedup(ours: list[float], theirs: list[float], higher_is_better: bool) -> str:
     """pooled's speed-up over llama-server: the median of the rounds' own ratios (rounds where both
     servers were measured), with their range when there are several."""
-    ratios = [
-        (a / b if higher_is_better else b / a) if a and b else float("nan") for a, b in zip(ours, theirs, strict=False)
-    ]
-    if not ratios or any(r != r for r in ratios):
+    pairs = list(zip(ours, theirs, strict=False))
+    if not pairs or not all(a and b for a, b in pairs):
         return "n/a"
+    ratios = [a / b if higher_is_better else b / a for a, b in pairs]
     text = f"{statistics.median(ratios):.2f}×"
     return text + (f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(ratios) > 1 else "")
 
@@ -388,20 +387,22 @@ def main() -> int:
         return 0
 
     runs: dict[str, list[Report]] = {server: [] for server in ("pooled", "llama-server") if args.only in (None, server)}
-    failed: set[str] = set()
+    llama_server_failed = False
     for round_index in range(args.rounds):
         # Every other round the other server goes first, so a steady drift reaches both alike.
         for server in list(runs) if round_index % 2 == 0 else list(runs)[::-1]:
             if server == "pooled":
                 runs[server].append(measure_pooled(model, tokenizer, args.pooled_args.split()))
-            elif server not in failed:
+            elif not llama_server_failed:
                 try:
                     runs[server].append(measure_llama_server(model, tokenizer, args.threads, args.slots))
                 except (RuntimeError, subprocess.CalledProcessError) as error:
                     # Keep what was measured: a failed baseline must not throw away pooled's figures.
                     print(f"bench: llama-server could not be measured: {error}", file=sys.stderr)
-                    failed.add(server)
+                    llama_server_failed = True
     measured = [rounds for rounds in runs.values() if rounds]
+    if not measured:
+        return 1
     bandwidth = memory_bandwidth_gbs()
     # The page names the command that wrote it, every flag included.
     flags = shlex.join(sys.argv[1:])
