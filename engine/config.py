@@ -1,20 +1,19 @@
-"""Model hyper-parameters, read from a Hugging Face `config.json` dict."""
+"""Model hyper-parameters, read from a Hugging Face `config.json` dict and the family's traits."""
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engine.checkpoint.errors import CheckpointError
+from engine.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from engine.families.traits import FamilyTraits
 
 log = logging.getLogger(__name__)
 
 ROPE_KINDS = ("default", "linear", "dynamic", "yarn", "llama3")
 # Kinds `with_context` can apply from a context-length factor alone (llama3 needs tuned band limits).
 CONTEXT_EXTENSION_KINDS = ("linear", "dynamic", "yarn")
-
-# Traits Hugging Face hard-codes in the modeling file rather than writing into config.json.
-_QKV_BIAS_ALWAYS = {"qwen2"}
-_QK_NORM = {"qwen3", "qwen3_moe"}
 
 
 @dataclass(frozen=True)
@@ -98,14 +97,16 @@ class ModelConfig:
     matmul_weights: str = "float"
 
     @classmethod
-    def from_hf(cls, d: dict[str, Any]) -> "ModelConfig":
+    def from_hf(cls, d: dict[str, Any], traits: "FamilyTraits") -> "ModelConfig":
+        """The config of HF config.json `d` for a family with `traits`, which supply what HF's
+        modeling code hard-codes."""
         try:
-            return cls._from_hf(d)
+            return cls._from_hf(d, traits)
         except KeyError as missing:
             raise CheckpointError(f"model config lacks required field {missing}") from None
 
     @classmethod
-    def _from_hf(cls, d: dict[str, Any]) -> "ModelConfig":
+    def _from_hf(cls, d: dict[str, Any], traits: "FamilyTraits") -> "ModelConfig":
         model_type = d.get("model_type", "")
         hidden, heads = int(d["hidden_size"]), int(d["num_attention_heads"])
         max_positions = int(d["max_position_embeddings"])
@@ -129,10 +130,10 @@ class ModelConfig:
             rope_theta=float(rope_theta),
             rope_scaling=RopeScaling.from_hf(rope_dict, max_positions),
             max_position_embeddings=max_positions,
-            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-            qkv_bias=attention_bias or model_type in _QKV_BIAS_ALWAYS,
-            o_bias=attention_bias and model_type not in _QKV_BIAS_ALWAYS,
-            qk_norm=model_type in _QK_NORM,
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", traits.tie_word_embeddings)),
+            qkv_bias=attention_bias or traits.qkv_bias,
+            o_bias=attention_bias and not traits.qkv_bias,
+            qk_norm=traits.qk_norm,
             num_experts=int(d.get("num_experts", 0) or 0),
             num_experts_per_tok=int(d.get("num_experts_per_tok", 0) or 0),
             moe_intermediate_size=int(d.get("moe_intermediate_size", 0) or 0),

@@ -65,7 +65,8 @@ from engine.checkpoint.loader import DTYPES, LoadedModel
 from engine.compile_watch import CompileWatch
 from engine.engine_config import EngineConfig
 from engine.kv_pages import NULL_PAGE, PagePool, page_hashes
-from engine.layers import PREFILL_ATTENTION_BLOCK_TOKENS, init_paged_caches
+from engine.layers.kv_cache import init_paged_caches
+from engine.layers.paged_attention import PREFILL_ATTENTION_BLOCK_TOKENS
 from engine.metrics import (
     E2E_BUCKETS,
     ITL_BUCKETS,

@@ -1,8 +1,7 @@
 """4-bit weights for `--quantization w4a8`: llama.cpp's Q4_1 blocks, the GGUF's own where it has them.
 
-Why: a one-token decode step streams every weight once. In Q4_1 the default model's projections
-are ~66 MB instead of 106 MB in int8: a decode step reads ~95 MB with the output head in int8,
-against 135 MB (and 540 MB in float32).
+Why: a one-token decode step streams every weight once, so fewer bytes per weight make a
+shorter step: Q4_1 takes 5 bits per weight against int8's 8 (and float32's 32).
 
 Format: an output-major weight [N, K] in blocks of `BLOCK` inputs, each with an f16 scale d and
 minimum m and 4-bit codes c in 0..15, standing for d · c + m. From a GGUF that is Q4_1 already, `pack`
@@ -27,9 +26,9 @@ Two paths compute with these weights (engine/int8.py picks one):
   block, scaled in float. One function for every step: a token's result never depends on the
   step it is in.
 - other platforms, or no C++ compiler: XLA's int8 dot, the weights expanded and rounded to int8 per
-  output channel for the call (`int8.Weight.int8`), as `--quantization w8a8` computes.
-  (That rounding runs on every prompt chunk: ~0.3 s of CPU time per chunk of the default model on
-  2 AMD Zen 3 cores, by jax.profiler; the CPU runs prompts on the kernel instead.)
+  output channel for the call (`int8.Weight.int8`), as `--quantization w8a8` computes. That
+  rounding runs again in every call, a cost per prompt chunk the CPU avoids by running prompts on
+  the kernel too.
 """
 
 import jax

@@ -3,22 +3,18 @@ the fly, int32 accumulation (`--quantization w8a8`); and the matmuls of weights 
 (`--quantization w4a8`, engine/int4.py), which run on their own native kernel on CPUs.
 
 Why: an int8 × int8 → int32 dot reads a quarter of an f32 weight's bytes, and on XLA's CPU
-backend it also runs a much faster kernel than an f32 dot once there are many rows: the 30
-SmolLM2-135M layers' projections took 27 ms at 32 rows against 77 ms in f32. With few rows XLA's
-int8 dot moves weights slowly (~6 GB/s; one row takes a slow path, so XLA gets it padded to two),
-so up to `KERNEL_MAX_ROWS` rows the native kernel of engine/kernels runs instead (the same
-function, bit for bit). A whole decode step of the default model, measured alternating: one row
-9.6 against 15.2 ms, four 14.6 against 19.2, eight 21.6 against 24.0, twelve 28.9 against 28.3.
+backend it also runs a much faster kernel than an f32 dot once there are many rows. With few rows
+XLA's int8 dot streams weights far below the memory's bandwidth (and one row takes a slow path, so
+XLA gets it padded to two), so up to `KERNEL_MAX_ROWS` rows the native kernel of engine/kernels
+runs instead (the same function, bit for bit); from about a dozen rows on, XLA's dot is as fast.
 
 The price is accuracy: one scale per row of activations is coarse where a few channels are much
-larger than the rest. On SmolLM2-135M perplexity rose 3–4 % and the most likely next token
-matched float32's at 85–88 % of positions (`tools/quantization_quality.py`, docs/BENCHMARKS.md);
-per-group scales (as llama.cpp's Q8 blocks) would cost less accuracy but ran no faster than f32
+larger than the rest (what it costs: `tools/quantization_quality.py`, docs/BENCHMARKS.md).
+Per-group scales (as llama.cpp's Q8 blocks) would cost less accuracy but run no faster than f32
 on XLA.
 
 int8 weights are stored output-major ([N, K]: each output channel's weights contiguous), as the
-embedding table already is. The 30 layers' projections as [N, K] against [K, N] (scratch timing,
-jitted, best of 10): 10.4 against 12.5 ms at 2 rows, 14.0 against 17.6 at 32, 78 against 83 at 256.
+embedding table already is: XLA's dot runs faster on them than on [K, N] ones.
 """
 
 import math
@@ -33,7 +29,7 @@ from engine import int4, kernels
 Array = jax.Array
 
 LEVELS = 127.0  # symmetric int8: -127..127
-KERNEL_MAX_ROWS = 8
+KERNEL_MAX_ROWS = 8  # the native kernel's lead over XLA's dot is gone by about a dozen rows
 
 
 class Weight(NamedTuple):
@@ -124,7 +120,8 @@ def matmuls(x: Array, weights: Sequence[Weight]) -> list[Array]:
 
 
 def rows(weight: Weight, indices: Array) -> Array:
-    """f32 rows of an int8 table (an embedding; never packed, see layers.Transformer) at `indices`."""
+    """f32 rows of an int8 table (an embedding; never packed, see `engine.layers.transformer`) at
+    `indices`."""
     assert weight.scale is not None
     return jnp.take(weight.values, indices, axis=0) * jnp.take(weight.scale, indices, axis=0)[..., None]
 

@@ -8,7 +8,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from engine.layers import LayerCache
+from engine.layers.kv_cache import LayerCache
 
 ForwardFn = Callable[..., tuple[jax.Array, tuple[LayerCache, ...] | None]]
 
@@ -16,9 +16,9 @@ ForwardFn = Callable[..., tuple[jax.Array, tuple[LayerCache, ...] | None]]
 def make_forward(model: nn.Module) -> ForwardFn:
     """`forward(params, tokens[B,T], positions[B,T], kv_cache=None) -> (logits[B,T,V] f32, kv_cache)`.
 
-    With a cache (one `LayerCache` per layer, see `engine.layers.init_layer_caches`) the new keys and
-    values are written at `positions` and attention reads every slot up to each query's position;
-    the cache argument is donated.
+    With a cache (one `LayerCache` per layer, see `engine.layers.kv_cache.init_layer_caches`) the
+    new keys and values are written at `positions` and attention reads every slot up to each
+    query's position; the cache argument is donated.
     """
 
     def forward(

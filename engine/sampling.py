@@ -121,9 +121,9 @@ def _drawn(logits: Array, s: SamplerInputs) -> Array:
         key = jax.random.fold_in(jax.random.key(seed), counter)
         return jax.random.uniform(key, minval=jnp.finfo(jnp.float32).tiny)
 
-    # Inverse CDF: one uniform draw per row instead of a Gumbel draw per token (32 rows of a
-    # 49k vocabulary: 4 ms against 21 ms on 2 CPU cores). The first index whose cumulative mass
-    # reaches u·total is never a token of zero probability, since u > 0.
+    # Inverse CDF: one uniform draw per row, much cheaper than a Gumbel draw per token of the
+    # vocabulary. The first index whose cumulative mass reaches u·total is never a token of zero
+    # probability, since u > 0.
     cumulative = jnp.cumsum(kept, axis=-1)
     u = jax.vmap(row_uniform)(s.seed, s.counter) * cumulative[:, -1]
     return jnp.minimum(jnp.sum(cumulative < u[:, None], axis=-1), logits.shape[1] - 1).astype(jnp.int32)

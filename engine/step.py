@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import PyTreeDef
 
-from engine.layers import NewKV, PagedLayerCache, to_pool
+from engine.layers.kv_cache import NewKV, PagedLayerCache, to_pool
 from engine.sampling import Sampled, SamplerInputs, greedy, plain, sample
 
 Array = jax.Array

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import jax
 
-from engine.checkpoint.errors import CheckpointError
+from engine.cache_paths import cache_root
 from engine.checkpoint.loader import LoadedModel, load_model
-from engine.checkpoint.prepared_cache import cache_root
 from engine.engine import Engine, kv_bytes_per_token
 from engine.engine_config import EngineConfig
+from engine.errors import CheckpointError
 from engine.tokenizer import ChatTemplate, Tokenizer
 from pooled.model_host import Loaded
 from pooled.settings import Settings
@@ -40,14 +40,6 @@ def _devices(count: int | None) -> list[jax.Device]:
     if not 1 <= count <= len(devices):
         raise CheckpointError(f"--devices {count} asked for, but this machine has {len(devices)}")
     return devices[:count]
-
-
-def _tokenizer(model: LoadedModel) -> Tokenizer:
-    if model.source.suffix == ".gguf":
-        return Tokenizer.from_gguf_file(model.source)
-    if model.tokenizer_dir is None:
-        raise CheckpointError(f"{model.source}: no tokenizer.json next to the weights")
-    return Tokenizer.from_directory(model.tokenizer_dir)
 
 
 @dataclass(frozen=True)
@@ -97,7 +89,7 @@ def load_checkpoint(path: Path, settings: Settings) -> Checkpoint:
         rope_scaling=settings.rope_scaling,
         quantization=settings.quantization,
     )
-    tokenizer = _tokenizer(model)
+    tokenizer = Tokenizer.for_checkpoint(model.source, model.tokenizer_dir)
     template = ChatTemplate(model.chat_template, tokenizer) if model.chat_template else None
     return Checkpoint(model, tokenizer, template)
 

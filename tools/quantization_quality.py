@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from engine.checkpoint.loader import LoadedModel, load_model  # noqa: E402
-from engine.layers import init_layer_caches  # noqa: E402
+from engine.layers.kv_cache import init_layer_caches  # noqa: E402
 from engine.tokenizer import Tokenizer  # noqa: E402
 from pooled.model_host import default_model_path  # noqa: E402
 

@@ -13,8 +13,9 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
 from gguf.quants import dequantize
 
-from engine.checkpoint.errors import CheckpointError
 from engine.checkpoint.raw import RawCheckpoint
+from engine.errors import CheckpointError
+from engine.families import GGUF_FAMILIES, family_for_hf_config
 
 GGUF_MAGIC = b"GGUF"
 
@@ -34,14 +35,6 @@ SUPPORTED_TENSOR_TYPES = frozenset(
         GGMLQuantizationType.Q6_K,
     }
 )
-
-# general.architecture -> (HF `architectures` entry, HF `model_type`)
-HF_ARCHITECTURES = {
-    "llama": ("LlamaForCausalLM", "llama"),
-    "qwen2": ("Qwen2ForCausalLM", "qwen2"),
-    "qwen3": ("Qwen3ForCausalLM", "qwen3"),
-    "qwen3moe": ("Qwen3MoeForCausalLM", "qwen3_moe"),
-}
 
 # `{arch}.<key>` metadata -> HF config key; the rest of the config is derived in `_hf_config`.
 _ARCH_CONFIG_KEYS = {
@@ -174,8 +167,9 @@ class GGUFTensors(Mapping[str, np.ndarray]):
 
 
 def _rotary_fix(part: str, hf_config: dict) -> _Transform | None:
-    """llama.cpp's converter reorders llama q/k rows (per head: interleaved rotary pairs); undo it."""
-    if hf_config["model_type"] != "llama" or part not in ("attn_q", "attn_k"):
+    """llama.cpp's converter reorders some families' q/k rows (per head: interleaved rotary pairs,
+    `FamilyTraits.gguf_interleaved_qk`); undo it."""
+    if part not in ("attn_q", "attn_k") or not family_for_hf_config(hf_config).traits.gguf_interleaved_qk:
         return None
     heads = hf_config["num_attention_heads"] if part == "attn_q" else hf_config["num_key_value_heads"]
 
@@ -204,15 +198,15 @@ def _open_reader(path: Path) -> GGUFReader:
 
 def _hf_config(metadata: dict[str, Any], tensors: Mapping[str, ReaderTensor], path: Path) -> dict:
     arch = metadata.get("general.architecture")
-    if arch not in HF_ARCHITECTURES:
+    if arch not in GGUF_FAMILIES:
         raise CheckpointError(
-            f"{path}: GGUF architecture {arch!r} is not supported; supported: {', '.join(HF_ARCHITECTURES)}"
+            f"{path}: GGUF architecture {arch!r} is not supported; supported: {', '.join(GGUF_FAMILIES)}"
         )
     missing = [f"{arch}.{key}" for key in _REQUIRED_ARCH_KEYS if f"{arch}.{key}" not in metadata]
     if missing:
         raise CheckpointError(f"{path}: GGUF metadata lacks {', '.join(missing)}")
-    architecture, model_type = HF_ARCHITECTURES[arch]
-    config: dict[str, Any] = {"architectures": [architecture], "model_type": model_type}
+    family = GGUF_FAMILIES[arch]
+    config: dict[str, Any] = {"architectures": [family.hf_architectures[0]], "model_type": family.name}
     for gguf_key, hf_key in _ARCH_CONFIG_KEYS.items():
         if f"{arch}.{gguf_key}" in metadata:
             config[hf_key] = metadata[f"{arch}.{gguf_key}"]
@@ -224,9 +218,7 @@ def _hf_config(metadata: dict[str, Any], tensors: Mapping[str, ReaderTensor], pa
     config.setdefault("rope_theta", 10000.0)
     config.setdefault("vocab_size", len(metadata.get("tokenizer.ggml.tokens", ())))
     config["tie_word_embeddings"] = "output.weight" not in tensors
-    if model_type == "qwen3_moe":
-        # llama.cpp always renormalises the chosen experts' weights for this family.
-        config["norm_topk_prob"] = True
+    config.update(family.traits.gguf_config)
     if ROPE_FACTORS_TENSOR in tensors:
         factors = np.array(dequantize(tensors[ROPE_FACTORS_TENSOR].data, tensors[ROPE_FACTORS_TENSOR].tensor_type))
         rotary_dim = metadata.get(f"{arch}.rope.dimension_count", config["head_dim"])

@@ -24,13 +24,14 @@ from jax.sharding import Mesh
 from tqdm import tqdm
 
 from engine import int8
-from engine.checkpoint.errors import CheckpointError
-from engine.checkpoint.prepared_cache import PreparedCache, cache_root, fingerprint
+from engine.cache_paths import cache_root
+from engine.checkpoint.prepared_cache import PreparedCache, fingerprint
 from engine.checkpoint.raw import RawCheckpoint
 from engine.checkpoint.safetensors_dir import checkpoint_files, read_safetensors_dir
 from engine.config import ModelConfig, with_context
+from engine.errors import CheckpointError
 from engine.families import Family, family_for_hf_config
-from engine.layers import LayerCache, init_layer_caches
+from engine.layers.kv_cache import LayerCache, init_layer_caches
 from engine.model import ForwardFn, abstract_params, make_forward
 from engine.sharding import make_mesh, place, shardings_for
 
@@ -111,7 +112,7 @@ def load_model(
         }
 
     family = family_for_hf_config(meta["hf_config"])
-    config = ModelConfig.from_hf(meta["hf_config"])
+    config = ModelConfig.from_hf(meta["hf_config"], family.traits)
     if context_length is not None:
         config = with_context(config, context_length, rope_scaling)
     model = family.model(config, DTYPES[dtype])

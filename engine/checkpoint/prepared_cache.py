@@ -28,14 +28,6 @@ _META = "meta.json"
 _PARAMS = "params"
 
 
-def cache_root(cache_dir: str | Path | None) -> Path:
-    if cache_dir is not None:
-        return Path(cache_dir)
-    if env := os.environ.get("POOLED_CACHE_DIR"):
-        return Path(env)
-    return Path.home() / ".cache" / "pooled" / "prepared"
-
-
 def fingerprint(files: Sequence[Path], dtype: str) -> str:
     digest = hashlib.sha256(f"v{FORMAT_VERSION}:{dtype}".encode())
     for file in files:

@@ -15,8 +15,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from engine.checkpoint.errors import CheckpointError
 from engine.checkpoint.raw import RawCheckpoint
+from engine.errors import CheckpointError
 
 SINGLE_FILE = "model.safetensors"
 SHARD_INDEX = "model.safetensors.index.json"

@@ -1,6 +1,6 @@
 """Registry of model families, keyed by HF `architectures[0]` and GGUF `general.architecture`."""
 
-from engine.checkpoint.errors import CheckpointError
+from engine.errors import CheckpointError
 from engine.families.base import Family
 from engine.families.llama import Llama
 from engine.families.qwen2 import Qwen2
@@ -8,10 +8,12 @@ from engine.families.qwen3 import Qwen3
 from engine.families.qwen3_moe import Qwen3Moe
 
 FAMILIES: tuple[Family, ...] = (Llama(), Qwen2(), Qwen3(), Qwen3Moe())
+# GGUF `general.architecture` -> family, in the order of FAMILIES.
+GGUF_FAMILIES: dict[str, Family] = {family.gguf_architecture: family for family in FAMILIES}
 
 _BY_ARCHITECTURE: dict[str, Family] = {
     **{arch: family for family in FAMILIES for arch in family.hf_architectures},
-    **{family.gguf_architecture: family for family in FAMILIES},
+    **GGUF_FAMILIES,
 }
 
 
@@ -31,4 +33,4 @@ def family_for_hf_config(hf_config: dict) -> Family:
     return family_for(architectures[0])
 
 
-__all__ = ["FAMILIES", "Family", "family_for", "family_for_hf_config"]
+__all__ = ["FAMILIES", "GGUF_FAMILIES", "Family", "family_for", "family_for_hf_config"]

@@ -1,4 +1,4 @@
-"""What a model family is: its architecture names, its Flax model and its HF-tensor layout."""
+"""What a model family is: its architecture names, its traits, its Flax model and its HF-tensor layout."""
 
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
@@ -7,9 +7,10 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from engine.checkpoint.errors import CheckpointError
 from engine.config import ModelConfig
-from engine.layers import Transformer
+from engine.errors import CheckpointError
+from engine.families.traits import FamilyTraits
+from engine.layers.transformer import Transformer
 
 ParamTree = dict[str, Any]
 
@@ -34,11 +35,13 @@ class TensorSource:
 
 
 class Family:
-    """Base family: the Llama layout. Subclasses override only what differs."""
+    """Base family: the Llama layout. Subclasses declare their `traits` and override only the
+    conversions whose HF tensors differ."""
 
-    name: ClassVar[str]
-    hf_architectures: ClassVar[tuple[str, ...]]
+    name: ClassVar[str]  # also the HF config.json `model_type`
+    hf_architectures: ClassVar[tuple[str, ...]]  # the first is the one a GGUF file stands for
     gguf_architecture: ClassVar[str]
+    traits: ClassVar[FamilyTraits] = FamilyTraits()
 
     def model(self, config: ModelConfig, dtype: jnp.dtype) -> nn.Module:
         return Transformer(config, dtype)
@@ -78,9 +81,15 @@ class Family:
         o: ParamTree = {"kernel": get(f"{prefix}.o_proj.weight", (D, N * H)).T.reshape(N, H, D)}
         if config.o_bias:
             o["bias"] = get(f"{prefix}.o_proj.bias")
-        return {"q": projection("q_proj", N), "k": projection("k_proj", K), "v": projection("v_proj", K), "o": o}
+        attention = {"q": projection("q_proj", N), "k": projection("k_proj", K), "v": projection("v_proj", K), "o": o}
+        if config.qk_norm:
+            attention["q_norm"] = {"scale": get(f"{prefix}.q_norm.weight")}
+            attention["k_norm"] = {"scale": get(f"{prefix}.k_norm.weight")}
+        return attention
 
     def convert_mlp(self, get: TensorSource, prefix: str, index: int, config: ModelConfig) -> ParamTree:
+        if self.traits.moe and config.is_moe_layer(index):
+            return {"moe": self.convert_experts(get, prefix, config)}
         return {
             "mlp": {
                 "gate": {"kernel": get(f"{prefix}.gate_proj.weight").T},
@@ -88,3 +97,7 @@ class Family:
                 "down": {"kernel": get(f"{prefix}.down_proj.weight").T},
             }
         }
+
+    def convert_experts(self, get: TensorSource, prefix: str, config: ModelConfig) -> ParamTree:
+        """A sparse layer's router and experts (the `MoE` block's parameters), for `traits.moe` families."""
+        raise NotImplementedError(f"family {self.name} declares no expert layout")

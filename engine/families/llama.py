@@ -3,9 +3,11 @@
 from typing import ClassVar
 
 from engine.families.base import Family
+from engine.families.traits import FamilyTraits
 
 
 class Llama(Family):
     name = "llama"
     hf_architectures: ClassVar[tuple[str, ...]] = ("LlamaForCausalLM", "MistralForCausalLM")
     gguf_architecture = "llama"
+    traits = FamilyTraits(gguf_interleaved_qk=True)

@@ -1,9 +1,11 @@
-"""Qwen2 / Qwen2.5: Llama with q/k/v biases (`ModelConfig.qkv_bias`, read by the shared layout)."""
+"""Qwen2 / Qwen2.5: Llama with q/k/v biases (and none on o), whatever config.json says."""
 
 from engine.families.llama import Llama
+from engine.families.traits import FamilyTraits
 
 
 class Qwen2(Llama):
     name = "qwen2"
     hf_architectures = ("Qwen2ForCausalLM",)
     gguf_architecture = "qwen2"
+    traits = FamilyTraits(qkv_bias=True)

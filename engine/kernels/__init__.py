@@ -1,14 +1,14 @@
 """Native CPU kernels, called from jitted code as XLA custom calls (`jax.ffi`).
 
-Why: XLA's CPU backend has no fast path for what a decode step does most. Its int8 dot moved
-weights at ~6 GB/s with one or two rows of activations, where the machine streams ~30-40
+Why: XLA's CPU backend has no fast path for what a decode step does most. Its int8 dot streams
+weights at a fraction of the memory's bandwidth with one or two rows of activations
 (`int8_matmul.cc`: AVX-512 VNNI or AVX2, with software prefetch; used by engine/int8.py); it has
 no Q4 weights at all (`q4_matmul.cc`, every matmul of `--quantization w4a8`, AVX2); and
-its attention over a paged cache had to gather each row's keys into blocks and loop over them in
+its attention over a paged cache has to gather each row's keys into blocks and loop over them in
 small matmuls (`paged_attention.cc` reads the pages in place for one-token steps,
 `paged_prefill_attention.cc` runs a tiled flash attention for prompt steps; used by
-engine/layers.py). All split their work over XLA's own thread pool (`parallel.h`); each has
-portable loops for CPUs without those instructions.
+engine/layers/paged_attention.py). All split their work over XLA's own thread pool
+(`parallel.h`); each has portable loops for CPUs without those instructions.
 
 The kernels are compiled together on first use, for the machine they run on (`-march=native`),
 with the C++ compiler in `$CXX` (default `c++`), into `kernels/` under the prepared-weights cache
@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import jaxlib
 
-from engine.checkpoint.prepared_cache import cache_root
+from engine.cache_paths import cache_root
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 // pooled_paged_decode_attention: one decode step's attention, each row's single query token over
 // the keys and values its block table points to in the page pool, plus the step's own key and value
-// (not in the pool yet). The decode path of engine/layers.py `paged_attention` as an XLA CPU
+// (not in the pool yet). The decode path of engine/layers/paged_attention.py as an XLA CPU
 // custom call (see engine/kernels/__init__.py for why).
 //
 //   q      f32 [B, K, G, H]    queries, G per KV head, not yet scaled by 1/sqrt(H)

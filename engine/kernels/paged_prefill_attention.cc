@@ -1,7 +1,7 @@
 // pooled_paged_prefill_attention: a prompt step's attention, B rows of T step tokens each: every
 // token's query heads over the keys and values its row's block table points to in the page pool,
 // then over the step's own keys and values, causally by position. The many-token path of
-// engine/layers.py `paged_attention` as an XLA CPU custom call (see engine/kernels/__init__.py).
+// engine/layers/paged_attention.py as an XLA CPU custom call (see engine/kernels/__init__.py).
 //
 //   q          f32 [B, T, K, G, H]  queries, not yet scaled by 1/sqrt(H)
 //   k, v       f32 [B, T, K, H]     the step's own keys and values

@@ -11,7 +11,7 @@ from typing import Any
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors
 from tokenizers import Tokenizer as BackendTokenizer
 
-from engine.checkpoint.errors import CheckpointError
+from engine.errors import CheckpointError
 
 # llama.cpp token types (`tokenizer.ggml.token_type`).
 TOKEN_TYPE_CONTROL = 3

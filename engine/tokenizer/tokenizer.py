@@ -7,9 +7,8 @@ from typing import Any
 
 from tokenizers import Tokenizer as BackendTokenizer
 
-from engine.checkpoint.errors import CheckpointError
 from engine.checkpoint.gguf_file import read_gguf_metadata
-from engine.checkpoint.raw import RawCheckpoint
+from engine.errors import CheckpointError
 from engine.tokenizer.gguf_vocab import tokenizer_from_gguf
 
 # Control tokens that end a turn in common chat formats; generation stops on any the vocabulary has,
@@ -94,12 +93,14 @@ class Tokenizer:
         )
 
     @classmethod
-    def from_checkpoint(cls, checkpoint: RawCheckpoint) -> "Tokenizer":
-        if checkpoint.tokenizer_dir is not None:
-            return cls.from_directory(checkpoint.tokenizer_dir)
-        if checkpoint.gguf_metadata is not None:
-            return cls.from_gguf_metadata(checkpoint.gguf_metadata)
-        raise CheckpointError(f"{checkpoint.source}: no tokenizer found")
+    def for_checkpoint(cls, source: Path, tokenizer_dir: Path | None) -> "Tokenizer":
+        """The tokenizer a checkpoint ships: a GGUF file's own vocabulary, or the tokenizer.json
+        beside safetensors weights (`tokenizer_dir`)."""
+        if source.suffix == ".gguf":
+            return cls.from_gguf_file(source)
+        if tokenizer_dir is None:
+            raise CheckpointError(f"{source}: no tokenizer.json next to the weights")
+        return cls.from_directory(tokenizer_dir)
 
     @property
     def vocab_size(self) -> int:

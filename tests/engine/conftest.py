@@ -1,4 +1,4 @@
-"""Fixtures for engine tests: tiny checkpoints rebuilt from `engine.testing.tiny_checkpoints`."""
+"""Fixtures for engine tests: tiny checkpoints rebuilt from `tests.engine.tiny_checkpoints`."""
 
 import json
 from collections.abc import Callable
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.testing.tiny_checkpoints import build_tiny_checkpoint
+from tests.engine.tiny_checkpoints import build_tiny_checkpoint
 
 GOLDENS = Path(__file__).resolve().parent.parent / "goldens" / "tiny"
 

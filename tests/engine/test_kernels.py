@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from engine import int4, int8, kernels
-from engine.layers import PagedLayerCache, empty_pool, paged_attention
+from engine.layers.kv_cache import PagedLayerCache, empty_pool
+from engine.layers.paged_attention import paged_attention
 
 
 def test_the_kernel_builds_where_a_compiler_is() -> None:

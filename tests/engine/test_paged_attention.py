@@ -14,13 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.layers import (
+from engine.layers.kv_cache import PagedLayerCache, empty_pool, to_pool
+from engine.layers.paged_attention import (
     WIDE_DECODE_ROWS,
-    PagedLayerCache,
     attention_block_tokens,
-    empty_pool,
     paged_attention,
-    to_pool,
     xla_paged_attention,
 )
 

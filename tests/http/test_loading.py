@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.checkpoint.errors import CheckpointError
+from engine.errors import CheckpointError
 from pooled.loading import Checkpoint, load_checkpoint, resolve_dtype
 from pooled.model_host import default_model_path
 from pooled.settings import Settings

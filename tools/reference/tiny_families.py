@@ -1,6 +1,6 @@
 """Goldens for the tiny per-family checkpoints: logits from transformers in float32.
 
-Weights come from `engine.testing.tiny_checkpoints` (numpy, fixed seed), so the tests rebuild the
+Weights come from `tests.engine.tiny_checkpoints` (numpy, fixed seed), so the tests rebuild the
 identical checkpoint without torch and compare the engine's logits with the stored ones.
 """
 
@@ -13,7 +13,7 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM
 
-from engine.testing.tiny_checkpoints import TINY_MODELS, build_tiny_checkpoint, tiny_prompt
+from tests.engine.tiny_checkpoints import TINY_MODELS, build_tiny_checkpoint, tiny_prompt
 
 
 def reference_logits(checkpoint: Path, tokens: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Tiny random HF checkpoints, rebuilt bit-for-bit from a fixed seed with numpy alone.
+"""Tiny random HF checkpoints, rebuilt bit-for-bit from a fixed seed with numpy (no torch).
 
 `tools/reference/tiny_families.py` builds these, runs them in transformers and stores the logits
 as goldens; the engine tests rebuild the same directories without torch and compare.
@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 from safetensors.numpy import save_file
+
+from engine.families import family_for_hf_config
 
 SEED = 1234
 PROMPT_SHAPE = (2, 12)
@@ -76,7 +78,7 @@ def hf_tensor_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     D, V, F = config["hidden_size"], config["vocab_size"], config["intermediate_size"]
     N, K = config["num_attention_heads"], config["num_key_value_heads"]
     H = config.get("head_dim") or D // N
-    model_type = config["model_type"]
+    traits = family_for_hf_config(config).traits
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,)}
     if not config["tie_word_embeddings"]:
         shapes["lm_head.weight"] = (V, D)
@@ -90,15 +92,15 @@ def hf_tensor_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
             f"{p}.self_attn.v_proj.weight": (K * H, D),
             f"{p}.self_attn.o_proj.weight": (D, N * H),
         }
-        if model_type == "qwen2":
+        if traits.qkv_bias:
             shapes |= {
                 f"{p}.self_attn.q_proj.bias": (N * H,),
                 f"{p}.self_attn.k_proj.bias": (K * H,),
                 f"{p}.self_attn.v_proj.bias": (K * H,),
             }
-        if model_type in ("qwen3", "qwen3_moe"):
+        if traits.qk_norm:
             shapes |= {f"{p}.self_attn.q_norm.weight": (H,), f"{p}.self_attn.k_norm.weight": (H,)}
-        if model_type == "qwen3_moe" and i not in config["mlp_only_layers"]:
+        if traits.moe and i not in config["mlp_only_layers"]:
             E, FE = config["num_experts"], config["moe_intermediate_size"]
             shapes[f"{p}.mlp.gate.weight"] = (E, D)
             for e in range(E):

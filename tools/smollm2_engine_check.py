@@ -4,7 +4,7 @@ Loads the bundled SmolLM2 GGUF, builds an `Engine`, and checks that its greedy c
 each golden prompt equals transformers' (tests/goldens/smollm2_gguf.json). Prints the build
 (compile) time and single-stream decode tokens/s.
 
-    nice .venv/bin/python -m engine.testing.smollm2_engine_check [--lanes 4] [--context 512]
+    nice .venv/bin/python tools/smollm2_engine_check.py [--lanes 4] [--context 512]
 """
 
 import argparse
@@ -19,7 +19,7 @@ from engine.checkpoint.loader import load_model
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 
-GOLDEN = Path(__file__).parents[2] / "tests" / "goldens" / "smollm2_gguf.json"
+GOLDEN = Path(__file__).parents[1] / "tests" / "goldens" / "smollm2_gguf.json"
 
 
 def smollm2_gguf() -> Path:

@@ -1,4 +1,4 @@
-"""Errors raised while reading checkpoints."""
+"""Errors the engine raises to its callers that are not about one request (those are in engine/api.py)."""
 
 
 class CheckpointError(Exception):

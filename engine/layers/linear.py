@@ -1,0 +1,108 @@
+"""Parameters with logical axis names, and the projections built on them (float, int8 or Q4 weights)."""
+
+import math
+from collections.abc import Sequence
+from typing import cast
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from engine import int4, int8
+
+Array = jax.Array
+
+
+def logical_param(
+    module: nn.Module,
+    name: str,
+    shape: tuple[int, ...],
+    axes: tuple[str | None, ...],
+    dtype: jnp.dtype,
+    init: nn.initializers.Initializer = nn.initializers.zeros,
+) -> Array:
+    """A parameter whose axes carry logical names (real values always come from a checkpoint)."""
+    return cast(Array, module.param(name, nn.with_logical_partitioning(init, axes), shape, dtype))
+
+
+def einsum(equation: str, *operands: Array, dtype: jnp.dtype) -> Array:
+    return jnp.einsum(equation, *operands, preferred_element_type=jnp.float32).astype(dtype)
+
+
+def quantized_param(
+    module: nn.Module,
+    name: str,
+    channels: tuple[int, ...],
+    channel_axes: tuple[str, ...],
+    inputs: tuple[int, ...],
+    input_axes: tuple[str, ...],
+    weights: str,
+) -> int8.Weight:
+    """An output-major int8 weight `name` ([*channels, *inputs]) with its `name_scale` per output
+    channel; as "int4" (where engine/int4.py can pack it) one uint8 array `name` of Q4_1 blocks over the
+    inputs as one flat axis, whose input axis is never split across devices (its bytes interleave
+    groups of channels), its channels are."""
+    depth = math.prod(inputs)
+    if weights == "int4" and int4.packable(channels[-1], depth):
+        packed = (*channels, int4.packed_bytes(depth))
+        return int8.Weight(logical_param(module, name, packed, (*channel_axes, None), jnp.uint8))
+    scale = logical_param(module, f"{name}_scale", channels, channel_axes, jnp.float32)
+    values = logical_param(module, name, (*channels, *inputs), (*channel_axes, *input_axes), jnp.int8)
+    return int8.Weight(values, scale)
+
+
+class Projection(nn.Module):
+    """A weight (and optional bias) contracted with the input by `equation`."""
+
+    equation: str
+    kernel_shape: tuple[int, ...]
+    kernel_axes: tuple[str, ...]
+    bias_axes: tuple[str, ...] | None = None  # bias covers the trailing output axes
+    dtype: jnp.dtype = jnp.float32
+    # With n > 1, x's last n axes and the kernel's first n axes contract as one flat axis in a plain
+    # matmul (the equation only documents it): given several contracting axes (o: N, H), XLA CPU
+    # transposes the whole weight on every call.
+    merged: int = 1
+    weights: str = "float"  # ModelConfig.matmul_weights
+
+    def setup(self) -> None:
+        if self.weights == "float":
+            self.kernel = logical_param(self, "kernel", self.kernel_shape, self.kernel_axes, self.dtype)
+        else:
+            # Output-major ([N..., K...], see engine/int8.py): the output axes move to the front.
+            m = self.merged
+            self.quantized = quantized_param(
+                self,
+                "kernel",
+                self.kernel_shape[m:],
+                self.kernel_axes[m:],
+                self.kernel_shape[:m],
+                self.kernel_axes[:m],
+                self.weights,
+            )
+        if self.bias_axes is not None:
+            bias_shape = self.kernel_shape[-len(self.bias_axes) :]
+            self.bias = logical_param(self, "bias", bias_shape, self.bias_axes, self.dtype)
+
+    def __call__(self, x: Array) -> Array:
+        if self.weights != "float":
+            return project(x, [self])[0]
+        if self.merged > 1:
+            flat_x = x.reshape(*x.shape[: -self.merged], -1)
+            flat_kernel = self.kernel.reshape(-1, *self.kernel.shape[self.merged :])
+            y = jnp.matmul(flat_x, flat_kernel, preferred_element_type=jnp.float32).astype(self.dtype)
+        else:
+            y = einsum(self.equation, x, self.kernel, dtype=self.dtype)
+        return self.biased(y)
+
+    def biased(self, y: Array) -> Array:
+        return y + self.bias if self.bias_axes is not None else y
+
+
+def project(x: Array, projections: Sequence[Projection]) -> list[Array]:
+    """Several projections of one input. Int8 ones quantize x once and share one matmul call (one
+    native call for a decode step on CPU: 3 weights streamed at once instead of 3 calls)."""
+    if projections[0].weights == "float":
+        return [projection(x) for projection in projections]
+    ys = int8.flat_matmuls(x, [projection.quantized for projection in projections], projections[0].merged)
+    return [projection.biased(y.astype(projection.dtype)) for projection, y in zip(projections, ys, strict=True)]

@@ -1,1 +1,0 @@
-"""Helpers for tests and reference tools (no torch needed)."""
