@@ -1,7 +1,7 @@
 """The seam between the engine and the request handlers: token ids in, token ids out.
 
 The engine never sees text, chat templates or JSON. A handler turns a request into a
-`GenerationRequest`, calls `Engine.submit(request, sink)` and receives `EngineEvent`s on `sink`
+`GenerationRequest`, calls `GenerationEngine.submit(request, sink)` and receives `EngineEvent`s on `sink`
 (called on the engine thread, so the sink must be cheap and thread-safe). Per row, the events are
 zero or more `Tokens` followed by exactly one `Finished`; a `Failed` ends the whole request instead.
 `submit` raises `QueueFull`, `RequestRefused` or `EngineUnavailable` synchronously, so a refusal
@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 import numpy as np
+
+from engine.metrics import EngineStats
 
 MAX_TOKENS_CAP = 32768
 
@@ -129,3 +131,19 @@ class RequestRefused(Exception):
 
 class EngineUnavailable(Exception):
     """Raised by submit(): not serving (loading, draining, dead)."""
+
+
+class GenerationEngine(Protocol):
+    """What handlers call on the running engine (engine/engine.py's `Engine`)."""
+
+    def submit(self, request: GenerationRequest, sink: Callable[[EngineEvent], None]) -> int:
+        """Queue a request; events arrive on `sink`, called on the engine thread."""
+        ...
+
+    def cancel(self, request_id: int) -> None:
+        """Idempotent; unfinished rows end with Finished(reason="cancelled")."""
+        ...
+
+    def stats(self) -> EngineStats:
+        """A consistent snapshot of the engine's counters, for /health and /metrics."""
+        ...

@@ -1,13 +1,13 @@
-"""The engine's compiled device functions: prefill chunk, first-token sampling, decode step, page
+"""The runner's compiled device functions: prefill chunk, first-token sampling, decode step, page
 write, and helpers.
 
 Prefill and decode only read the KV pages and return the step's new keys and values (`Written`);
 `write` then stores them into the donated pool. Kept apart, XLA updates the pool in place; in one
 function it copied the whole pool every step. Other state (per-lane penalty state) is donated and
 returned by the function that changes it. Shapes are padded to buckets (rows, tokens, block-table
-width) chosen by the engine; every bucket is compiled once at start-up. Block tables carry one more
-column than any row uses, always the null page: padded prompt tokens are placed there, so their
-keys and values never land in a real page.
+width) chosen by the runner (engine/runner.py); every bucket is compiled once at start-up. Block
+tables carry one more column than any row uses, always the null page: padded prompt tokens are
+placed there, so their keys and values never land in a real page.
 """
 
 from dataclasses import dataclass
@@ -59,7 +59,7 @@ class LaneState:
 class RowParams:
     """SamplerInputs without the penalty state, which lives on the device in LaneState.
 
-    The engine keeps one host table of these per lane and passes the decoding rows' slice to each
+    The runner keeps one host table of these per lane and passes the decoding rows' slice to each
     step; inside the jitted step the fields are tracers.
     """
 
@@ -82,8 +82,8 @@ class StepFunctions:
     """The jitted functions for one model's forward pass (one set per engine).
 
     They take the model's parameters as the flat list of the tree's leaves (`params_tree` rebuilds
-    the tree inside): a call's dispatch compares its arguments' tree with the compiled one's, and a
-    tree of nested dicts with hundreds of leaves cost ~0.5 ms per call where a list costs little."""
+    the tree inside): a call's dispatch compares its arguments' tree with the compiled one's, which
+    for a tree of nested dicts with hundreds of leaves is a cost every step pays."""
 
     def __init__(self, model: nn.Module, params_tree: PyTreeDef, page_size: int, prefill_rows: int) -> None:
         def forward(params: list[Array], *inputs: Array | KVPages) -> tuple[Array, Any]:

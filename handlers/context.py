@@ -8,35 +8,17 @@ depend on its shape only: they never import JAX or the engine's internals.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from fastapi import Request
 
-from engine.api import EngineEvent, GenerationRequest
-from engine.metrics import EngineStats
+from engine.api import GenerationEngine
 from engine.tokenizer import ChatTemplate, Tokenizer
 from handlers.generation.volatile_lines import volatile_line_pattern
 from handlers.response_store import ResponseStore
 
 ModelState = Literal["loading", "serving", "draining", "dead"]
-
-
-class GenerationEngine(Protocol):
-    """The part of the engine (engine/engine.py's `Engine`, per engine/api.py) that handlers call."""
-
-    def submit(self, request: GenerationRequest, sink: Callable[[EngineEvent], None]) -> int:
-        """Queue a request; events arrive on `sink`, called on the engine thread."""
-        ...
-
-    def cancel(self, request_id: int) -> None:
-        """Idempotent; unfinished rows end with Finished(reason="cancelled")."""
-        ...
-
-    def stats(self) -> EngineStats:
-        """A consistent snapshot of the engine's counters, for /health and /metrics."""
-        ...
 
 
 class ModelService(Protocol):

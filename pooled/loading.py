@@ -15,16 +15,12 @@ import jax
 
 from engine.cache_paths import cache_root
 from engine.checkpoint.loader import LoadedModel, load_model
-from engine.engine import Engine, kv_bytes_per_token
+from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
 from engine.tokenizer import ChatTemplate, Tokenizer
 from pooled.model_host import Loaded
 from pooled.settings import Settings
-
-# XLA's CPU backend reports no memory figures: room for every lane's full context, at most 2 GiB
-# (which holds a 32k-token context of the default model).
-CPU_KV_MEMORY = 2 << 30
 
 
 def resolve_dtype(requested: str, backend: str) -> str:
@@ -51,25 +47,14 @@ class Checkpoint:
     chat_template: ChatTemplate | None
 
 
-def _kv_memory(settings: Settings, model: LoadedModel, backend: str) -> int:
-    """Bytes for the KV pool; 0 lets the engine take a fraction of the accelerator's free memory."""
-    if settings.kv_memory is not None:
-        return settings.kv_memory
-    if backend != "cpu":
-        return 0
-    per_token = kv_bytes_per_token(model, settings.kv_cache_dtype)
-    every_lane_full = (settings.decode_lanes + 1) * (model.config.context_length + 2 * settings.page_size) * per_token
-    return min(CPU_KV_MEMORY, every_lane_full)
-
-
-def engine_config(settings: Settings, checkpoint: Checkpoint, backend: str) -> EngineConfig:
+def engine_config(settings: Settings, checkpoint: Checkpoint) -> EngineConfig:
     return EngineConfig(
         decode_lanes=settings.decode_lanes,
         max_queue=settings.max_queue,
         kv_cache_dtype=settings.kv_cache_dtype,
         page_size=settings.page_size,
         prefill_chunk=settings.prefill_chunk,
-        kv_memory_bytes=_kv_memory(settings, checkpoint.model, backend),
+        kv_memory_bytes=settings.kv_memory or 0,  # 0: the engine sizes the pool (engine/kv_sizing.py)
         stop_token_ids=checkpoint.tokenizer.stop_token_ids,
     )
 
@@ -98,6 +83,6 @@ def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int
     use_compilation_cache()
     report("loading weights", 0, 1)
     checkpoint = load_checkpoint(path, settings)
-    config = engine_config(settings, checkpoint, jax.default_backend())
+    config = engine_config(settings, checkpoint)
     engine = Engine.build(checkpoint.model, config, report)
     return Loaded(engine.max_context, checkpoint.tokenizer, checkpoint.chat_template, engine)

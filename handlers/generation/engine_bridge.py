@@ -27,13 +27,14 @@ from engine.api import (
     EngineUnavailable,
     Failed,
     Finished,
+    GenerationEngine,
     GenerationRequest,
     QueueFull,
     RequestRefused,
     Tokens,
 )
 from handlers.availability import not_serving
-from handlers.context import GenerationEngine, ModelService
+from handlers.context import ModelService
 from handlers.errors import ApiError
 
 # How long past its deadline the engine may stay silent before the handler gives up on it.

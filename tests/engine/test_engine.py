@@ -107,13 +107,13 @@ def test_the_first_token_comes_from_the_prefill(
     """No decode step runs for a row's first token: each of the n rows draws it from the logits of
     the prompt's last position, and the second token is the first decode step's."""
     decode_steps: list[int] = []
-    decode = engine._steps.decode
+    decode = engine.runner.steps.decode
 
     def counted(*args: object) -> object:
         decode_steps.append(1)
         return decode(*args)
 
-    monkeypatch.setattr(engine._steps, "decode", counted)
+    monkeypatch.setattr(engine.runner.steps, "decode", counted)
     tokens = prompt(20, 16)  # the last prompt token fills a page: the first token starts a new one
     one = generate(engine, GenerationRequest(tuple(tokens), GREEDY, 1, n=2))
     assert one.tokens == [reference_greedy(model, tokens, 1, CONTEXT)] * 2 and not decode_steps
@@ -189,7 +189,7 @@ def test_chained_steps_draw_what_settled_steps_draw(engine: Engine, monkeypatch:
     the host takes them; a row with a grammar is not (its mask needs the token). A seeded row draws
     the same tokens either way: the draw counter counts the token still in flight."""
     calls: list[str] = []
-    decode, take_tokens = engine._steps.decode, engine._take_tokens
+    decode, take_tokens = engine.runner.steps.decode, engine._scheduler._take_tokens
 
     def counted_decode(*args: Any) -> Any:
         calls.append("decode")
@@ -199,8 +199,8 @@ def test_chained_steps_draw_what_settled_steps_draw(engine: Engine, monkeypatch:
         calls.append("take")
         take_tokens(*args)
 
-    monkeypatch.setattr(engine._steps, "decode", counted_decode)
-    monkeypatch.setattr(engine, "_take_tokens", counted_take)
+    monkeypatch.setattr(engine.runner.steps, "decode", counted_decode)
+    monkeypatch.setattr(engine._scheduler, "_take_tokens", counted_take)
     sampling = SamplingParams(temperature=1.5, seed=5, ignore_eos=True)
     request = GenerationRequest(tuple(prompt(50, 6)), sampling, 24)
     chained = generate(engine, request).tokens[0]
@@ -313,7 +313,7 @@ def test_short_prompts_arriving_together_share_prefill_steps(
     n > 1 rows included, and a longer prompt gets a step of its own."""
     engine = Engine.build(model, EngineConfig(decode_lanes=8, page_size=8, prefill_chunk=64), lambda *_: None)
     rows_per_step: list[int] = []
-    prefill = engine._steps.prefill
+    prefill = engine.runner.steps.prefill
 
     def counted(*args: Any) -> Any:
         rows_per_step.append(args[2].shape[0])
@@ -333,7 +333,7 @@ def test_short_prompts_arriving_together_share_prefill_steps(
     try:
         engine.submit(greedy_request(prompt(29, 4), 2), holding_sink)
         assert held.wait(30)
-        monkeypatch.setattr(engine._steps, "prefill", counted)
+        monkeypatch.setattr(engine.runner.steps, "prefill", counted)
         prompts = [prompt(30 + i, 3 + i) for i in range(4)] + [prompt(40, 40)]
         requests = [GenerationRequest(tuple(p), GREEDY, 5, n=2 if i == 1 else 1) for i, p in enumerate(prompts)]
         collected = [start(engine, request) for request in requests]

@@ -10,8 +10,9 @@ import pytest
 
 from engine.api import EngineUnavailable, GenerationRequest, SamplingParams
 from engine.checkpoint.loader import LoadedModel, load_model
-from engine.engine import Engine, failure_kind
+from engine.engine import Engine
 from engine.engine_config import EngineConfig
+from engine.runner import failure_kind
 from tests.engine.engine_harness import generate, greedy_request, reference_greedy, start
 
 CONTEXT = 64
@@ -58,7 +59,7 @@ def test_engine_death_fails_every_request(engine: Engine, monkeypatch: pytest.Mo
     def broken_decode(*args: Any) -> Any:
         raise jax.errors.JaxRuntimeError("INTERNAL: device lost")
 
-    monkeypatch.setattr(engine._steps, "decode", broken_decode)
+    monkeypatch.setattr(engine.runner.steps, "decode", broken_decode)
     in_flight = [start(engine, greedy_request(p, 10)) for p in prompts()[:2]]
     for collected in in_flight:
         failed = collected.wait().failed

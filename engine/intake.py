@@ -1,0 +1,172 @@
+"""`Intake`: what the engine thread shares with every other thread, under one lock.
+
+Threads: handler threads enqueue requests and cancels, drain, wait for idleness and read stats;
+the engine thread takes the inbox and the cancels (`next_work`, which waits on the condition when
+there is nothing to do: nothing polls) and records what happened to each request. Either side
+holds the lock only for these exchanges and counters: never across a device call or a sink call.
+
+A request is pending from `enqueue` until its rows first hold lanes (`admitted`), then running
+until it closes. A full queue is refused with a `Retry-After` estimate (engine/admission.py).
+"""
+
+import threading
+import time
+from collections import deque
+from typing import Literal
+
+from engine.admission import retry_after_seconds, smoothed_hold
+from engine.api import EngineUnavailable, GenerationRequest, QueueFull
+from engine.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, LatencyHistogram
+from engine.rows import Request, Row, Sink
+
+FinishReason = Literal["stop", "length", "cancelled", "timeout"]
+EngineState = Literal["serving", "draining", "dead"]
+COUNTERS = ("prefix_queries", "prefix_hits", "prompt_tokens", "generation_tokens", "preemptions", "refusals")
+
+
+class Intake:
+    def __init__(self, lanes: int, max_queue: int) -> None:
+        self.max_queue = max_queue
+        self.state: EngineState = "serving"
+        self.failure: tuple[str, str] | None = None
+        self.lock = threading.Lock()
+        self._wake = threading.Condition(self.lock)
+        self._inbox: deque[Request] = deque()
+        self._cancels: dict[int, FinishReason] = {}
+        self._pending_requests = 0  # submitted, not yet holding lanes
+        self._pending_rows = 0
+        self._free_lane_count = lanes
+        self.running: dict[int, Request] = {}
+        self._next_id = 0
+        self._average_hold: float | None = None
+        self._stopping = False
+        self.counters = dict.fromkeys(COUNTERS, 0)
+        self.ttft = LatencyHistogram(TTFT_BUCKETS)
+        self.itl = LatencyHistogram(ITL_BUCKETS)
+        self.e2e = LatencyHistogram(E2E_BUCKETS)
+
+    # --- any thread -------------------------------------------------------------------------
+
+    def enqueue(self, request: GenerationRequest, sink: Sink, max_tokens: int, stop_ids: frozenset[int]) -> int:
+        """Queues a request already valid on its face; raises EngineUnavailable or QueueFull."""
+        with self.lock:
+            if self.state != "serving":
+                raise EngineUnavailable(f"the engine is {self.state}")
+            starts_now = self._pending_rows + request.n <= self._free_lane_count
+            if not starts_now and self._pending_requests >= self.max_queue:
+                self.counters["refusals"] += 1
+                raise QueueFull(self._retry_after_locked())
+            self._next_id += 1
+            entry = Request(self._next_id, request, sink, max_tokens, stop_ids, time.monotonic())
+            self._pending_requests += 1
+            self._pending_rows += request.n
+            self._inbox.append(entry)
+            self._wake.notify_all()  # wait_idle callers share the condition
+            return entry.id
+
+    def cancel(self, request_id: int, reason: FinishReason = "cancelled") -> None:
+        with self.lock:
+            self._cancels.setdefault(request_id, reason)
+            self._wake.notify_all()  # wait_idle callers share the condition
+
+    def drain(self) -> None:
+        with self.lock:
+            if self.state == "serving":
+                self.state = "draining"
+
+    def stop(self) -> None:
+        """Asks the engine thread to cancel everything and end."""
+        with self.lock:
+            if self.state == "serving":
+                self.state = "draining"
+            self._stopping = True
+            self._wake.notify_all()
+
+    def wait_idle(self, timeout: float | None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.lock:
+            while self.state != "dead" and (self.running or self._pending_requests):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._wake.wait(left)
+            return True
+
+    @property
+    def pending_requests(self) -> int:
+        return self._pending_requests
+
+    def _retry_after_locked(self) -> int:
+        admitted = [entry.admitted for entry in self.running.values() if entry.admitted is not None]
+        return retry_after_seconds(time.monotonic(), min(admitted, default=None), self._average_hold)
+
+    # --- the engine thread ------------------------------------------------------------------
+
+    def next_work(self, busy: bool) -> tuple[deque[Request], dict[int, FinishReason], bool]:
+        """The new requests, the cancels (every new request too, when stopping) and whether the
+        engine is stopping; waits while there is none of these and the engine is not `busy`."""
+        with self.lock:
+            while not (self._inbox or self._cancels or self._stopping or busy):
+                self._wake.wait()
+            inbox, self._inbox = self._inbox, deque()
+            cancels, self._cancels = self._cancels, {}
+            if self._stopping:
+                cancels.update({entry.id: "cancelled" for entry in inbox})
+            return inbox, cancels, self._stopping
+
+    def admitted(self, entry: Request, rows: int, prompt_tokens: int, cached_tokens: int, now: float) -> None:
+        """`rows` rows of `entry` took lanes; the first time, the request starts running."""
+        with self.lock:
+            self._free_lane_count -= rows
+            if entry.admitted is None:
+                entry.admitted = now
+                entry.cached_prompt_tokens = cached_tokens
+                self._pending_requests -= 1
+                self._pending_rows -= rows
+                self.running[entry.id] = entry
+                self.counters["prompt_tokens"] += prompt_tokens
+                self.counters["prefix_queries"] += prompt_tokens
+                self.counters["prefix_hits"] += cached_tokens
+
+    def token(self, row: Row, now: float) -> None:
+        """Counts a row's new token and its latencies."""
+        entry = row.request
+        with self.lock:
+            self.counters["generation_tokens"] += 1
+            if entry.first_token_at is None:
+                entry.first_token_at = now
+                self.ttft.observe(now - entry.submitted)
+            elif row.generated > 1:
+                self.itl.observe(now - row.last_token_at)
+
+    def lane_freed(self) -> None:
+        with self.lock:
+            self._free_lane_count += 1
+
+    def preempted(self) -> None:
+        with self.lock:
+            self.counters["preemptions"] += 1
+
+    def closed(self, entry: Request) -> None:
+        now = time.monotonic()
+        with self.lock:
+            if entry.admitted is None:
+                self._pending_requests -= 1
+                self._pending_rows -= entry.request.n
+            else:
+                del self.running[entry.id]
+                self._average_hold = smoothed_hold(self._average_hold, now - entry.admitted)
+                self.e2e.observe(now - entry.submitted)
+            self._wake.notify_all()
+
+    def died(self, kind: str, reason: str) -> list[Request]:
+        """Marks the engine dead; returns the requests in flight that it knows of (running or in the inbox)."""
+        with self.lock:
+            self.state = "dead"
+            self.failure = (kind, reason)
+            doomed = list(self.running.values()) + list(self._inbox)
+            self._inbox.clear()
+            self.running.clear()
+            self._pending_requests = self._pending_rows = 0
+            self._wake.notify_all()
+        return doomed

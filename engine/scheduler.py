@@ -1,0 +1,337 @@
+"""`Scheduler`: continuous batching over a paged KV cache, on the engine thread.
+
+Each iteration the engine thread takes the new requests and cancels from the intake, ends rows
+past their deadline, admits waiting requests while lanes and pages allow (reusing prefix-cached
+pages), runs at most one prefill step (the next chunk of the oldest prompt, or the short last
+chunks of up to PREFILL_ROWS prompts together; a finished prompt's rows draw their first tokens),
+then one decode step for every decoding row (which also samples, on the device), and sends each
+row's new token or finish to the request's sink. When there is nothing to do it waits in the
+intake; `submit`, `cancel`, `drain` and `shutdown` wake it.
+
+Decode steps are pipelined: while the same rows keep decoding, step N+1 is dispatched on step N's
+sampled tokens, still on the device, before the host takes step N's tokens and calls the sinks,
+so the host's share of a step (the dispatch, the sinks, the HTTP side's work they wake) overlaps
+the device's. A change of rows, a grammar (its mask needs the token) or a row's last token
+settles the step in flight first; a token in flight for a row that ended meanwhile is dropped.
+
+A request's n rows share its prompt's KV pages: the prompt is prefilled once, and each row draws
+its own first token from the logits of the prompt's last position (its own key and parameters),
+so the first token costs no decode step. When pages run out, the most recently admitted row is
+preempted: its pages are released and it waits at the front of the queue to be recomputed (its
+full pages usually survive in the prefix cache), never dropped.
+
+Threads: only the engine thread runs this class's methods (after `start`) and touches the rows,
+the page pool and the runner. It shares only the intake, under the intake's lock, never held
+across a runner or sink call (a sink may call `cancel`).
+"""
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from engine.api import EngineEvent, Failed, Finished, TokenLogprob, Tokens, Usage
+from engine.intake import FinishReason, Intake
+from engine.kv_pages import PagePool, page_hashes
+from engine.rows import Prefill, Request, Row
+from engine.runner_api import PREFILL_ROWS, DecodeRow, Drawn, InsertedRow, Pending, PrefillChunk, PromptLogits, Runner
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Flight:
+    """A decode step dispatched to the device whose tokens the host has not taken yet."""
+
+    rows: list[Row]
+    step: Pending
+
+
+class Scheduler:
+    def __init__(self, runner: Runner, pool: PagePool, intake: Intake, prefill_chunk: int) -> None:
+        self._runner = runner
+        self._pool = pool
+        self._intake = intake
+        self._page_size = runner.page_size
+        self._prefill_chunk = prefill_chunk
+        self._free_lanes = list(range(runner.lanes - 1, -1, -1))
+        self._waiting: deque[list[Row]] = deque()
+        self._prefills: list[Prefill] = []  # admitted, in admission order
+        self._decoding: list[Row] = []
+        self._flight: _Flight | None = None
+        self._admissions = 0
+        self.thread = threading.Thread(target=self._run, name="engine", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                inbox, cancels, stopping = self._intake.next_work(self._busy())
+                if stopping:
+                    cancels.update({entry.id: "cancelled" for entry in self._in_flight()})
+                self._iterate(inbox, cancels)
+                if stopping and not self._busy():
+                    return
+        except Exception as error:  # the engine thread must never die silently: fail every request
+            self._die(error)
+
+    def _busy(self) -> bool:
+        return bool(self._waiting or self._prefills or self._decoding or self._flight is not None)
+
+    def _iterate(self, inbox: deque[Request], cancels: dict[int, FinishReason]) -> None:
+        for entry in inbox:
+            self._waiting.append(entry.new_rows())
+        now = time.monotonic()
+        for entry in self._in_flight():
+            deadline = entry.request.deadline
+            if deadline is not None and now >= deadline:
+                cancels.setdefault(entry.id, "timeout")
+        if cancels:
+            self._end_requests(cancels)
+        self._admit()
+        if self._prefills:
+            self._prefill_step()
+        if self._decoding or self._flight is not None:
+            self._decode_step()
+
+    def _in_flight(self) -> list[Request]:
+        requests = {row.request for unit in self._waiting for row in unit}
+        requests.update(row.request for row in self._decoding)
+        requests.update(row.request for prefill in self._prefills for row in prefill.rows)
+        return list(requests)
+
+    # --- admission and prefill --------------------------------------------------------------
+
+    def _admit(self) -> None:
+        while len(self._prefills) < PREFILL_ROWS and self._waiting and len(self._free_lanes) >= len(self._waiting[0]):
+            unit = self._waiting[0]
+            tokens = unit[0].tokens
+            pages = self._pool.lookup(page_hashes(tokens[:-1], self._page_size))
+            needed = math.ceil(len(tokens) / self._page_size) - len(pages)
+            fresh = [p for p in (self._pool.allocate() for _ in range(needed)) if p is not None]
+            if len(fresh) < needed:
+                self._pool.release(pages + fresh)
+                return
+            self._waiting.popleft()
+            cached = len(pages) * self._page_size
+            self._intake.admitted(unit[0].request, len(unit), len(tokens), cached, time.monotonic())
+            for row in unit:
+                row.lane = self._free_lanes.pop()
+                self._admissions += 1
+                row.admitted_seq = self._admissions
+            self._prefills.append(Prefill(unit, tokens, pages + fresh, cached))
+
+    def _prefill_step(self) -> None:
+        """Prefills the next chunk of the oldest prompt or, when several have no more than a short
+        chunk left, of up to PREFILL_ROWS of them at once. Each chunk holds at least the prompt's
+        last token, which no cached page holds; a finished prompt starts decoding."""
+        batched = self._runner.batched_chunk
+        short = [p for p in self._prefills if len(p.tokens) - p.next_position <= batched]
+        batch = short[:PREFILL_ROWS] if len(short) > 1 else self._prefills[:1]
+        limit = batched if len(batch) > 1 else self._prefill_chunk
+        chunks = []
+        for prefill in batch:
+            chunk = prefill.tokens[prefill.next_position : prefill.next_position + limit]
+            chunks.append(PrefillChunk(chunk, prefill.next_position, prefill.pages))
+            prefill.next_position += len(chunk)
+        logits = self._runner.prefill(chunks)
+        for i, prefill in enumerate(batch):
+            if prefill.next_position == len(prefill.tokens):
+                self._prefills.remove(prefill)
+                self._start_decoding(prefill, logits, i)
+
+    def _start_decoding(self, prefill: Prefill, logits: PromptLogits, index: int) -> None:
+        """Gives each row the shared prompt pages (rows after the first copy a partial last page)
+        and its first token, drawn from the prompt's last logits (chunk `index` of the step's)."""
+        full_pages = len(prefill.tokens) // self._page_size
+        starting = []
+        for row in prefill.rows:
+            pages = list(prefill.pages)
+            if row is not prefill.rows[0]:
+                for page in pages[:full_pages]:
+                    self._pool.hold(page)
+                if len(pages) > full_pages:
+                    copy = self._pool.allocate()
+                    if copy is None:
+                        self._pool.release(pages[:full_pages])
+                        self._preempt(row)
+                        continue
+                    self._runner.copy_page(pages[-1], copy)
+                    pages[-1] = copy
+            row.pages = pages
+            self._insert(row)
+            self._decoding.append(row)
+            starting.append(row)
+        if starting:
+            self._take_tokens(starting, self._runner.first_tokens(logits, index, self._step_rows(starting)))
+
+    def _insert(self, row: Row) -> None:
+        assert row.lane is not None
+        entry = row.request.request
+        prompt_length = len(entry.prompt_ids)
+        prompt, output = row.tokens[:prompt_length], row.tokens[prompt_length:]
+        self._runner.insert(row.lane, InsertedRow(row.pages, entry.sampling, row.seed, prompt, output))
+
+    def _name_full_pages(self, row: Row, kv_written: int) -> None:
+        full = kv_written // self._page_size
+        if full > row.named_pages:
+            hashes = page_hashes(row.tokens[: full * self._page_size], self._page_size)
+            for page, content_hash in zip(row.pages[row.named_pages : full], hashes[row.named_pages :], strict=True):
+                self._pool.name(page, content_hash)
+            row.named_pages = full
+
+    # --- decode -----------------------------------------------------------------------------
+
+    def _grow_pages(self) -> None:
+        """Gives each decoding row the page its next position needs, preempting the newest rows if none is left."""
+        for row in sorted(self._decoding, key=lambda r: r.admitted_seq):
+            while row.lane is not None and len(row.pages) * self._page_size < len(row.tokens):
+                page = self._pool.allocate()
+                if page is None:
+                    self._preempt(max(self._decoding, key=lambda r: r.admitted_seq))
+                    continue
+                self._add_page(row, page)
+
+    def _add_page(self, row: Row, page: int) -> None:
+        assert row.lane is not None
+        self._runner.add_page(row.lane, len(row.pages), page)
+        row.pages.append(page)
+
+    @staticmethod
+    def _step_rows(rows: list[Row], ahead: int = 0) -> list[DecodeRow]:
+        """The rows as a step sees them; `ahead` tokens of each are still in flight (not in `tokens`)."""
+        step_rows = []
+        for row in rows:
+            assert row.lane is not None
+            position = len(row.tokens) - 1 + ahead
+            step_rows.append(DecodeRow(row.lane, position, row.tokens[-1], row.generated + ahead, row.constraint))
+        return step_rows
+
+    def _decode_step(self) -> None:
+        """Runs one decode step for every decoding row. When the rows are the same as the step in
+        flight's, the next step is dispatched on that step's sampled tokens (still on the device)
+        before its results are taken. Otherwise the flight is settled first and the step starts
+        from host tokens."""
+        flight, self._flight = self._flight, None
+        if flight is not None and self._chains(flight):
+            self._flight = _Flight(flight.rows, self._runner.generate(self._step_rows(flight.rows, 1), flight.step))
+            self._take_tokens(flight.rows, self._runner.take(flight.step))
+            return
+        if flight is not None:
+            self._take_tokens(flight.rows, self._runner.take(flight.step))
+        self._grow_pages()
+        rows = list(self._decoding)
+        if rows:
+            self._flight = _Flight(rows, self._runner.generate(self._step_rows(rows)))
+
+    def _chains(self, flight: _Flight) -> bool:
+        """Whether the next step can start from `flight`'s tokens before they reach the host: the
+        same rows still decode, none has a grammar (its mask needs the token), none ends on its
+        length with that token, and each has a page for the position after it (allocated here,
+        never by preempting: preemption needs the tokens settled; a page allocated before the
+        answer turns out False is one the row needs next step anyway)."""
+        if flight.rows != self._decoding:
+            return False
+        for row in flight.rows:
+            if row.constraint is not None or row.generated + 1 >= row.request.max_tokens:
+                return False
+            if len(row.pages) * self._page_size <= len(row.tokens):
+                page = self._pool.allocate()
+                if page is None:
+                    return False
+                self._add_page(row, page)
+        return True
+
+    def _take_tokens(self, rows: list[Row], drawn: Drawn) -> None:
+        """Hands each row its sampled token; every row's KV is written up to its last token."""
+        now = time.monotonic()
+        for i, row in enumerate(rows):
+            if row.lane is None:  # ended (cancel, deadline, a stop token) while this token was in flight
+                continue
+            self._name_full_pages(row, len(row.tokens))
+            self._take_token(row, int(drawn.tokens[i]), drawn, i, now)
+
+    def _take_token(self, row: Row, token: int, drawn: Drawn, i: int, now: float) -> None:
+        entry = row.request
+        if token in entry.stop_ids:
+            self._finish_row(row, "stop", token)
+            return
+        row.tokens.append(token)
+        row.generated += 1
+        self._intake.token(row, now)
+        row.last_token_at = now
+        top_n = entry.request.sampling.logprobs
+        token_logprobs = None
+        if drawn.logprobs is not None and top_n is not None:
+            chosen, top_ids, top_values = drawn.logprobs
+            top = tuple((int(t), float(v)) for t, v in zip(top_ids[i, :top_n], top_values[i, :top_n], strict=True))
+            token_logprobs = (TokenLogprob(token, float(chosen[i]), top),)
+        self._send(entry, Tokens(row.index, (token,), token_logprobs))
+        if row.constraint is not None:
+            row.constraint.accept(token)
+            if row.constraint.is_finished():
+                self._finish_row(row, "stop", None)
+                return
+        if row.generated >= entry.max_tokens:
+            self._finish_row(row, "length", None)
+
+    def _send(self, entry: Request, event: EngineEvent) -> None:
+        """Calls the request's sink; a sink that raises costs its own request (cancelled), not the engine."""
+        try:
+            entry.sink(event)
+        except Exception:
+            log.exception("sink of request %d raised; cancelling the request", entry.id)
+            self._intake.cancel(entry.id)
+
+    # --- row and request endings ------------------------------------------------------------
+
+    def _release_lane(self, row: Row) -> None:
+        self._pool.release(row.pages)
+        row.pages, row.named_pages = [], 0
+        if row in self._decoding:
+            self._decoding.remove(row)
+        if row.lane is not None:
+            self._free_lanes.append(row.lane)
+            row.lane = None
+            self._intake.lane_freed()
+
+    def _preempt(self, row: Row) -> None:
+        self._release_lane(row)
+        self._waiting.appendleft([row])
+        self._intake.preempted()
+
+    def _finish_row(self, row: Row, reason: FinishReason, stop_token_id: int | None) -> None:
+        self._release_lane(row)
+        row.done = True
+        entry = row.request
+        entry.rows_unfinished -= 1
+        usage = Usage(len(entry.request.prompt_ids), entry.cached_prompt_tokens, row.generated)
+        self._send(entry, Finished(row.index, reason, stop_token_id, usage))
+        if entry.rows_unfinished == 0:
+            self._intake.closed(entry)
+
+    def _end_requests(self, reasons: dict[int, FinishReason]) -> None:
+        """Ends every unfinished row of the given requests (cancel or deadline); unknown ids are ignored."""
+        with self._intake.lock:
+            ending = {entry for entry in self._intake.running.values() if entry.id in reasons}
+        ending.update(row.request for unit in self._waiting for row in unit if row.request.id in reasons)
+        for prefill in [p for p in self._prefills if p.rows[0].request in ending]:
+            self._pool.release(prefill.pages)
+            self._prefills.remove(prefill)
+        for unit in self._waiting:
+            unit[:] = [row for row in unit if row.request not in ending]
+        self._waiting = deque(unit for unit in self._waiting if unit)
+        for entry in ending:
+            for row in entry.rows:
+                if not row.done:
+                    self._finish_row(row, reasons[entry.id], None)
+
+    def _die(self, error: Exception) -> None:
+        kind = self._runner.failure_kind(error)
+        reason = f"{type(error).__name__}: {error}"
+        log.error("engine thread died (%s): %s", kind, reason, exc_info=error)
+        doomed = self._intake.died(kind, reason)
+        doomed += [row.request for unit in self._waiting for row in unit if row.request.admitted is None]
+        for entry in dict.fromkeys(doomed):
+            self._send(entry, Failed("fault", f"the engine failed: {reason}"))

@@ -1,0 +1,185 @@
+"""A test double of the runner seam (engine/runner_api.py) for the scheduler's tests: no device, no model.
+
+Its "model" is a hash of the context: a row's next token depends on every token before it, read
+back through the row's block table from the pages where earlier steps wrote them. A scheduler that
+hands a row a wrong page, forgets a prefix page, shares a page it should have copied or skips a
+position therefore gets different tokens than `reference` computes from the prompt alone. A
+seeded row draws from (context, seed, draw counter), so it also catches a wrong counter; a greedy
+row (temperature 0) from the context alone.
+
+`gate` holds every step while cleared (`held` is set while a step waits at it), so a test can
+make requests arrive together; `delay_s` slows every step; `fail_with` makes the next step raise;
+`log` records each step's kind and rows.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from engine.api import SamplingParams
+from engine.engine_config import EngineConfig
+from engine.kv_pages import NULL_PAGE
+from engine.metrics import Bucket
+from engine.runner_api import PREFILL_ROWS, DecodeRow, Drawn, InsertedRow, Pending, PrefillChunk, PromptLogits, Report
+
+VOCAB = 1000
+TOP = 2  # alternatives reported with logprobs
+
+
+class FakeDeviceError(RuntimeError):
+    """What the fake raises as a device fault."""
+
+
+def next_token(context: Sequence[int], sampling: SamplingParams, seed: int, draws: int) -> int:
+    if sampling.temperature == 0:
+        return hash(tuple(context)) % VOCAB
+    return hash((tuple(context), seed, draws)) % VOCAB
+
+
+def reference(prompt: Sequence[int], count: int, sampling: SamplingParams, seed: int = 0) -> list[int]:
+    """The tokens a row of `prompt` draws, computed without any scheduler (no stop tokens)."""
+    tokens = list(prompt)
+    for draws in range(count):
+        tokens.append(next_token(tokens, sampling, seed, draws))
+    return tokens[len(prompt) :]
+
+
+@dataclass
+class _Lane:
+    table: list[int] = field(default_factory=list)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int = 0
+
+
+class FakeRunner:
+    def __init__(self, config: EngineConfig, pages: int, max_context: int) -> None:
+        self.lanes = config.decode_lanes
+        self.page_size = config.page_size
+        self.max_context = max_context
+        self.batched_chunk = config.prefill_chunk // PREFILL_ROWS
+        self.gate = threading.Event()
+        self.gate.set()
+        self.held = threading.Event()
+        self.delay_s = 0.0
+        self.fail_with: BaseException | None = None
+        self.log: list[tuple[str, int]] = []  # (kind, rows): "prefill", "first", "decode", "chained"
+        self.prefilled_tokens = 0
+        self._kv: list[list[int | None]] = [[None] * config.page_size for _ in range(pages)]
+        self._lanes = [_Lane() for _ in range(config.decode_lanes + 1)]
+
+    # --- start-up and stats -----------------------------------------------------------------
+
+    def compile(self, report: Report) -> None:
+        report("compiled", 1, 1)
+
+    def buckets(self) -> tuple[Bucket, ...]:
+        return ()
+
+    def watch_compiles(self, thread: threading.Thread) -> None:
+        pass
+
+    def compiles_after_startup(self) -> int:
+        return 0
+
+    def failure_kind(self, error: BaseException) -> Literal["fault", "panicked"]:
+        return "fault" if isinstance(error, FakeDeviceError) else "panicked"
+
+    def close(self) -> None:
+        pass
+
+    # --- steps ------------------------------------------------------------------------------
+
+    def prefill(self, chunks: Sequence[PrefillChunk]) -> PromptLogits:
+        self._step("prefill", len(chunks))
+        assert len(chunks) == 1 or (
+            len(chunks) <= PREFILL_ROWS and all(len(c.tokens) <= self.batched_chunk for c in chunks)
+        )
+        contexts = []
+        for chunk in chunks:
+            for offset, token in enumerate(chunk.tokens):
+                self._write(chunk.pages, chunk.start + offset, token)
+            self.prefilled_tokens += len(chunk.tokens)
+            contexts.append(self._read(chunk.pages, chunk.start + len(chunk.tokens)))
+        return PromptLogits(contexts)
+
+    def insert(self, lane: int, row: InsertedRow) -> None:
+        assert 0 <= lane < self.lanes, "a row in the spare lane"
+        self._lanes[lane] = _Lane(list(row.pages), row.sampling, row.seed)
+
+    def add_page(self, lane: int, index: int, page: int) -> None:
+        table = self._lanes[lane].table
+        assert index == len(table), "pages are added in order"
+        table.append(page)
+
+    def copy_page(self, source: int, target: int) -> None:
+        self._kv[target] = list(self._kv[source])
+
+    def first_tokens(self, logits: PromptLogits, index: int, rows: Sequence[DecodeRow]) -> Drawn:
+        self._step("first", len(rows))
+        context = logits[index]  # type: ignore[index]
+        return self._drawn(rows, [self._draw(row, context) for row in rows])
+
+    def generate(self, rows: Sequence[DecodeRow], chained: Pending | None = None) -> Pending:
+        self._step("decode" if chained is None else "chained", len(rows))
+        inputs = [row.token for row in rows] if chained is None else list(chained.tokens)  # type: ignore[attr-defined]
+        assert len(inputs) == len(rows)
+        drawn = []
+        for row, token in zip(rows, inputs, strict=True):
+            table = self._lanes[row.lane].table
+            self._write(table, row.position, token)
+            drawn.append(self._draw(row, self._read(table, row.position + 1)))
+        return Pending(self._drawn(rows, drawn))
+
+    def take(self, step: Pending) -> Drawn:
+        assert isinstance(step, Drawn)
+        return step
+
+    # --- the fake device --------------------------------------------------------------------
+
+    def _step(self, kind: str, rows: int) -> None:
+        if not self.gate.is_set():
+            self.held.set()
+            assert self.gate.wait(30), "the test never opened the gate"
+            self.held.clear()
+        time.sleep(self.delay_s)
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.log.append((kind, rows))
+
+    def _write(self, table: Sequence[int], position: int, token: int) -> None:
+        page = table[position // self.page_size]
+        assert page != NULL_PAGE, f"position {position} written to the null page"
+        self._kv[page][position % self.page_size] = token
+
+    def _read(self, table: Sequence[int], length: int) -> list[int]:
+        context = []
+        for position in range(length):
+            token = self._kv[table[position // self.page_size]][position % self.page_size]
+            assert token is not None, f"position {position} read before it was written"
+            context.append(token)
+        return context
+
+    def _draw(self, row: DecodeRow, context: list[int]) -> int:
+        lane = self._lanes[row.lane]
+        token = next_token(context, lane.sampling, lane.seed, row.draws)
+        if row.constraint is None:
+            return token
+        mask = np.zeros(-(-VOCAB // 32), np.int32)
+        row.constraint.fill_mask(mask)
+        bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[:VOCAB]
+        allowed = np.flatnonzero(bits)
+        return int(allowed[token % len(allowed)])
+
+    def _drawn(self, rows: Sequence[DecodeRow], tokens: list[int]) -> Drawn:
+        chosen = np.asarray(tokens, np.int64)
+        if all(self._lanes[row.lane].sampling.logprobs is None for row in rows):
+            return Drawn(chosen, None)
+        logprobs = -chosen / VOCAB
+        top_ids = np.stack([chosen, (chosen + 1) % VOCAB], axis=1)
+        return Drawn(chosen, (logprobs, top_ids, np.stack([logprobs, logprobs - 1], axis=1)))
