@@ -1,7 +1,9 @@
-"""The inference engine. Models take token ids and return logits; nothing here knows HTTP or JSON.
+"""The inference engine: token ids in, token ids out; nothing here knows HTTP or JSON.
 
-Entry points: `engine.checkpoint.loader.load_model` (checkpoint → `LoadedModel`: parameters on a
-device mesh and a jitted pure forward function); model families in `engine.families`; shared
-layers in `engine.layers` (axis letters in `engine/GLOSSARY.md`); sharding rules in
-`engine.sharding`; text ↔ token ids in `engine.tokenizer`.
+Entry points: `engine.api` (what handlers submit and receive, and the `GenerationEngine` they
+call); `engine.engine.Engine` (the front door: intake → scheduler → runner → device);
+`engine.checkpoint.loader.load_model` (checkpoint → `LoadedModel`: parameters on a device mesh
+and a jitted pure forward function); model families in `engine.families`; shared layers in
+`engine.layers` (axis letters in `engine/GLOSSARY.md`); sharding rules in `engine.sharding`;
+text ↔ token ids in `engine.tokenizer`.
 """

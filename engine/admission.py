@@ -1,4 +1,4 @@
-"""The Retry-After estimate for a refused request (seed 004): when is a lane expected to free?
+"""The Retry-After estimate for a refused request: when is a lane expected to free?
 
 The oldest request in flight is expected to let go of its lane one average hold time after it got
 it. The average moves 1/8 of the way toward each finished request's hold time.

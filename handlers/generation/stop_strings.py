@@ -1,6 +1,6 @@
 """Stop strings: validated up front, matched on the incremental text, never part of the output.
 
-The limits are seed 002's: each string is checked against the text at every generated token, so
+The limits bound the work per token: each string is checked against the text at every generated token, so
 their number and size are bounded. More than `MAX_STOP_STRINGS` are clamped to the first ones
 (documented in the spec); an over-long string or total is a 400.
 """

@@ -22,7 +22,6 @@ from handlers.generation.prompt import Message
 
 Item = dict[str, Any]
 
-TEXT_PARTS = ("input_text", "output_text", "text")
 ID_PREFIXES = {
     "message": "msg_",
     "function_call": "fc_",

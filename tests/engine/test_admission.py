@@ -1,4 +1,4 @@
-"""The Retry-After estimate of seed 004, at its edges."""
+"""The Retry-After estimate for a full queue, at its edges."""
 
 from engine.admission import retry_after_seconds, smoothed_hold
 
