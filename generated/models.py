@@ -315,6 +315,10 @@ class AnthropicModelInfo(BaseModel):
     """
     Needed by the strict types of recent Anthropic SDKs.
     """
+    max_model_len: Annotated[int, Field(ge=1)]
+    """
+    Extension (as in the OpenAI shape). The context the server runs, in tokens.
+    """
 
 
 class AnthropicModelList(BaseModel):

@@ -39,6 +39,7 @@ def _anthropic_model(server: ServerContext) -> models.AnthropicModelInfo:
         display_name=server.model.model_id,
         created_at=datetime.fromtimestamp(server.created, UTC),
         lifecycle="active",
+        max_model_len=server.model.ctx or 1,
     )
 
 
