@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel, StrictBool, StrictInt
 from typing_extensions import TypeAliasType
 
 
@@ -13,7 +13,7 @@ class AnthropicContentBlockDeltaEvent(BaseModel):
         extra="forbid",
     )
     type: Literal["content_block_delta"]
-    index: Annotated[int, Field(ge=0)]
+    index: Annotated[StrictInt, Field(ge=0)]
     delta: AnthropicTextDelta | AnthropicInputJsonDelta | AnthropicThinkingDelta | AnthropicSignatureDelta
 
 
@@ -46,7 +46,7 @@ class AnthropicContentBlockParam(BaseModel):
     """
     A `tool_result`'s content, a string or a list of blocks.
     """
-    is_error: bool | None = None
+    is_error: StrictBool | None = None
     thinking: str | None = None
     signature: str | None = None
     data: str | None = None
@@ -63,7 +63,7 @@ class AnthropicContentBlockStartEvent(BaseModel):
         extra="forbid",
     )
     type: Literal["content_block_start"]
-    index: Annotated[int, Field(ge=0)]
+    index: Annotated[StrictInt, Field(ge=0)]
     content_block: AnthropicTextBlock | AnthropicToolUseBlock | AnthropicThinkingBlock | AnthropicRedactedThinkingBlock
 
 
@@ -72,7 +72,7 @@ class AnthropicContentBlockStopEvent(BaseModel):
         extra="forbid",
     )
     type: Literal["content_block_stop"]
-    index: Annotated[int, Field(ge=0)]
+    index: Annotated[StrictInt, Field(ge=0)]
 
 
 class AnthropicCountTokensRequest(BaseModel):
@@ -101,7 +101,7 @@ class AnthropicCountTokensResponse(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    input_tokens: Annotated[int, Field(ge=0)]
+    input_tokens: Annotated[StrictInt, Field(ge=0)]
 
 
 class AnthropicError(BaseModel):
@@ -220,10 +220,10 @@ class AnthropicMessageDeltaUsage(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    output_tokens: Annotated[int, Field(ge=0)]
-    input_tokens: Annotated[int | None, Field(ge=0)] = None
-    cache_creation_input_tokens: Annotated[int | None, Field(ge=0)] = None
-    cache_read_input_tokens: Annotated[int | None, Field(ge=0)] = None
+    output_tokens: Annotated[StrictInt, Field(ge=0)]
+    input_tokens: Annotated[StrictInt | None, Field(ge=0)] = None
+    cache_creation_input_tokens: Annotated[StrictInt | None, Field(ge=0)] = None
+    cache_read_input_tokens: Annotated[StrictInt | None, Field(ge=0)] = None
 
 
 class AnthropicMessageParam(BaseModel):
@@ -266,7 +266,7 @@ class AnthropicMessagesRequest(BaseModel):
     Any string is accepted (e.g. `claude-opus-4-8`); the loaded model answers.
     """
     messages: Annotated[list[AnthropicMessageParam], Field(min_length=1)]
-    max_tokens: Annotated[int, Field(ge=1)]
+    max_tokens: Annotated[StrictInt, Field(ge=1)]
     """
     Most tokens to generate. Values above the cap (and the room left in the context) are clamped, not refused (Claude Code sends 32000 or 64000).
     """
@@ -274,13 +274,13 @@ class AnthropicMessagesRequest(BaseModel):
     """
     The system prompt, a string or a list of text blocks (with `cache_control`, which is accepted and ignored).
     """
-    stream: bool | None = None
+    stream: StrictBool | None = None
     """
     Answer as server-sent events, each an `event:` line and a `data:` line.
     """
     temperature: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
     top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
-    top_k: Annotated[int | None, Field(ge=0)] = None
+    top_k: Annotated[StrictInt | None, Field(ge=0)] = None
     stop_sequences: list[str] | None = None
     tools: list[AnthropicToolParam] | None = None
     tool_choice: AnthropicToolChoiceParam | None = None
@@ -315,7 +315,7 @@ class AnthropicModelInfo(BaseModel):
     """
     Needed by the strict types of recent Anthropic SDKs.
     """
-    max_model_len: Annotated[int, Field(ge=1)]
+    max_model_len: Annotated[StrictInt, Field(ge=1)]
     """
     Extension (as in the OpenAI shape). The context the server runs, in tokens.
     """
@@ -326,7 +326,7 @@ class AnthropicModelList(BaseModel):
         extra="forbid",
     )
     data: list[AnthropicModelInfo]
-    has_more: bool
+    has_more: StrictBool
     first_id: str | None
     last_id: str | None
 
@@ -465,7 +465,7 @@ class AnthropicThinkingParam(BaseModel):
         extra="allow",
     )
     type: Literal["enabled", "disabled", "adaptive"]
-    budget_tokens: Annotated[int | None, Field(ge=0)] = None
+    budget_tokens: Annotated[StrictInt | None, Field(ge=0)] = None
     """
     Most tokens to spend thinking (Anthropic asks for at least 1024; pooled takes any). Once they are spent the reasoning is closed and the answer follows. Not applied together with a forced tool call (`tool_choice` `any` or `tool`), whose grammar decides the output alone.
     """
@@ -482,7 +482,7 @@ class AnthropicToolChoiceParam(BaseModel):
     )
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
-    disable_parallel_tool_use: bool | None = None
+    disable_parallel_tool_use: StrictBool | None = None
 
 
 class AnthropicToolParam(BaseModel):
@@ -531,16 +531,16 @@ class AnthropicUsage(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    input_tokens: Annotated[int, Field(ge=0)]
+    input_tokens: Annotated[StrictInt, Field(ge=0)]
     """
     Prompt tokens prefilled (not read from the prefix cache); with `cache_read_input_tokens` they add up to the prompt's length (`count_tokens`).
     """
-    output_tokens: Annotated[int, Field(ge=0)]
-    cache_creation_input_tokens: Annotated[int | None, Field(ge=0)]
+    output_tokens: Annotated[StrictInt, Field(ge=0)]
+    cache_creation_input_tokens: Annotated[StrictInt | None, Field(ge=0)]
     """
     Always 0: pooled caches every prompt's prefix without `cache_control` breakpoints.
     """
-    cache_read_input_tokens: Annotated[int | None, Field(ge=0)]
+    cache_read_input_tokens: Annotated[StrictInt | None, Field(ge=0)]
     """
     Prompt tokens served from the prefix cache.
     """
@@ -567,7 +567,7 @@ class ChatCompletion(BaseModel):
     `chatcmpl-…`
     """
     object: Literal["chat.completion"]
-    created: int
+    created: StrictInt
     """
     Unix time in seconds.
     """
@@ -584,7 +584,7 @@ class ChatCompletionChoice(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    index: Annotated[int, Field(ge=0)]
+    index: Annotated[StrictInt, Field(ge=0)]
     message: ChatCompletionMessage
     logprobs: ChatChoiceLogprobs | None
     finish_reason: Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
@@ -603,7 +603,7 @@ class ChatCompletionChunk(BaseModel):
     )
     id: str
     object: Literal["chat.completion.chunk"]
-    created: int
+    created: StrictInt
     model: str
     choices: list[ChatCompletionChunkChoice]
     usage: CompletionUsage | None = None
@@ -614,7 +614,7 @@ class ChatCompletionChunkChoice(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    index: Annotated[int, Field(ge=0)]
+    index: Annotated[StrictInt, Field(ge=0)]
     delta: ChatCompletionChunkDelta
     logprobs: ChatChoiceLogprobs | None = None
     finish_reason: Literal["stop", "length", "tool_calls", "content_filter", "function_call"] | None
@@ -650,7 +650,7 @@ class ChatCompletionChunkToolCall(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    index: Annotated[int, Field(ge=0)]
+    index: Annotated[StrictInt, Field(ge=0)]
     id: str | None = None
     type: Literal["function"] | None = None
     function: ChatCompletionChunkFunctionCall | None = None
@@ -723,17 +723,17 @@ class ChatCompletionRequest(BaseModel):
     Any string is accepted; the loaded model answers. The answer's `model` is the served model's id.
     """
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
-    max_tokens: Annotated[int | None, Field(ge=1)] = None
+    max_tokens: Annotated[StrictInt | None, Field(ge=1)] = None
     """
     Deprecated alias of `max_completion_tokens`. Values above the cap (and the room left in the context) are clamped, not refused.
     """
-    max_completion_tokens: Annotated[int | None, Field(ge=1)] = None
+    max_completion_tokens: Annotated[StrictInt | None, Field(ge=1)] = None
     """
     Most tokens to generate. Values above the cap (and the room left in the context) are clamped, not refused.
     """
     temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
     top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
-    top_k: Annotated[int | None, Field(ge=-1)] = None
+    top_k: Annotated[StrictInt | None, Field(ge=-1)] = None
     """
     Extension (vLLM). Sample from the k most likely tokens; 0 or -1 means all.
     """
@@ -747,11 +747,11 @@ class ChatCompletionRequest(BaseModel):
     """
     frequency_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
     presence_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
-    n: Annotated[int | None, Field(ge=1, le=128)] = None
+    n: Annotated[StrictInt | None, Field(ge=1, le=128)] = None
     """
     Choices to generate. Each choice is one decode lane; more than the engine's decode lanes is a 400.
     """
-    stream: bool | None = None
+    stream: StrictBool | None = None
     """
     Answer as server-sent events of `chat.completion.chunk` objects, ended by `data: [DONE]`.
     """
@@ -760,15 +760,15 @@ class ChatCompletionRequest(BaseModel):
     """
     Up to 16 strings where generation stops (more are clamped to the first 16); each at most 1,024 bytes and 4,096 bytes in all, else 400. The stop string is not part of the output.
     """
-    seed: int | None = None
+    seed: StrictInt | None = None
     """
     Makes sampling reproducible. Without it each request draws its own seed.
     """
-    logprobs: bool | None = None
+    logprobs: StrictBool | None = None
     """
     Return the log probability of each output token (in streams too, on each chunk).
     """
-    top_logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
+    top_logprobs: Annotated[StrictInt | None, Field(ge=0, le=20)] = None
     """
     With `logprobs`, also return this many most likely tokens at each position.
     """
@@ -778,7 +778,7 @@ class ChatCompletionRequest(BaseModel):
     """
     `none`, `auto` or `required`, or an object naming one tool (`{"type": "function", "function": {"name": …}}`, `{"type": "custom", "custom": {"name": …}}`) or `{"type": "allowed_tools", …}`.
     """
-    parallel_tool_calls: bool | None = None
+    parallel_tool_calls: StrictBool | None = None
     response_format: ChatResponseFormat | None = None
     reasoning_effort: str | None = None
     """
@@ -790,7 +790,7 @@ class ChatCompletionRequest(BaseModel):
     """
     user: str | None = None
     metadata: dict[str, Any] | None = None
-    store: bool | None = None
+    store: StrictBool | None = None
     """
     Accepted and ignored; chat completions are never stored.
     """
@@ -874,7 +874,7 @@ class ChatFunctionDefinition(BaseModel):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None
+    strict: StrictBool | None = None
     """
     Accepted; with `strict` true the arguments are constrained to the schema where the engine can.
     """
@@ -887,7 +887,7 @@ class ChatJsonSchemaFormat(BaseModel):
     name: str | None = None
     description: str | None = None
     schema_: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
-    strict: bool | None = None
+    strict: StrictBool | None = None
 
 
 class ChatMessage(BaseModel):
@@ -933,7 +933,7 @@ class ChatMessageToolCallParam(BaseModel):
     type: str | None = None
     function: ChatFunctionCallParam | None = None
     custom: ChatCustomCallParam | None = None
-    index: int | None = None
+    index: StrictInt | None = None
 
 
 class ChatNamedToolChoice(BaseModel):
@@ -964,7 +964,7 @@ class ChatTokenLogprob(BaseModel):
     )
     token: str
     logprob: float
-    bytes: list[int] | None
+    bytes: list[StrictInt] | None
     top_logprobs: list[ChatTopLogprob]
 
 
@@ -990,7 +990,7 @@ class ChatTopLogprob(BaseModel):
     )
     token: str
     logprob: float
-    bytes: list[int] | None
+    bytes: list[StrictInt] | None
 
 
 class Completion(BaseModel):
@@ -1006,7 +1006,7 @@ class Completion(BaseModel):
     `cmpl-…`
     """
     object: Literal["text_completion"]
-    created: int
+    created: StrictInt
     model: str
     choices: list[CompletionChoice]
     usage: CompletionUsage
@@ -1017,7 +1017,7 @@ class CompletionChoice(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    index: Annotated[int, Field(ge=0)]
+    index: Annotated[StrictInt, Field(ge=0)]
     text: str
     logprobs: CompletionLogprobs | None
     finish_reason: Literal["stop", "length", "content_filter"]
@@ -1033,7 +1033,7 @@ class CompletionChunk(BaseModel):
     )
     id: str
     object: Literal["text_completion"]
-    created: int
+    created: StrictInt
     model: str
     choices: list[CompletionChunkChoice]
     usage: CompletionUsage | None = None
@@ -1044,7 +1044,7 @@ class CompletionChunkChoice(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    index: Annotated[int, Field(ge=0)]
+    index: Annotated[StrictInt, Field(ge=0)]
     text: str
     logprobs: CompletionLogprobs | None
     finish_reason: Literal["stop", "length", "content_filter"] | None
@@ -1060,7 +1060,7 @@ class CompletionLogprobs(BaseModel):
     Null for the first prompt token under `echo` (it has no context).
     """
     top_logprobs: list[dict[str, float] | None]
-    text_offset: list[int]
+    text_offset: list[StrictInt]
 
 
 class CompletionRequest(BaseModel):
@@ -1075,7 +1075,7 @@ class CompletionRequest(BaseModel):
     """
     Any string is accepted; the loaded model answers.
     """
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]
     """
     The prompt: a string, an array of strings (one completion each), an array of token ids, or an array of token-id arrays. An empty prompt is a 400.
     """
@@ -1083,13 +1083,13 @@ class CompletionRequest(BaseModel):
     """
     Text that comes after the completion (fill-in-the-middle). Not served; a non-empty suffix is a 400.
     """
-    max_tokens: Annotated[int | None, Field(ge=1)] = None
+    max_tokens: Annotated[StrictInt | None, Field(ge=1)] = None
     """
     Most tokens to generate (default 16). Values above the cap are clamped, not refused.
     """
     temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
     top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
-    top_k: Annotated[int | None, Field(ge=-1)] = None
+    top_k: Annotated[StrictInt | None, Field(ge=-1)] = None
     """
     Extension (vLLM). 0 or -1 means all tokens.
     """
@@ -1103,26 +1103,26 @@ class CompletionRequest(BaseModel):
     """
     frequency_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
     presence_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
-    n: Annotated[int | None, Field(ge=1, le=128)] = None
+    n: Annotated[StrictInt | None, Field(ge=1, le=128)] = None
     """
     Completions per prompt. More than the engine's decode lanes is a 400.
     """
-    best_of: Annotated[int | None, Field(ge=0, le=20)] = None
+    best_of: Annotated[StrictInt | None, Field(ge=0, le=20)] = None
     """
     1 or `n` (pooled does not rank candidates); any other value is a 400.
     """
-    stream: bool | None = None
+    stream: StrictBool | None = None
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     """
     Up to 16 strings where generation stops (more are clamped to the first 16); each at most 1,024 bytes and 4,096 bytes in all, else 400. The stop string is not part of the output.
     """
-    seed: int | None = None
-    logprobs: Annotated[int | None, Field(ge=0, le=5)] = None
+    seed: StrictInt | None = None
+    logprobs: Annotated[StrictInt | None, Field(ge=0, le=5)] = None
     """
     Return the log probabilities of this many most likely tokens at each position (in streams too, on each chunk). Not with `echo` (400): the engine returns no prompt logprobs.
     """
-    echo: bool | None = None
+    echo: StrictBool | None = None
     """
     Put the prompt before the completion in `text`.
     """
@@ -1142,7 +1142,7 @@ class CompletionTokensDetails(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    reasoning_tokens: Annotated[int, Field(ge=0)]
+    reasoning_tokens: Annotated[StrictInt, Field(ge=0)]
     """
     Completion tokens spent on reasoning (thinking) text.
     """
@@ -1156,9 +1156,9 @@ class CompletionUsage(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    prompt_tokens: Annotated[int, Field(ge=0)]
-    completion_tokens: Annotated[int, Field(ge=0)]
-    total_tokens: Annotated[int, Field(ge=0)]
+    prompt_tokens: Annotated[StrictInt, Field(ge=0)]
+    completion_tokens: Annotated[StrictInt, Field(ge=0)]
+    total_tokens: Annotated[StrictInt, Field(ge=0)]
     prompt_tokens_details: PromptTokensDetails
     completion_tokens_details: CompletionTokensDetails | None = None
 
@@ -1192,22 +1192,22 @@ class CreateResponseRequest(BaseModel):
     """
     `none`, `auto` or `required`, or an object naming one tool (`{"type": "function", "name": …}`, `{"type": "custom", "name": …}`, `{"type": "allowed_tools", …}`).
     """
-    parallel_tool_calls: bool | None = None
-    max_output_tokens: Annotated[int | None, Field(ge=1)] = None
+    parallel_tool_calls: StrictBool | None = None
+    max_output_tokens: Annotated[StrictInt | None, Field(ge=1)] = None
     """
     Most tokens to generate, reasoning included. Values above the cap (and the room left in the context) are clamped, not refused.
     """
-    max_tool_calls: Annotated[int | None, Field(ge=0)] = None
+    max_tool_calls: Annotated[StrictInt | None, Field(ge=0)] = None
     temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
     top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
-    top_logprobs: Annotated[int | None, Field(ge=0, le=20)] = None
+    top_logprobs: Annotated[StrictInt | None, Field(ge=0, le=20)] = None
     reasoning: ResponseReasoningParam | None = None
     text: ResponseTextParam | None = None
-    store: bool | None = None
+    store: StrictBool | None = None
     """
     Store the response in memory (default true) for `previous_response_id` and GET. Stored responses are dropped after an hour unused, or when the store is full.
     """
-    stream: bool | None = None
+    stream: StrictBool | None = None
     """
     Answer as server-sent events (`event:` and `data:` lines), ending with `response.completed`, `response.incomplete` or `response.failed`.
     """
@@ -1232,7 +1232,7 @@ class CreateResponseRequest(BaseModel):
     """
     prompt_cache_retention: str | None = None
     service_tier: str | None = None
-    background: bool | None = None
+    background: StrictBool | None = None
     """
     Accepted; background mode is not served, so true is a 400.
     """
@@ -1255,7 +1255,7 @@ class DetokenizeRequest(BaseModel):
         extra="allow",
     )
     model: str | None = None
-    tokens: list[int]
+    tokens: list[StrictInt]
     """
     Token ids; an id outside the vocabulary is a 400.
     """
@@ -1273,7 +1273,7 @@ class EmbeddingObject(BaseModel):
         extra="forbid",
     )
     object: Literal["embedding"]
-    index: Annotated[int, Field(ge=0)]
+    index: Annotated[StrictInt, Field(ge=0)]
     embedding: list[float] | str
     """
     The vector, or with `encoding_format` `base64` its float32 bytes in base64.
@@ -1292,7 +1292,7 @@ class EmbeddingRequest(BaseModel):
     """
     Any string is accepted; the loaded model answers.
     """
-    input: str | list[str] | list[int] | list[list[int]]
+    input: str | list[str] | list[StrictInt] | list[list[StrictInt]]
     """
     A string, an array of strings, an array of token ids, or an array of token-id arrays. Empty input is a 400.
     """
@@ -1300,7 +1300,7 @@ class EmbeddingRequest(BaseModel):
     """
     `float` (default) or `base64` (little-endian float32, base64-encoded).
     """
-    dimensions: Annotated[int | None, Field(ge=1)] = None
+    dimensions: Annotated[StrictInt | None, Field(ge=1)] = None
     """
     Truncate each embedding to this many dimensions (then re-normalise). More than the model has is a 400.
     """
@@ -1321,8 +1321,8 @@ class EmbeddingUsage(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    prompt_tokens: Annotated[int, Field(ge=0)]
-    total_tokens: Annotated[int, Field(ge=0)]
+    prompt_tokens: Annotated[StrictInt, Field(ge=0)]
+    total_tokens: Annotated[StrictInt, Field(ge=0)]
 
 
 class Health(BaseModel):
@@ -1333,7 +1333,7 @@ class Health(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    ok: bool
+    ok: StrictBool
     """
     The process answers and its engine is not dead.
     """
@@ -1341,7 +1341,7 @@ class Health(BaseModel):
     """
     `loading` (the model is being read, compiled or warmed up), `serving`, `draining` (a shutdown lets in-flight requests finish), `dead` (the engine thread has ended; see `cause` and `reason`).
     """
-    ready: bool
+    ready: StrictBool
     """
     The model is loaded and can answer.
     """
@@ -1349,15 +1349,15 @@ class Health(BaseModel):
     """
     The id `/v1/models` lists, or null before the model is known.
     """
-    ctx: Annotated[int | None, Field(ge=1)]
+    ctx: Annotated[StrictInt | None, Field(ge=1)]
     """
     The context the server runs, in tokens, or null before it is settled.
     """
-    queue: Annotated[int, Field(ge=0)]
+    queue: Annotated[StrictInt, Field(ge=0)]
     """
     Requests waiting or running.
     """
-    served: Annotated[int, Field(ge=0)]
+    served: Annotated[StrictInt, Field(ge=0)]
     """
     Requests answered since start.
     """
@@ -1387,15 +1387,15 @@ class HealthBucket(BaseModel):
     """
     The compiled step, e.g. `prefill` or `decode`.
     """
-    rows: Annotated[int, Field(ge=0)]
+    rows: Annotated[StrictInt, Field(ge=0)]
     """
     Batch rows of the step.
     """
-    tokens: Annotated[int, Field(ge=0)]
+    tokens: Annotated[StrictInt, Field(ge=0)]
     """
     Tokens per row (the prefill chunk, or 1 for decode).
     """
-    pages: Annotated[int, Field(ge=0)]
+    pages: Annotated[StrictInt, Field(ge=0)]
     """
     KV pages per row the step reads.
     """
@@ -1405,7 +1405,7 @@ class HealthEngine(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    decode_lanes: Annotated[int, Field(ge=1)]
+    decode_lanes: Annotated[StrictInt, Field(ge=1)]
     """
     Requests (or choices) decoded at once.
     """
@@ -1413,7 +1413,7 @@ class HealthEngine(BaseModel):
     """
     Every shape compiled at start-up; a request never triggers a compile.
     """
-    compiles_after_startup: Annotated[int, Field(ge=0)]
+    compiles_after_startup: Annotated[StrictInt, Field(ge=0)]
     """
     XLA compilations since serving began (should stay 0).
     """
@@ -1424,8 +1424,8 @@ class HealthKvPages(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    total: Annotated[int, Field(ge=0)]
-    used: Annotated[int, Field(ge=0)]
+    total: Annotated[StrictInt, Field(ge=0)]
+    used: Annotated[StrictInt, Field(ge=0)]
 
 
 class HealthMinimal(BaseModel):
@@ -1447,8 +1447,8 @@ class HealthProgress(BaseModel):
     """
     e.g. `reading`, `compiling`, `warmup`.
     """
-    done: Annotated[int, Field(ge=0)]
-    total: Annotated[int | None, Field(ge=0)]
+    done: Annotated[StrictInt, Field(ge=0)]
+    total: Annotated[StrictInt | None, Field(ge=0)]
     """
     Null when not known yet.
     """
@@ -1465,33 +1465,33 @@ class Metrics(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    requests_running: Annotated[int, Field(ge=0)]
+    requests_running: Annotated[StrictInt, Field(ge=0)]
     """
     Model requests the HTTP layer is answering now.
     """
-    requests_served_total: Annotated[int, Field(ge=0)]
+    requests_served_total: Annotated[StrictInt, Field(ge=0)]
     """
     Model requests answered since start, any status.
     """
-    requests_waiting: Annotated[int | None, Field(ge=0)] = None
+    requests_waiting: Annotated[StrictInt | None, Field(ge=0)] = None
     """
     Requests (and preempted rows) waiting for a decode lane or KV pages.
     """
-    requests_refused_total: Annotated[int | None, Field(ge=0)] = None
+    requests_refused_total: Annotated[StrictInt | None, Field(ge=0)] = None
     """
     Requests refused because the wait queue was full (429/529).
     """
-    prompt_tokens_total: Annotated[int | None, Field(ge=0)] = None
-    generation_tokens_total: Annotated[int | None, Field(ge=0)] = None
-    prefix_cache_queries_total: Annotated[int | None, Field(ge=0)] = None
+    prompt_tokens_total: Annotated[StrictInt | None, Field(ge=0)] = None
+    generation_tokens_total: Annotated[StrictInt | None, Field(ge=0)] = None
+    prefix_cache_queries_total: Annotated[StrictInt | None, Field(ge=0)] = None
     """
     Prompt tokens looked up in the prefix cache.
     """
-    prefix_cache_hits_total: Annotated[int | None, Field(ge=0)] = None
+    prefix_cache_hits_total: Annotated[StrictInt | None, Field(ge=0)] = None
     """
     Prompt tokens found in the prefix cache.
     """
-    preemptions_total: Annotated[int | None, Field(ge=0)] = None
+    preemptions_total: Annotated[StrictInt | None, Field(ge=0)] = None
     """
     Rows preempted (to be recomputed) when KV pages ran out.
     """
@@ -1499,7 +1499,7 @@ class Metrics(BaseModel):
     """
     Fraction of KV cache pages in use, 0 to 1 (named as vLLM names it).
     """
-    compiles_after_startup_total: Annotated[int | None, Field(ge=0)] = None
+    compiles_after_startup_total: Annotated[StrictInt | None, Field(ge=0)] = None
     """
     XLA compilations since the compile plan finished; stays 0.
     """
@@ -1517,7 +1517,7 @@ class MetricsHistogram(BaseModel):
     Cumulative counts, Prometheus style; the last bucket's `le` is null (+Inf).
     """
     sum: Annotated[float, Field(ge=0.0)]
-    count: Annotated[int, Field(ge=0)]
+    count: Annotated[StrictInt, Field(ge=0)]
 
 
 class MetricsHistogramBucket(BaseModel):
@@ -1525,7 +1525,7 @@ class MetricsHistogramBucket(BaseModel):
         extra="forbid",
     )
     le: float | None
-    count: Annotated[int, Field(ge=0)]
+    count: Annotated[StrictInt, Field(ge=0)]
 
 
 class OpenAIError(BaseModel):
@@ -1588,16 +1588,16 @@ class OpenAIModel(BaseModel):
     `pooled/<name>`
     """
     object: Literal["model"]
-    created: int
+    created: StrictInt
     """
     Unix time in seconds when the model was loaded.
     """
     owned_by: str
-    max_model_len: Annotated[int, Field(ge=1)]
+    max_model_len: Annotated[StrictInt, Field(ge=1)]
     """
     Extension (vLLM). The context the server runs, in tokens.
     """
-    decode_lanes: Annotated[int, Field(ge=1)]
+    decode_lanes: Annotated[StrictInt, Field(ge=1)]
     """
     Extension. How many requests (or choices) the engine decodes at once.
     """
@@ -1628,7 +1628,7 @@ class PromptTokensDetails(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    cached_tokens: Annotated[int, Field(ge=0)]
+    cached_tokens: Annotated[StrictInt, Field(ge=0)]
     """
     Prompt tokens served from the prefix cache.
     """
@@ -1665,11 +1665,11 @@ class RerankRequest(BaseModel):
     """
     The documents to score against the query; strings, or objects with `text` (Cohere/Jina).
     """
-    top_n: Annotated[int | None, Field(ge=1)] = None
+    top_n: Annotated[StrictInt | None, Field(ge=1)] = None
     """
     Return only the n best results (all when absent; more than the documents is all).
     """
-    return_documents: bool | None = None
+    return_documents: StrictBool | None = None
     """
     Include each document's text in its result (default true).
     """
@@ -1695,7 +1695,7 @@ class RerankResult(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    index: Annotated[int, Field(ge=0)]
+    index: Annotated[StrictInt, Field(ge=0)]
     """
     The document's position in the request.
     """
@@ -1707,7 +1707,7 @@ class RerankUsage(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    total_tokens: Annotated[int, Field(ge=0)]
+    total_tokens: Annotated[StrictInt, Field(ge=0)]
 
 
 class ResponseCompletedEvent(BaseModel):
@@ -1720,7 +1720,7 @@ class ResponseCompletedEvent(BaseModel):
     )
     type: Literal["response.completed"]
     response: ResponseObject
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -1736,13 +1736,13 @@ class ResponseContentPartAddedEvent(BaseModel):
     )
     type: Literal["response.content_part.added"]
     item_id: str
-    output_index: Annotated[int, Field(ge=0)]
-    content_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
+    content_index: Annotated[StrictInt, Field(ge=0)]
     part: ResponseOutputText | ResponseOutputRefusal | ResponseReasoningText
     """
     A content part as the content_part events carry it.
     """
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -1758,13 +1758,13 @@ class ResponseContentPartDoneEvent(BaseModel):
     )
     type: Literal["response.content_part.done"]
     item_id: str
-    output_index: Annotated[int, Field(ge=0)]
-    content_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
+    content_index: Annotated[StrictInt, Field(ge=0)]
     part: ResponseOutputText | ResponseOutputRefusal | ResponseReasoningText
     """
     A content part as the content_part events carry it.
     """
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -1780,7 +1780,7 @@ class ResponseCreatedEvent(BaseModel):
     )
     type: Literal["response.created"]
     response: ResponseObject
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -1814,9 +1814,9 @@ class ResponseCustomToolCallInputDeltaEvent(BaseModel):
     )
     type: Literal["response.custom_tool_call_input.delta"]
     item_id: str
-    output_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
     delta: str
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -1832,9 +1832,9 @@ class ResponseCustomToolCallInputDoneEvent(BaseModel):
     )
     type: Literal["response.custom_tool_call_input.done"]
     item_id: str
-    output_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
     input: str
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -1872,7 +1872,7 @@ class ResponseErrorEvent(BaseModel):
     code: str | None
     message: str
     param: str | None
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -1899,7 +1899,7 @@ class ResponseFailedEvent(BaseModel):
     )
     type: Literal["response.failed"]
     response: ResponseObject
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -1915,9 +1915,9 @@ class ResponseFunctionCallArgumentsDeltaEvent(BaseModel):
     )
     type: Literal["response.function_call_arguments.delta"]
     item_id: str
-    output_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
     delta: str
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -1933,10 +1933,10 @@ class ResponseFunctionCallArgumentsDoneEvent(BaseModel):
     )
     type: Literal["response.function_call_arguments.done"]
     item_id: str
-    output_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
     name: str
     arguments: str
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -1988,7 +1988,7 @@ class ResponseInProgressEvent(BaseModel):
     )
     type: Literal["response.in_progress"]
     response: ResponseObject
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -2011,7 +2011,7 @@ class ResponseIncompleteEvent(BaseModel):
     )
     type: Literal["response.incomplete"]
     response: ResponseObject
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -2085,7 +2085,7 @@ class ResponseInputItemList(BaseModel):
     """
     The last item's id; null when `data` is empty.
     """
-    has_more: bool
+    has_more: StrictBool
 
 
 class ResponseInputItemParam(BaseModel):
@@ -2147,18 +2147,18 @@ class ResponseInputTokens(BaseModel):
         extra="forbid",
     )
     object: Literal["response.input_tokens"]
-    input_tokens: Annotated[int, Field(ge=0)]
+    input_tokens: Annotated[StrictInt, Field(ge=0)]
 
 
 class ResponseInputTokensDetails(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    cached_tokens: Annotated[int, Field(ge=0)]
+    cached_tokens: Annotated[StrictInt, Field(ge=0)]
     """
     Input tokens served from the prefix cache.
     """
-    cache_write_tokens: Annotated[int, Field(ge=0)]
+    cache_write_tokens: Annotated[StrictInt, Field(ge=0)]
     """
     Always 0 (the strict SDK types need the field).
     """
@@ -2181,7 +2181,7 @@ class ResponseInputTokensRequest(BaseModel):
     """
     `none`, `auto` or `required`, or an object naming one tool (`{"type": "function", "name": …}`, `{"type": "custom", "name": …}`, `{"type": "allowed_tools", …}`).
     """
-    parallel_tool_calls: bool | None = None
+    parallel_tool_calls: StrictBool | None = None
     reasoning: ResponseReasoningParam | None = None
     text: ResponseTextParam | None = None
     truncation: str | None = None
@@ -2194,7 +2194,7 @@ class ResponseLogprob(BaseModel):
     )
     token: str
     logprob: float
-    bytes: list[int]
+    bytes: list[StrictInt]
     top_logprobs: list[ResponseTopLogprob]
 
 
@@ -2210,7 +2210,7 @@ class ResponseNamespaceMemberParam(BaseModel):
     name: str | None = None
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None
+    strict: StrictBool | None = None
     format: dict[str, Any] | None = None
 
 
@@ -2227,28 +2227,28 @@ class ResponseObject(BaseModel):
     `resp_…`
     """
     object: Literal["response"]
-    created_at: int
+    created_at: StrictInt
     """
     Unix time in seconds.
     """
-    completed_at: int | None = None
+    completed_at: StrictInt | None = None
     status: Literal["completed", "failed", "in_progress", "cancelled", "queued", "incomplete"]
     error: ResponseErrorInfo | None
     incomplete_details: ResponseIncompleteDetails | None
     instructions: str | None
-    max_output_tokens: int | None = None
-    max_tool_calls: int | None = None
+    max_output_tokens: StrictInt | None = None
+    max_tool_calls: StrictInt | None = None
     model: str
     """
     The served model's id, whatever the request named.
     """
     output: list[ResponseOutputMessage | ResponseFunctionToolCall | ResponseCustomToolCall | ResponseReasoningItem]
-    parallel_tool_calls: bool
+    parallel_tool_calls: StrictBool
     previous_response_id: str | None = None
     reasoning: ResponseReasoningConfig | None = None
     temperature: float | None
     top_p: float | None
-    top_logprobs: int | None = None
+    top_logprobs: StrictInt | None = None
     text: ResponseTextConfig | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any]
     """
@@ -2265,7 +2265,7 @@ class ResponseObject(BaseModel):
     """
     user: str | None = None
     metadata: dict[str, str] | None
-    background: bool | None = None
+    background: StrictBool | None = None
     service_tier: str | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
@@ -2280,12 +2280,12 @@ class ResponseOutputItemAddedEvent(BaseModel):
         extra="forbid",
     )
     type: Literal["response.output_item.added"]
-    output_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
     item: ResponseOutputMessage | ResponseFunctionToolCall | ResponseCustomToolCall | ResponseReasoningItem
     """
     One item of a response's output.
     """
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -2300,12 +2300,12 @@ class ResponseOutputItemDoneEvent(BaseModel):
         extra="forbid",
     )
     type: Literal["response.output_item.done"]
-    output_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
     item: ResponseOutputMessage | ResponseFunctionToolCall | ResponseCustomToolCall | ResponseReasoningItem
     """
     One item of a response's output.
     """
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -2359,14 +2359,14 @@ class ResponseOutputTextDeltaEvent(BaseModel):
     )
     type: Literal["response.output_text.delta"]
     item_id: str
-    output_index: Annotated[int, Field(ge=0)]
-    content_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
+    content_index: Annotated[StrictInt, Field(ge=0)]
     delta: str
     logprobs: list[ResponseLogprob]
     """
     Empty unless logprobs were asked for.
     """
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -2382,14 +2382,14 @@ class ResponseOutputTextDoneEvent(BaseModel):
     )
     type: Literal["response.output_text.done"]
     item_id: str
-    output_index: Annotated[int, Field(ge=0)]
-    content_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
+    content_index: Annotated[StrictInt, Field(ge=0)]
     text: str
     logprobs: list[ResponseLogprob]
     """
     Empty unless logprobs were asked for.
     """
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -2399,7 +2399,7 @@ class ResponseOutputTokensDetails(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    reasoning_tokens: Annotated[int, Field(ge=0)]
+    reasoning_tokens: Annotated[StrictInt, Field(ge=0)]
 
 
 class ResponseReasoningConfig(BaseModel):
@@ -2455,10 +2455,10 @@ class ResponseReasoningSummaryPartAddedEvent(BaseModel):
     )
     type: Literal["response.reasoning_summary_part.added"]
     item_id: str
-    output_index: Annotated[int, Field(ge=0)]
-    summary_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
+    summary_index: Annotated[StrictInt, Field(ge=0)]
     part: ResponseSummaryText
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -2474,10 +2474,10 @@ class ResponseReasoningSummaryPartDoneEvent(BaseModel):
     )
     type: Literal["response.reasoning_summary_part.done"]
     item_id: str
-    output_index: Annotated[int, Field(ge=0)]
-    summary_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
+    summary_index: Annotated[StrictInt, Field(ge=0)]
     part: ResponseSummaryText
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -2493,10 +2493,10 @@ class ResponseReasoningSummaryTextDeltaEvent(BaseModel):
     )
     type: Literal["response.reasoning_summary_text.delta"]
     item_id: str
-    output_index: Annotated[int, Field(ge=0)]
-    summary_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
+    summary_index: Annotated[StrictInt, Field(ge=0)]
     delta: str
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -2512,10 +2512,10 @@ class ResponseReasoningSummaryTextDoneEvent(BaseModel):
     )
     type: Literal["response.reasoning_summary_text.done"]
     item_id: str
-    output_index: Annotated[int, Field(ge=0)]
-    summary_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
+    summary_index: Annotated[StrictInt, Field(ge=0)]
     text: str
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -2539,10 +2539,10 @@ class ResponseReasoningTextDeltaEvent(BaseModel):
     )
     type: Literal["response.reasoning_text.delta"]
     item_id: str
-    output_index: Annotated[int, Field(ge=0)]
-    content_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
+    content_index: Annotated[StrictInt, Field(ge=0)]
     delta: str
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -2558,10 +2558,10 @@ class ResponseReasoningTextDoneEvent(BaseModel):
     )
     type: Literal["response.reasoning_text.done"]
     item_id: str
-    output_index: Annotated[int, Field(ge=0)]
-    content_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
+    content_index: Annotated[StrictInt, Field(ge=0)]
     text: str
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -2577,10 +2577,10 @@ class ResponseRefusalDeltaEvent(BaseModel):
     )
     type: Literal["response.refusal.delta"]
     item_id: str
-    output_index: Annotated[int, Field(ge=0)]
-    content_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
+    content_index: Annotated[StrictInt, Field(ge=0)]
     delta: str
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -2596,10 +2596,10 @@ class ResponseRefusalDoneEvent(BaseModel):
     )
     type: Literal["response.refusal.done"]
     item_id: str
-    output_index: Annotated[int, Field(ge=0)]
-    content_index: Annotated[int, Field(ge=0)]
+    output_index: Annotated[StrictInt, Field(ge=0)]
+    content_index: Annotated[StrictInt, Field(ge=0)]
     refusal: str
-    sequence_number: Annotated[int, Field(ge=0)]
+    sequence_number: Annotated[StrictInt, Field(ge=0)]
     """
     The event's position in the stream, from 0.
     """
@@ -2626,7 +2626,7 @@ class ResponseStreamOptionsParam(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    include_obfuscation: bool | None = None
+    include_obfuscation: StrictBool | None = None
     """
     Accepted and ignored (pooled never pads events).
     """
@@ -2715,7 +2715,7 @@ class ResponseTextFormat(BaseModel):
     name: str | None = None
     description: str | None = None
     schema_: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
-    strict: bool | None = None
+    strict: StrictBool | None = None
 
 
 class ResponseTextFormatParam(BaseModel):
@@ -2730,7 +2730,7 @@ class ResponseTextFormatParam(BaseModel):
     name: str | None = None
     description: str | None = None
     schema_: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
-    strict: bool | None = None
+    strict: StrictBool | None = None
 
 
 class ResponseTextParam(BaseModel):
@@ -2763,7 +2763,7 @@ class ResponseToolParam(BaseModel):
     name: str | None = None
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None
+    strict: StrictBool | None = None
     format: dict[str, Any] | None = None
     tools: list[ResponseNamespaceMemberParam] | None = None
     """
@@ -2777,18 +2777,18 @@ class ResponseTopLogprob(BaseModel):
     )
     token: str
     logprob: float
-    bytes: list[int]
+    bytes: list[StrictInt]
 
 
 class ResponseUsage(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    input_tokens: Annotated[int, Field(ge=0)]
+    input_tokens: Annotated[StrictInt, Field(ge=0)]
     input_tokens_details: ResponseInputTokensDetails
-    output_tokens: Annotated[int, Field(ge=0)]
+    output_tokens: Annotated[StrictInt, Field(ge=0)]
     output_tokens_details: ResponseOutputTokensDetails
-    total_tokens: Annotated[int, Field(ge=0)]
+    total_tokens: Annotated[StrictInt, Field(ge=0)]
 
 
 class StreamOptions(BaseModel):
@@ -2799,15 +2799,15 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    include_usage: bool | None = None
+    include_usage: StrictBool | None = None
     """
     Send one more chunk before `data: [DONE]` with `usage` set and no choices; every other chunk has `usage` null.
     """
-    include_obfuscation: bool | None = None
+    include_obfuscation: StrictBool | None = None
     """
     Accepted and ignored (pooled never pads chunks).
     """
-    continuous_usage_stats: bool | None = None
+    continuous_usage_stats: StrictBool | None = None
     """
     vLLM extension; accepted and ignored.
     """
@@ -2819,21 +2819,21 @@ class TokenizeChatRequest(BaseModel):
     )
     model: str | None = None
     messages: list[ChatMessage]
-    add_generation_prompt: bool | None = True
+    add_generation_prompt: StrictBool | None = True
     """
     End with the template's opening of an assistant turn.
     """
-    continue_final_message: bool | None = False
+    continue_final_message: StrictBool | None = False
     """
     Leave the last (assistant) message open, to be continued. Not served yet; true is a 400.
     """
-    add_special_tokens: bool | None = False
+    add_special_tokens: StrictBool | None = False
     """
     Add special tokens on top of the template's (the template usually has them).
     """
     tools: list[ChatTool] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
-    return_token_strs: bool | None = None
+    return_token_strs: StrictBool | None = None
 
 
 class TokenizeCompletionRequest(BaseModel):
@@ -2842,11 +2842,11 @@ class TokenizeCompletionRequest(BaseModel):
     )
     model: str | None = None
     prompt: str
-    add_special_tokens: bool | None = True
+    add_special_tokens: StrictBool | None = True
     """
     Add the tokenizer's special tokens (e.g. BOS).
     """
-    return_token_strs: bool | None = None
+    return_token_strs: StrictBool | None = None
     """
     Also return each token's text.
     """
@@ -2863,10 +2863,10 @@ class TokenizeResponse(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    count: Annotated[int, Field(ge=0)]
-    max_model_len: Annotated[int, Field(ge=1)]
+    count: Annotated[StrictInt, Field(ge=0)]
+    max_model_len: Annotated[StrictInt, Field(ge=1)]
     """
     The context the server runs, in tokens.
     """
-    tokens: list[int]
+    tokens: list[StrictInt]
     token_strs: list[str] | None = None

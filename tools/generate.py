@@ -186,7 +186,10 @@ def generate(out: Path) -> None:
         '"""Code generated from spec/ by tools/generate.py; do not edit."""\n', encoding="utf-8"
     )
     ruff = [sys.executable, "-m", "ruff", "--config", str(REPO / "pyproject.toml")]
-    subprocess.run([*ruff, "check", "--fix-only", "--quiet", "--select", "I,F401", str(out)], cwd=REPO, check=True)
+    # datamodel-code-generator formats with the settings it finds from the output's folder: outside
+    # the repo an import block may come out split, which the import sort joins again.
+    imports = [*ruff, "check", "--fix-only", "--quiet", "--select", "I,F401"]
+    subprocess.run([*imports, "--config", "lint.isort.split-on-trailing-comma = false", str(out)], cwd=REPO, check=True)
     subprocess.run([*ruff, "format", "--quiet", str(out)], cwd=REPO, check=True)
 
 
