@@ -66,6 +66,8 @@ def plan_response(
     if body.background:
         raise ApiError(400, "Background responses are not served; leave 'background' unset.", param="background")
     rendered = render_input(body, template, tokenizer, store)
+    if not rendered.items:
+        raise ApiError(400, "Nothing to answer: send 'input' or 'previous_response_id'.", param="input")
     logprobs = body.top_logprobs is not None or INCLUDE_LOGPROBS in (body.include or [])
     sampling = sampling_params(
         SamplingFields(
