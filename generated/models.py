@@ -577,7 +577,6 @@ class ChatCompletion(BaseModel):
     """
     choices: list[ChatCompletionChoice]
     usage: CompletionUsage
-    system_fingerprint: str | None
 
 
 class ChatCompletionChoice(BaseModel):
@@ -607,7 +606,6 @@ class ChatCompletionChunk(BaseModel):
     model: str
     choices: list[ChatCompletionChunkChoice]
     usage: CompletionUsage | None = None
-    system_fingerprint: str | None = None
 
 
 class ChatCompletionChunkChoice(BaseModel):
@@ -628,7 +626,7 @@ class ChatCompletionChunkDelta(BaseModel):
     content: str | None = None
     reasoning_content: str | None = None
     """
-    Non-standard (vLLM/DeepSeek style); a piece of the reasoning text.
+    Extension (vLLM/DeepSeek style). A piece of the reasoning text. Absent when there is none.
     """
     refusal: str | None = None
     tool_calls: list[ChatCompletionChunkToolCall] | None = None
@@ -706,7 +704,7 @@ class ChatCompletionMessage(BaseModel):
     tool_calls: list[ChatCompletionFunctionToolCall | ChatCompletionCustomToolCall] | None = None
     reasoning_content: str | None = None
     """
-    Non-standard (vLLM/DeepSeek style); the model's reasoning (thinking) text, apart from `content`.
+    Extension (vLLM/DeepSeek style). The model's reasoning (thinking) text, apart from `content`. Absent when there is none.
     """
 
 
@@ -1010,7 +1008,6 @@ class Completion(BaseModel):
     model: str
     choices: list[CompletionChoice]
     usage: CompletionUsage
-    system_fingerprint: str | None
 
 
 class CompletionChoice(BaseModel):
@@ -1037,7 +1034,6 @@ class CompletionChunk(BaseModel):
     model: str
     choices: list[CompletionChunkChoice]
     usage: CompletionUsage | None = None
-    system_fingerprint: str | None = None
 
 
 class CompletionChunkChoice(BaseModel):
@@ -2259,11 +2255,14 @@ class ResponseObject(BaseModel):
     The request's tools, as given.
     """
     truncation: str | None = None
-    usage: ResponseUsage | None
+    usage: ResponseUsage | None = None
     """
-    Token counts; null until the response is finished.
+    Token counts; absent until the response is finished.
     """
     user: str | None = None
+    """
+    The request's `user`; absent when it sent none.
+    """
     metadata: dict[str, str] | None
     background: StrictBool | None = None
     service_tier: str | None = None

@@ -1,8 +1,10 @@
-"""Extract what OpenAI's official spec says of the Responses objects pooled answers with.
+"""Extract what OpenAI's official spec says of the objects pooled answers with.
 
 For each pair (pooled's schema, OpenAI's schema) it writes OpenAI's property names, its required
-names, and the `type` constant, into `tests/goldens/openai_responses_schemas.json`; the spec test
-checks pooled's spec against that file, so the tests need no file outside the repository.
+names, the names that may be null, and the `type` constant, into `tests/goldens/openai_schemas.json`;
+the spec test checks pooled's spec against that file, so the tests need no file outside the
+repository. OpenAI's side may name an array's items as `Schema.property[]` (a choice object that
+the official spec writes inline).
 
     .venv/bin/python tools/openai_schema_golden.py ../shared/reference/openai-openapi.yaml
 """
@@ -16,9 +18,27 @@ from typing import Any
 
 import yaml
 
-GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "goldens" / "openai_responses_schemas.json"
+GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "goldens" / "openai_schemas.json"
 
 PAIRS = {
+    "ChatCompletion": "CreateChatCompletionResponse",
+    "ChatCompletionChoice": "CreateChatCompletionResponse.choices[]",
+    "ChatCompletionMessage": "ChatCompletionResponseMessage",
+    "ChatCompletionFunctionToolCall": "ChatCompletionMessageToolCall",
+    "ChatCompletionCustomToolCall": "ChatCompletionMessageCustomToolCall",
+    "ChatChoiceLogprobs": "CreateChatCompletionResponse.choices[].logprobs",
+    "ChatTokenLogprob": "ChatCompletionTokenLogprob",
+    "ChatCompletionChunk": "CreateChatCompletionStreamResponse",
+    "ChatCompletionChunkChoice": "CreateChatCompletionStreamResponse.choices[]",
+    "ChatCompletionChunkDelta": "ChatCompletionStreamResponseDelta",
+    "ChatCompletionChunkToolCall": "ChatCompletionMessageToolCallChunk",
+    "CompletionUsage": "CompletionUsage",
+    "Completion": "CreateCompletionResponse",
+    "CompletionChoice": "CreateCompletionResponse.choices[]",
+    "OpenAIModel": "Model",
+    "OpenAIModelList": "ListModelsResponse",
+    "OpenAIError": "Error",
+    "OpenAIErrorResponse": "ErrorResponse",
     "ResponseObject": "Response",
     "ResponseUsage": "ResponseUsage",
     "ResponseErrorInfo": "ResponseError",
@@ -66,10 +86,15 @@ PAIRS = {
 }
 
 
+def _resolve(schema: dict[str, Any], schemas: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        schema = schemas[schema["$ref"].rsplit("/", 1)[1]]
+    return schema
+
+
 def _flatten(schema: dict[str, Any], schemas: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
     """An object schema's properties and required names, through `$ref` and `allOf`."""
-    if "$ref" in schema:
-        return _flatten(schemas[schema["$ref"].rsplit("/", 1)[1]], schemas)
+    schema = _resolve(schema, schemas)
     objects = [part for part in schema.get("anyOf", []) if part.get("type") != "null"]
     if len(objects) == 1:  # `X or null`
         return _flatten(objects[0], schemas)
@@ -80,6 +105,29 @@ def _flatten(schema: dict[str, Any], schemas: dict[str, Any]) -> tuple[dict[str,
         properties |= more
         required |= more_required
     return properties, required
+
+
+def _nullable(prop: dict[str, Any], schemas: dict[str, Any]) -> bool:
+    """Whether OpenAI's spec lets the value be null (OpenAPI 3.0's `nullable` or 3.1's null type)."""
+    if prop.get("nullable"):
+        return True
+    types = prop.get("type")
+    if types == "null" or (isinstance(types, list) and "null" in types):
+        return True
+    if any(_nullable(part, schemas) for part in prop.get("anyOf", []) + prop.get("oneOf", [])):
+        return True
+    return "$ref" in prop and _nullable(_resolve(prop, schemas), schemas)
+
+
+def _named(path: str, schemas: dict[str, Any]) -> dict[str, Any]:
+    """`Schema`, or `Schema.property[]...`: the schema at that path (`[]`: an array's items)."""
+    name, *steps = path.split(".")
+    schema = schemas[name]
+    for step in steps:
+        schema = _flatten(schema, schemas)[0][step.removesuffix("[]")]
+        if step.endswith("[]"):
+            schema = _resolve(schema, schemas)["items"]
+    return schema
 
 
 def _type_const(prop: dict[str, Any]) -> str | None:
@@ -93,11 +141,12 @@ def main(spec_path: str) -> None:
     schemas = yaml.safe_load(Path(spec_path).read_text())["components"]["schemas"]
     golden: dict[str, Any] = {}
     for ours, theirs in PAIRS.items():
-        properties, required = _flatten(schemas[theirs], schemas)
+        properties, required = _flatten(_named(theirs, schemas), schemas)
         golden[ours] = {
             "openai": theirs,
             "properties": sorted(properties),
             "required": sorted(required),
+            "nullable": sorted(name for name, prop in properties.items() if _nullable(prop, schemas)),
             "type": _type_const(properties.get("type", {})),
         }
     GOLDEN.write_text(json.dumps(golden, indent=1) + "\n")

@@ -82,7 +82,6 @@ async def chat_completion(
             for index, answer in enumerate(answers)
         ],
         usage=usage_model(usage),
-        system_fingerprint=None,
     )
 
 

@@ -82,7 +82,6 @@ async def completion(run: CompletionRun, model_id: str) -> models.Completion:
             for index, answer in enumerate(answers)
         ],
         usage=usage_model(run.usage),
-        system_fingerprint=None,
     )
 
 

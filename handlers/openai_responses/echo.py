@@ -9,7 +9,7 @@ from generated import models
 
 def echoed_fields(body: models.CreateResponseRequest, model_id: str) -> dict[str, Any]:
     text_format = body.text.format if body.text and body.text.format else None
-    return {
+    fields: dict[str, Any] = {
         "model": model_id,
         "instructions": body.instructions,
         "max_output_tokens": body.max_output_tokens,
@@ -31,13 +31,15 @@ def echoed_fields(body: models.CreateResponseRequest, model_id: str) -> dict[str
         "tool_choice": _tool_choice(body.tool_choice),
         "tools": [tool.model_dump(exclude_none=True) for tool in body.tools or []],
         "truncation": body.truncation or "disabled",
-        "user": body.user,
         "metadata": body.metadata or {},
         "background": False,
         "service_tier": body.service_tier or "default",
         "prompt_cache_key": body.prompt_cache_key,
         "safety_identifier": body.safety_identifier,
     }
+    if body.user is not None:  # OpenAI's Response has no null `user`: absent when the request sent none
+        fields["user"] = body.user
+    return fields
 
 
 def _tool_choice(choice: str | models.ResponseToolChoiceObjectParam | None) -> str | dict[str, Any]:

@@ -74,8 +74,9 @@ class ResponseRun:
             "error": {"code": error.code or "server_error", "message": error.message} if error else None,
             "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
             "output": list(self.output.items) if status != "in_progress" else [],
-            "usage": _usage(self.usage) if finished else None,
         }
+        if finished:
+            response["usage"] = _usage(self.usage)
         return response
 
     def conclude(self, error: ApiError | None = None) -> dict[str, Any]:
