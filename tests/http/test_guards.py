@@ -8,6 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from pooled.app import build_app, server_context
+from pooled.guards import is_public
 from pooled.settings import Settings
 from tests.conftest import BASE_URL, StubModel
 
@@ -146,3 +147,34 @@ def test_streamed_oversized_body_without_length_is_413() -> None:
 
 def test_default_body_limit_is_4_mib() -> None:
     assert Settings().max_body == 4 * 1024 * 1024
+
+
+def _operations(client: TestClient) -> list[tuple[str, str]]:
+    document = client.get("/v1/openapi.json").json()
+    return [
+        (method.upper(), path.replace("{response_id}", "resp_x").replace("{model_id}", "m").replace("{asset}", "x"))
+        for path, item in document["paths"].items()
+        for method in item
+        if method in ("get", "post", "put", "delete", "patch")
+    ]
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [{}, {"authorization": "Bearer nope"}, {"x-api-key": "nope"}],
+    ids=["missing", "wrong bearer", "wrong x-api-key"],
+)
+def test_every_route_but_health_and_docs_refuses_a_bad_key(keyed: TestClient, credentials: dict[str, str]) -> None:
+    refused = []
+    for method, path in _operations(keyed):
+        response = keyed.request(method, path, headers=credentials, json={})
+        if is_public(path):
+            assert response.status_code != 401, (method, path)
+            continue
+        assert response.status_code == 401, (method, path, response.status_code)
+        body = response.json()
+        anthropic = path.startswith("/v1/messages") or (path.startswith("/v1/models") and "x-api-key" in credentials)
+        assert (body.get("type") == "error") == anthropic, (method, path, body)
+        assert body["error"]["type"] == "authentication_error", (method, path, body)
+        refused.append(path)
+    assert "/v1/chat/completions" in refused and "/v1/messages/count_tokens" in refused and "/metrics" in refused
