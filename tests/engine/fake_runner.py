@@ -8,8 +8,8 @@ seeded row draws from (context, seed, draw counter), so it also catches a wrong 
 row (temperature 0) from the context alone.
 
 `gate` holds every step while cleared (`held` is set while a step waits at it), so a test can
-make requests arrive together; `delay_s` slows every step; `fail_with` makes the next step raise;
-`log` records each step's kind and rows.
+make requests arrive together; `delay_s` slows every step; `fail_with` makes a step raise, once
+`fail_after` more steps have run; `log` records each step's kind and rows.
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ class FakeRunner:
         self.held = threading.Event()
         self.delay_s = 0.0
         self.fail_with: BaseException | None = None
+        self.fail_after = 0
         self.log: list[tuple[str, int]] = []  # (kind, rows): "prefill", "first", "decode", "chained"
         self.prefilled_tokens = 0
         self._kv: list[list[int | None]] = [[None] * config.page_size for _ in range(pages)]
@@ -149,7 +150,9 @@ class FakeRunner:
             self.held.clear()
         time.sleep(self.delay_s)
         if self.fail_with is not None:
-            raise self.fail_with
+            if self.fail_after <= 0:
+                raise self.fail_with
+            self.fail_after -= 1
         self.log.append((kind, rows))
 
     def _write(self, table: Sequence[int], position: int, token: int) -> None:
