@@ -34,7 +34,13 @@ def not_serving(model: ModelService, unavailable_status: int) -> ApiError:
             headers={"Retry-After": str(RETRY_AFTER_LOADING_S)},
         )
     if model.state == "draining":
-        return ApiError(unavailable_status, "The server is shutting down and takes no new requests.", code="draining")
+        # A supervisor restarts the server, which answers with Retry-After while it loads.
+        return ApiError(
+            unavailable_status,
+            "The server is shutting down and takes no new requests; retry after the Retry-After delay.",
+            code="draining",
+            headers={"Retry-After": str(RETRY_AFTER_LOADING_S)},
+        )
     cause, reason = model.failure or ("fault", "unknown")
     return ApiError(unavailable_status, f"The model is not running ({cause}: {reason}).", code="model_dead")
 

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ STARTUP_TIMEOUT_S = 900  # cold: loading plus the engine's compile plan on 2 CPU
 CONTEXT = 2048
 DECODE_LANES = 4
 SMALL_ENGINE = ["--ctx", str(CONTEXT), "--decode-lanes", str(DECODE_LANES)]
+STREAMS = 32  # in flight when SIGTERM arrives: 4 decoding, the rest queued
+QUEUE = ["--max-queue", str(STREAMS)]
 
 
 def free_port() -> int:
@@ -41,7 +44,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     # The installed entry point, run from elsewhere: what a user runs, not the source tree.
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *SMALL_ENGINE],
+        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *SMALL_ENGINE, *QUEUE],
         cwd=tmp_path_factory.mktemp("cwd"),
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
@@ -107,7 +110,30 @@ def test_models_list_the_loaded_model(server: str) -> None:
     assert anthropic["data"][0]["type"] == "model"
 
 
+def _stream(base: str, index: int, started: threading.Event, results: list[tuple[int, list[str]]]) -> None:
+    body = {"model": "m", "prompt": f"Count to ten, take {index}:", "max_tokens": 12, "stream": True}
+    with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=120) as response:
+        started.set()
+        results[index] = (response.status_code, [line for line in response.iter_lines() if line.startswith("data:")])
+
+
 def test_sigterm_drains_and_exits_zero(served: Served) -> None:
-    # Runs last in this module: it stops the shared server.
+    """With 32 streams in flight, SIGTERM lets every one finish, refuses new requests with 503 and
+    Retry-After meanwhile, and exits 0. Runs last in this module: it stops the shared server."""
+    results: list[tuple[int, list[str]]] = [(0, [])] * STREAMS
+    started = [threading.Event() for _ in range(STREAMS)]
+    threads = [threading.Thread(target=_stream, args=(served.base, i, started[i], results)) for i in range(STREAMS)]
+    for thread in threads:
+        thread.start()
+    assert all(event.wait(60) for event in started)
+    in_flight = httpx.get(f"{served.base}/health").json()["queue"]
     served.process.send_signal(signal.SIGTERM)
+    refused = httpx.post(f"{served.base}/v1/completions", json={"model": "m", "prompt": "Hi", "max_tokens": 1})
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
+    assert httpx.get(f"{served.base}/health").json()["state"] == "draining"
+    for thread in threads:
+        thread.join(120)
+    assert in_flight > DECODE_LANES, "most streams had finished before the signal"
+    assert [status for status, _ in results] == [200] * STREAMS
+    assert all(events[-1] == "data: [DONE]" for _, events in results)
     assert served.process.wait(timeout=30) == 0
