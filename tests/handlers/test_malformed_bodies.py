@@ -1,0 +1,59 @@
+"""Bodies no schema describes, on every operation that takes one: random bytes, truncated JSON, deep
+nesting, huge strings and arrays, invalid UTF-8, JSON that is not an object, wrong content types.
+Each is a 4xx in the route's API shape, quickly: never a 5xx, never a hang."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+JSON = {"content-type": "application/json"}
+
+
+def _wrong_types(huge: object) -> dict[str, object]:
+    """Every operation's main fields, each of a type it does not take, one of them `huge`."""
+    return {"model": huge, "messages": 7, "prompt": 7, "input": 7, "tokens": "x", "query": 7, "documents": 7}
+
+
+_random = random.Random(7)
+BODIES: dict[str, tuple[bytes, dict[str, str]]] = {
+    "random bytes": (bytes(_random.randrange(256) for _ in range(512)), JSON),
+    "truncated": (b'{"model": "m", "messages": [{"role": "user", "content": "Hi', JSON),
+    "deep nesting": (b'{"model": "m", "input": ' + b"[" * 20000 + b"]" * 20000 + b"}", JSON),
+    "deep objects": (b'{"a": ' * 5000 + b"1" + b"}" * 5000, JSON),
+    "invalid utf-8": (b'{"model": "m", "prompt": "\xff\xfe\xc3", "messages": "\xc3\x28"}', JSON),
+    "not an object": (b"[1, 2, 3]", JSON),
+    "null": (b"null", JSON),
+    "a string": (b'"Hi"', JSON),
+    "empty": (b"", JSON),
+    "huge string": (json.dumps(_wrong_types(["a" * 3_000_000])).encode(), JSON),
+    "huge array": (json.dumps(_wrong_types([[7]] * 300_000)).encode(), JSON),
+    "text/plain": (b'{"model": "m", "prompt": "Hi"}', {"content-type": "text/plain"}),
+    "form": (b"model=m&prompt=Hi", {"content-type": "application/x-www-form-urlencoded"}),
+    "no content type": (b'{"model": "m"', {}),
+}
+
+
+def _post_operations(api: TestClient) -> list[str]:
+    document = api.get("/v1/openapi.json").json()
+    return sorted(path for path, item in document["paths"].items() if "post" in item and "{" not in path)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", sorted(BODIES))
+def test_malformed_bodies_are_4xx_in_the_routes_shape(api: TestClient, kind: str) -> None:
+    content, headers = BODIES[kind]
+    for path in _post_operations(api):
+        started = time.monotonic()
+        response = api.post(path, content=content, headers=headers)
+        assert 400 <= response.status_code < 500 or response.status_code == 501, (path, response.status_code)
+        body = response.json()
+        if path.startswith("/v1/messages"):
+            assert body["type"] == "error" and body["error"]["type"], (path, body)
+        else:
+            assert body["error"]["message"], (path, body)
+        assert time.monotonic() - started < 10, (path, "too slow")
