@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_FLAGS ?=
 
-.PHONY: setup generate serve test bench lint reference
+.PHONY: setup generate serve test bench soak lint reference
 
 setup: $(STAMP)
 
@@ -29,6 +29,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py $(ARGS)
+
+# Minutes of mixed requests against one server; figures in docs/RELIABILITY.md.
+soak: $(STAMP)
+	$(BIN)/python tools/soak.py $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check pooled handlers engine tools tests

@@ -247,8 +247,7 @@ def markdown(runs: list[list[Report]], bandwidth: float, command: str) -> str:
         "Written by `make bench` (`tools/bench.py`); every figure below was measured by that run.",
         "",
         f"- Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
-        f"- Machine: {platform.machine()}, {os.cpu_count()} cores ({_cpu_name()}), "
-        f"{_memory_gib():.0f} GiB; measured memory bandwidth {bandwidth:.1f} GB/s (numpy copy, read+write)",
+        f"- Machine: {machine_line()}; measured memory bandwidth {bandwidth:.1f} GB/s (numpy copy, read+write)",
         f"- Command: `{command}`",
         f"- Workload: `/v1/completions` streams, temperature 0, `ignore_eos`; decode {DECODE_TOKENS} tokens; "
         f"{CONCURRENT_TOKENS} tokens per concurrent stream",
@@ -310,11 +309,25 @@ def write_section(path: Path, name: str, text: str) -> None:
     path.write_text(page, encoding="utf-8")
 
 
+def machine_line() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cores ({_cpu_name()}), {_memory_gib():.0f} GiB"
+
+
+# The instruction sets the kernels and XLA pick paths by, as /proc/cpuinfo names them.
+_FLAGS_OF_NOTE = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8")
+
+
 def _cpu_name() -> str:
+    """The CPU's name, family and model, and which of `_FLAGS_OF_NOTE` it has."""
+    fields: dict[str, str] = {}
     for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+        if not line.strip():
+            break  # the first processor's block is enough
+    name = fields.get("model name") or platform.processor() or "unknown CPU"
+    flags = [flag for flag in _FLAGS_OF_NOTE if flag in fields.get("flags", "").split()]
+    return f"{name}, family {fields.get('cpu family', '?')} model {fields.get('model', '?')}, {' '.join(flags)}"
 
 
 def _memory_gib() -> float:
