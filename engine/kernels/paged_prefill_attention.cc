@@ -13,9 +13,9 @@
 //   out        f32 [B, T, K*G*H]    attention output, query heads in checkpoint order (k-major)
 //
 // Flash-attention style. A unit of work is one KV head of a tile of a row's tokens: their G query
-// heads each, up to kTileQueries queries, which walk the keys in blocks of kKeyBlock (the pooled
-// ones, then the step's own), each block's keys and values converted to float32 once for all of
-// them. Scores and weighted values are register-tiled matmuls (kRowTile keys by 16 queries, kRowTile
+// heads each, up to kTileQueries queries, which walk the keys in blocks of kKeyBlock absolute
+// positions (from the pool below the step's first position, from the step's own tokens after),
+// each block's keys and values converted to float32 once for all of them. Scores and weighted values are register-tiled matmuls (kRowTile keys by 16 queries, kRowTile
 // queries by 16 head dimensions); the softmax runs online in float32. The step's own keys and values are rounded
 // to the pool's type first, as they will be stored, so a prompt attends alike however the engine
 // splits it into chunks.
@@ -170,8 +170,9 @@ void Attend(Work& w, int64_t n, bool masked) {
       }
       peak = Max(peak, scores);
     }
-    // A query that has seen no key yet keeps a peak of -inf, its probabilities 0.
-    const Vec correction = peak == hidden ? Splat(1.0f) : ExpNonPositive(before - peak);
+    // Exactly 1 where the block raised no peak: a query that sees none of its keys, or has seen no
+    // key yet (a peak of -inf), is left as it was, so skipping a block changes nothing.
+    const Vec correction = peak == before ? Splat(1.0f) : ExpNonPositive(before - peak);
     Vec sums{};
     for (int64_t j = 0; j < n; ++j) {
       const Vec scores = LoadVec(w.scores + j * w.lanes + c);
@@ -225,30 +226,31 @@ void AttendTile(const Shape& s, const float* q, const float* k_new, const float*
   const int32_t last_query = *std::max_element(row_positions + t0, row_positions + t1);
   const int32_t first_query = *std::min_element(row_positions + t0, row_positions + t1);
 
+  // Keys in blocks of absolute positions (0, kKeyBlock, ...), each key from the pool below the
+  // row's first step position and from the step's own tokens from there: however a prompt is
+  // split into chunks or served from cached pages, a query meets its keys in the same blocks and
+  // order, so its sums are the same. Padding tokens (past every real position) are no key.
   const int64_t in_pool = std::clamp<int64_t>(row_positions[0], 0, s.columns * S);
-  for (int64_t start = 0; start < in_pool; start += kKeyBlock) {
-    const int64_t n = std::min(kKeyBlock, in_pool - start);
+  int64_t own = 0;
+  while (own < s.tokens && row_positions[own] == in_pool + own) ++own;
+  const int64_t keys = std::min<int64_t>(in_pool + own, last_query + 1);
+  for (int64_t start = 0; start < keys; start += kKeyBlock) {
+    const int64_t n = std::min(kKeyBlock, keys - start);
     for (int64_t j = 0; j < n; ++j) {
       const int64_t position = start + j;
-      const int64_t page = std::clamp<int64_t>(tables[b * s.columns + position / S], 0, s.pages - 1);
-      const int64_t at = ((kh * s.pages + page) * S + position % S) * H;
-      Load(k_pool + at, w.keys + j * H, H);
-      Load(v_pool + at, w.values + j * w.width, H);
+      if (position < in_pool) {
+        const int64_t page = std::clamp<int64_t>(tables[b * s.columns + position / S], 0, s.pages - 1);
+        const int64_t at = ((kh * s.pages + page) * S + position % S) * H;
+        Load(k_pool + at, w.keys + j * H, H);
+        Load(v_pool + at, w.values + j * w.width, H);
+      } else {
+        const int64_t at = ((b * s.tokens + position - in_pool) * K + kh) * H;
+        AsStored(k_new + at, w.keys + j * H, H, T{});
+        AsStored(v_new + at, w.values + j * w.width, H, T{});
+      }
+      w.key_position[j] = static_cast<int32_t>(position);
     }
-    Attend(w, n, false);  // the pool holds positions below every query's
-  }
-
-  for (int64_t start = 0; start < s.tokens; start += kKeyBlock) {
-    const int64_t n = std::min(kKeyBlock, s.tokens - start);
-    const int32_t* key_positions = row_positions + start;
-    if (*std::min_element(key_positions, key_positions + n) > last_query) continue;  // all in the future
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t at = ((b * s.tokens + start + j) * K + kh) * H;
-      AsStored(k_new + at, w.keys + j * H, H, T{});
-      AsStored(v_new + at, w.values + j * w.width, H, T{});
-      w.key_position[j] = key_positions[j];
-    }
-    Attend(w, n, *std::max_element(key_positions, key_positions + n) > first_query);
+    Attend(w, n, start + n - 1 > first_query);
   }
 
   for (int64_t t = t0; t < t1; ++t) {

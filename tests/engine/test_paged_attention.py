@@ -131,3 +131,32 @@ def test_padding_tokens_change_nothing_for_real_ones(attention: Callable[..., ja
     keys, values = (_context(pool, own[0, :real], slots) for pool, own in ((pool_k, k), (pool_v, v)))
     expected = _dense(q[0, :real], keys, values, positions[0, :real])
     np.testing.assert_allclose(np.asarray(got[0, :real]), expected, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+def test_a_prompt_attends_the_same_however_it_is_split(dtype: jnp.dtype) -> None:
+    """A prompt prefilled whole and prefilled from a split point (the keys before it read back from
+    the pool, as after a prefix-cache hit or an earlier chunk) gives bit-identical attention: what
+    the prefix cache holds must not change a seeded request's tokens. Splits off the kernel's
+    64-key blocks and off pages included."""
+    rng = np.random.default_rng(3)
+    tokens, page, kv_heads, group, head_dim = 150, 16, 3, 3, 64
+    pages = -(-tokens // page)
+    tables = jnp.asarray([[*range(1, pages + 1), 0]], jnp.int32)
+    q = jnp.asarray(rng.standard_normal((1, tokens, kv_heads, group, head_dim)), jnp.float32)
+    k, v = (jnp.asarray(rng.standard_normal((1, tokens, kv_heads, head_dim)), jnp.float32) for _ in range(2))
+    positions = jnp.arange(tokens, dtype=jnp.int32)[None]
+    empty = PagedLayerCache(*(empty_pool(kv_heads, pages + 1, page, head_dim, dtype) for _ in range(2)))
+    attend = jax.jit(paged_attention)
+    whole = np.asarray(attend(q, k, v, positions, empty, tables))
+    for split in (16, 24, 64, 100, 128):
+        slots = np.arange(split)
+        page_ids = np.asarray(tables[0])[slots // page]
+        cached = PagedLayerCache(
+            *(
+                pool.at[:, page_ids, slots % page].set(to_pool(new[0, :split].transpose(1, 0, 2), pool))
+                for pool, new in ((empty.k, k), (empty.v, v))
+            )
+        )
+        tail = attend(q[:, split:], k[:, split:], v[:, split:], positions[:, split:], cached, tables)
+        assert np.array_equal(np.asarray(tail), whole[:, split:]), split
