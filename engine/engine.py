@@ -43,7 +43,6 @@ class Engine:
                 f"KV pool of {pages} pages cannot hold one full-context row ({pages_per_row} pages) "
                 f"plus {config.decode_lanes} lanes; raise the KV memory or lower max_context"
             )
-        self.config = config
         self.max_context = runner.max_context
         self.decode_lanes = config.decode_lanes
         self.eos_token_ids = eos_token_ids | config.stop_token_ids

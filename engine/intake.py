@@ -64,9 +64,9 @@ class Intake:
             self._wake.notify_all()  # wait_idle callers share the condition
             return entry.id
 
-    def cancel(self, request_id: int, reason: FinishReason = "cancelled") -> None:
+    def cancel(self, request_id: int) -> None:
         with self.lock:
-            self._cancels.setdefault(request_id, reason)
+            self._cancels.setdefault(request_id, "cancelled")
             self._wake.notify_all()  # wait_idle callers share the condition
 
     def drain(self) -> None:

@@ -31,10 +31,9 @@ def pool_pages(model: LoadedModel, config: EngineConfig) -> int:
     """Pages in the KV pool (plus the null page), from the first size setting given: `kv_pages`,
     `kv_memory_bytes`, `kv_memory_fraction` of the device's free memory, or where the device
     reports none, every lane's full context up to NO_FIGURES_KV_MEMORY."""
-    per_token = kv_bytes_per_token(model, config.kv_cache_dtype)
-    page_bytes = config.page_size * per_token
     if config.kv_pages:
         return config.kv_pages + 1
+    per_token = kv_bytes_per_token(model, config.kv_cache_dtype)
     budget = config.kv_memory_bytes
     if not budget:
         memory = model.mesh.devices.flat[0].memory_stats() or {}
@@ -45,4 +44,4 @@ def pool_pages(model: LoadedModel, config: EngineConfig) -> int:
             (config.decode_lanes + 1) * (max_context(model.config, config) + 2 * config.page_size) * per_token
         )
         budget = min(NO_FIGURES_KV_MEMORY, every_lane_full)
-    return budget // page_bytes + 1
+    return budget // (config.page_size * per_token) + 1

@@ -149,7 +149,7 @@ class DeviceRunner:
         elif bucket.kind == "decode":
             lane_ids = np.full(bucket.rows, self.lanes, np.int32)
             tokens = jax.device_put(np.zeros(bucket.rows, np.int32), self._replicated)
-            self._decode(tokens, np.ones(bucket.rows, np.int32), lane_ids)
+            self._decode(tokens, np.ones(bucket.rows, np.int32), lane_ids, self._rows(lane_ids))
         elif bucket.kind == "reset_lane":
             self._reset_lane(self.lanes, [], [])
         else:
@@ -230,10 +230,9 @@ class DeviceRunner:
 
     def first_tokens(self, logits: PromptLogits, index: int, rows: Sequence[DecodeRow]) -> Drawn:
         lane_ids = self._lane_ids(rows)
-        self._lane_state, sampled = self.steps.first_tokens(
-            self._lane_state, logits, np.int32(index), lane_ids, self._rows(lane_ids)
-        )
-        return self.take(Pending(_Step(sampled, self._wants_logprobs(lane_ids))))
+        params = self._rows(lane_ids)
+        self._lane_state, sampled = self.steps.first_tokens(self._lane_state, logits, np.int32(index), lane_ids, params)
+        return self.take(Pending(_Step(sampled, bool(params.logprobs.any()))))
 
     # --- decode -----------------------------------------------------------------------------
 
@@ -247,7 +246,8 @@ class DeviceRunner:
             tokens = jax.device_put(host_tokens, self._replicated)
         else:
             tokens = _step(chained).sampled.token
-        return Pending(_Step(self._decode(tokens, positions, lane_ids), self._wants_logprobs(lane_ids)))
+        params = self._rows(lane_ids)
+        return Pending(_Step(self._decode(tokens, positions, lane_ids, params), bool(params.logprobs.any())))
 
     def take(self, step: Pending) -> Drawn:
         sampled, logprobs = _step(step).sampled, _step(step).logprobs
@@ -258,7 +258,7 @@ class DeviceRunner:
             chosen, (np.asarray(sampled.logprob), np.asarray(sampled.top_ids), np.asarray(sampled.top_logprobs))
         )
 
-    def _decode(self, tokens: jax.Array, positions: np.ndarray, lane_ids: np.ndarray) -> Sampled:
+    def _decode(self, tokens: jax.Array, positions: np.ndarray, lane_ids: np.ndarray, params: RowParams) -> Sampled:
         """`tokens` are on the device, placed like a step's sampled tokens: a step started from host
         tokens and one chained on the last step's run the same compiled program."""
         written, self._lane_state, sampled = self.steps.decode(
@@ -269,7 +269,7 @@ class DeviceRunner:
             positions,
             self._block_tables[lane_ids],
             lane_ids,
-            self._rows(lane_ids),
+            params,
         )
         self._kv = self.steps.write(self._kv, written)
         return sampled
@@ -286,9 +286,6 @@ class DeviceRunner:
             if row.constraint is not None:
                 row.constraint.fill_mask(self._row_params.allowed[row.lane])
         return lane_ids
-
-    def _wants_logprobs(self, lane_ids: np.ndarray) -> bool:
-        return bool(self._row_params.logprobs[lane_ids].any())
 
     def _rows(self, lane_ids: np.ndarray) -> RowParams:
         return RowParams(**{name: table[lane_ids] for name, table in vars(self._row_params).items()})

@@ -163,7 +163,7 @@ def failures(tally: Tally, growth: float) -> list[str]:
     return problems
 
 
-def report(tally: Tally, args: argparse.Namespace, command: str, wall_s: float, growth: float) -> str:
+def report(tally: Tally, args: argparse.Namespace, command: str, wall_s: float, window: int, growth: float) -> str:
     statuses = ", ".join(f"{status}: {count}" for status, count in sorted(tally.statuses.items()))
     first, last = tally.rss_mib[0][1], tally.rss_mib[-1][1]
     problems = failures(tally, growth)
@@ -186,7 +186,7 @@ def report(tally: Tally, args: argparse.Namespace, command: str, wall_s: float, 
             f"- Settling after a burst (nothing in flight, no KV page held): median "
             f"{statistics.median(tally.settle_s):.2f} s, longest {max(tally.settle_s):.2f} s",
             f"- RSS: {first:.0f} MiB after the first burst, {last:.0f} MiB after the last; median over the last "
-            f"{args.window} requests against the first {args.window}: {growth:+.1%}",
+            f"{window} requests against the first {window}: {growth:+.1%}",
             f"- Verdict: {'pass' if not problems else 'FAIL: ' + '; '.join(problems)}",
             "",
         ]
@@ -213,10 +213,10 @@ def main() -> int:
         started = time.monotonic()
         tally = asyncio.run(soak(base_url, process.pid, args.requests, args.burst, args.seed))
         wall_s = time.monotonic() - started
-    args.window = min(1000, args.requests // 3)
-    growth = rss_growth(tally, args.window)
+    window = min(1000, args.requests // 3)
+    growth = rss_growth(tally, window)
     command = "make soak" + (f" ARGS='{' '.join(sys.argv[1:])}'" if len(sys.argv) > 1 else "")
-    text = report(tally, args, command, wall_s, growth)
+    text = report(tally, args, command, wall_s, window, growth)
     print(text)
     write_section(args.write, args.section, text)
     return 1 if failures(tally, growth) else 0
