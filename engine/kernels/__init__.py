@@ -1,6 +1,9 @@
 """Native CPU kernels, called from jitted code as XLA custom calls (`jax.ffi`).
 
-Why: XLA's CPU backend has no fast path for what a decode step does most. Its int8 dot streams
+Why: XLA's CPU backend has no fast path for what a decode step does most, and its float dot
+adds a row's products in an order that depends on how many rows there are (`f32_matmul.cc`: a
+row's result never depends on the other rows of the call, so a seeded request draws the same
+tokens however its prompt was split or batched; used by engine/layers/linear.py). Its int8 dot streams
 weights at a fraction of the memory's bandwidth with one or two rows of activations
 (`int8_matmul.cc`: AVX-512 VNNI or AVX2, with software prefetch; used by engine/int8.py); it has
 no Q4 weights at all (`q4_matmul.cc`, every matmul of `--quantization w4a8`, AVX2); and
@@ -42,11 +45,13 @@ Array = jax.Array
 
 _SOURCE_DIR = Path(__file__).parent
 _FLAGS = ("-O3", "-march=native", "-std=c++17", "-fopenmp-simd", "-shared", "-fPIC")
+F32_MATMUL = "pooled_f32_matmul"
 INT8_MATMUL = "pooled_int8_matmul"
 Q4_MATMUL = "pooled_q4_matmul"
 PAGED_DECODE_ATTENTION = "pooled_paged_decode_attention"
 PAGED_PREFILL_ATTENTION = "pooled_paged_prefill_attention"
 _TARGETS = {
+    F32_MATMUL: "PooledF32Matmul",
     INT8_MATMUL: "PooledInt8Matmul",
     Q4_MATMUL: "PooledQ4Matmul",
     PAGED_DECODE_ATTENTION: "PooledPagedDecodeAttention",
@@ -102,6 +107,13 @@ def available() -> bool:
     for target, symbol in _TARGETS.items():
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
     return True
+
+
+def f32_matmul(x: Array, weights: Sequence[Array]) -> list[Array]:
+    """f32 x [M, K] times each f32 weight [K, N] → f32 [M, N] each, in one call whose rows never
+    depend on each other (`f32_matmul.cc`). CPU only, after `available()`."""
+    results = [jax.ShapeDtypeStruct((x.shape[0], weight.shape[1]), jnp.float32) for weight in weights]
+    return list(jax.ffi.ffi_call(F32_MATMUL, results)(x, *weights))
 
 
 def int8_matmul(x: Array, weights: Sequence[tuple[Array, Array]]) -> list[Array]:

@@ -142,6 +142,8 @@ void Tile(const Problem& p, int64_t m0, int64_t n0) {
 // The tiles of this file, for pooled::RunTiles.
 struct Tiles {
   static constexpr int kChannelTile = 4;
+  static constexpr int kRowTile = 4;
+  static constexpr int64_t kChunkChannels = 16;  // 16, 32 and 64 timed alike
   static constexpr int kChannelStep = 1;
 
   template <int RT, int CT>

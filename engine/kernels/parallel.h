@@ -61,44 +61,58 @@ void ForEachUnit(xla::ffi::ThreadPool& pool, int64_t units, bool parallel, const
   while (shared->done.load(std::memory_order_acquire) < units) Relax();
 }
 
-// Output channels per unit of work taken from the shared counter (16, 32 and 64 timed alike).
-constexpr int64_t kChunkChannels = 16;
 // Below this many multiply-adds a helper costs more to wake than it saves.
 constexpr int64_t kParallelWork = int64_t{1} << 16;
 
-constexpr int64_t kRowTile = 4;
-
-// Kernel::Run<RT, CT>(p, m0, n0) over every row of `p` for channels n0 .. n0 + CT: tiles of kRowTile
-// rows, then one tile of the remaining rows.
-template <typename Kernel, int CT, typename Problem>
-void ChannelTile(const Problem& p, int64_t n0) {
-  int64_t m0 = 0;
-  for (; m0 + kRowTile <= p.rows; m0 += kRowTile) Kernel::template Run<kRowTile, CT>(p, m0, n0);
-  switch (p.rows - m0) {
-    case 3: Kernel::template Run<3, CT>(p, m0, n0); break;
-    case 2: Kernel::template Run<2, CT>(p, m0, n0); break;
-    case 1: Kernel::template Run<1, CT>(p, m0, n0); break;
-    default: break;
+// Kernel::Run<RT, CT>(p, m0, n0) for the last `rows` rows of p (fewer than Kernel::kRowTile) as
+// one tile of RT rows.
+template <typename Kernel, int CT, int RT, typename Problem>
+void RemainingRows(const Problem& p, int64_t m0, int64_t n0, int64_t rows) {
+  if constexpr (RT > 0) {
+    if (rows == RT) {
+      Kernel::template Run<RT, CT>(p, m0, n0);
+    } else {
+      RemainingRows<Kernel, CT, RT - 1>(p, m0, n0, rows);
+    }
   }
 }
 
-// Runs every problem's tiles (Kernel::Run<RT, CT>, RT <= kRowTile rows by CT channels: tiles of
-// Kernel::kChannelTile, then of Kernel::kChannelStep for the rest, which kChunkChannels and every
-// problem's channels are multiples of) over its output channels in chunks of kChunkChannels: one
-// parallel region for all the weights of a call. A Problem has `rows`, `channels` and `depth`.
-template <typename Kernel, typename Problem>
-void RunTiles(xla::ffi::ThreadPool& pool, const std::vector<Problem>& problems) {
+// Kernel::Run<RT, CT>(p, m0, n0) over every row of `p` for channels n0 .. n0 + CT: tiles of
+// Kernel::kRowTile rows, then one tile of the remaining rows.
+template <typename Kernel, int CT, typename Problem>
+void ChannelTile(const Problem& p, int64_t n0) {
+  int64_t m0 = 0;
+  for (; m0 + Kernel::kRowTile <= p.rows; m0 += Kernel::kRowTile) Kernel::template Run<Kernel::kRowTile, CT>(p, m0, n0);
+  RemainingRows<Kernel, CT, Kernel::kRowTile - 1>(p, m0, n0, p.rows - m0);
+}
+
+// Runs body(p, n0, end) for every problem p's output channels in chunks [n0, end) of
+// `chunk_channels`: one parallel region for all the weights of a call. A Problem has `rows`,
+// `channels` and `depth`.
+template <typename Problem, typename Body>
+void ForEachChunk(xla::ffi::ThreadPool& pool, const std::vector<Problem>& problems, int64_t chunk_channels,
+                  const Body& body) {
   std::vector<int64_t> first_chunk{0};  // problem i owns chunks [first_chunk[i], first_chunk[i + 1])
   int64_t work = 0;
   for (const Problem& p : problems) {
-    first_chunk.push_back(first_chunk.back() + (p.channels + kChunkChannels - 1) / kChunkChannels);
+    first_chunk.push_back(first_chunk.back() + (p.channels + chunk_channels - 1) / chunk_channels);
     work += p.rows * p.channels * p.depth;
   }
   ForEachUnit(pool, first_chunk.back(), work >= kParallelWork, [&](int64_t chunk) {
     const size_t i = std::upper_bound(first_chunk.begin(), first_chunk.end(), chunk) - first_chunk.begin() - 1;
     const Problem& p = problems[i];
-    const int64_t end = std::min((chunk - first_chunk[i] + 1) * kChunkChannels, p.channels);
-    int64_t n0 = (chunk - first_chunk[i]) * kChunkChannels;
+    const int64_t n0 = (chunk - first_chunk[i]) * chunk_channels;
+    body(p, n0, std::min(n0 + chunk_channels, p.channels));
+  });
+}
+
+// Runs every problem's tiles (Kernel::Run<RT, CT>, RT <= Kernel::kRowTile rows by CT channels:
+// tiles of Kernel::kChannelTile, then of Kernel::kChannelStep for the rest, which
+// Kernel::kChunkChannels and every problem's channels are multiples of) over its output channels
+// in chunks of Kernel::kChunkChannels.
+template <typename Kernel, typename Problem>
+void RunTiles(xla::ffi::ThreadPool& pool, const std::vector<Problem>& problems) {
+  ForEachChunk(pool, problems, Kernel::kChunkChannels, [](const Problem& p, int64_t n0, int64_t end) {
     for (; n0 + Kernel::kChannelTile <= end; n0 += Kernel::kChannelTile) ChannelTile<Kernel, Kernel::kChannelTile>(p, n0);
     for (; n0 < end; n0 += Kernel::kChannelStep) ChannelTile<Kernel, Kernel::kChannelStep>(p, n0);
   });

@@ -189,6 +189,8 @@ constexpr int64_t kTileChannels = kGroup;
 // The tiles of this file, for pooled::RunTiles: whole groups of channels.
 struct Tiles {
   static constexpr int kChannelTile = kTileChannels;
+  static constexpr int kRowTile = 4;
+  static constexpr int64_t kChunkChannels = 16;  // 16, 32 and 64 timed alike
   static constexpr int kChannelStep = kGroup;
 
   template <int RT, int CT>

@@ -8,7 +8,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from engine import int4, int8
+from engine import int4, int8, kernels
 
 Array = jax.Array
 
@@ -27,6 +27,33 @@ def logical_param(
 
 def einsum(equation: str, *operands: Array, dtype: jnp.dtype) -> Array:
     return jnp.einsum(equation, *operands, preferred_element_type=jnp.float32).astype(dtype)
+
+
+def float_matmuls(x: Array, weights: Sequence[Array], contracting: int = 1) -> list[Array]:
+    """x's last `contracting` axes times each float weight's first `contracting` axes, as one flat
+    axis → f32, each with its weight's remaining axes.
+
+    f32 weights on a CPU with the native kernels take one call whose rows never depend on each
+    other (engine/kernels/f32_matmul.cc): a prompt's numbers then do not depend on how it was split
+    into chunks or cached, nor a decode step's on the streams beside it, so seeded and greedy
+    requests are reproducible. Elsewhere XLA's dot (faster there, but its sums may be ordered by
+    the number of rows)."""
+    rows = x.reshape(-1, math.prod(x.shape[x.ndim - contracting :]))
+    flat = [weight.reshape(rows.shape[1], -1) for weight in weights]
+
+    def xla(rows: Array, flat: list[Array]) -> list[Array]:
+        return [jnp.matmul(rows, weight, preferred_element_type=jnp.float32) for weight in flat]
+
+    def native(rows: Array, flat: list[Array]) -> list[Array]:
+        return kernels.f32_matmul(rows, flat)
+
+    f32 = rows.dtype == jnp.float32 and all(weight.dtype == jnp.float32 for weight in flat)
+    if f32 and kernels.available():
+        ys = jax.lax.platform_dependent(rows, flat, cpu=native, default=xla)
+    else:
+        ys = xla(rows, flat)
+    lead = x.shape[: x.ndim - contracting]
+    return [y.reshape(*lead, *weight.shape[contracting:]) for y, weight in zip(ys, weights, strict=True)]
 
 
 def quantized_param(
@@ -52,16 +79,16 @@ def quantized_param(
 
 
 class Projection(nn.Module):
-    """A weight (and optional bias) contracted with the input by `equation`."""
+    """A weight (and optional bias) contracted with the input by `equation`: x's last `merged` axes
+    with the kernel's first `merged` axes."""
 
     equation: str
     kernel_shape: tuple[int, ...]
     kernel_axes: tuple[str, ...]
     bias_axes: tuple[str, ...] | None = None  # bias covers the trailing output axes
     dtype: jnp.dtype = jnp.float32
-    # With n > 1, x's last n axes and the kernel's first n axes contract as one flat axis in a plain
-    # matmul (the equation only documents it): given several contracting axes (o: N, H), XLA CPU
-    # transposes the whole weight on every call.
+    # They contract as one flat axis in a plain matmul (the equation only documents it): given
+    # several contracting axes (o: N, H), XLA CPU transposes the whole weight on every call.
     merged: int = 1
     weights: str = "float"  # ModelConfig.matmul_weights
 
@@ -85,24 +112,18 @@ class Projection(nn.Module):
             self.bias = logical_param(self, "bias", bias_shape, self.bias_axes, self.dtype)
 
     def __call__(self, x: Array) -> Array:
-        if self.weights != "float":
-            return project(x, [self])[0]
-        if self.merged > 1:
-            flat_x = x.reshape(*x.shape[: -self.merged], -1)
-            flat_kernel = self.kernel.reshape(-1, *self.kernel.shape[self.merged :])
-            y = jnp.matmul(flat_x, flat_kernel, preferred_element_type=jnp.float32).astype(self.dtype)
-        else:
-            y = einsum(self.equation, x, self.kernel, dtype=self.dtype)
-        return self.biased(y)
+        return project(x, [self])[0]
 
     def biased(self, y: Array) -> Array:
         return y + self.bias if self.bias_axes is not None else y
 
 
 def project(x: Array, projections: Sequence[Projection]) -> list[Array]:
-    """Several projections of one input. Int8 ones quantize x once and share one matmul call (one
-    native call for a decode step on CPU: 3 weights streamed at once instead of 3 calls)."""
+    """Several projections of one input in one matmul call (one native call on a CPU: 3 weights
+    streamed at once instead of 3 calls); int8 ones quantize x once."""
+    merged = projections[0].merged
     if projections[0].weights == "float":
-        return [projection(x) for projection in projections]
-    ys = int8.flat_matmuls(x, [projection.quantized for projection in projections], projections[0].merged)
+        ys = float_matmuls(x, [projection.kernel for projection in projections], merged)
+    else:
+        ys = int8.flat_matmuls(x, [projection.quantized for projection in projections], merged)
     return [projection.biased(y.astype(projection.dtype)) for projection, y in zip(projections, ys, strict=True)]

@@ -4,7 +4,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from engine.layers.linear import logical_param
+from engine.layers.linear import float_matmuls, logical_param
 
 Array = jax.Array
 
@@ -19,5 +19,9 @@ class RMSNorm(nn.Module):
     def __call__(self, x: Array) -> Array:
         scale = logical_param(self, "scale", (self.size,), (self.axis_name,), self.dtype, nn.initializers.ones)
         x32 = x.astype(jnp.float32)
-        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        # The sum of squares as a matmul with ones: on a CPU float_matmuls adds a row's terms in one
+        # order whatever the number of rows, where XLA's own reduction does not (576 inputs: one
+        # order up to 4 rows, another from 8), and a seeded request must not depend on its batch.
+        squares = float_matmuls(x32 * x32, [jnp.ones((self.size, 1), jnp.float32)])[0]
+        normed = x32 * jax.lax.rsqrt(squares / self.size + self.eps)
         return scale * normed.astype(self.dtype)

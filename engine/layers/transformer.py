@@ -12,7 +12,7 @@ from engine.config import ModelConfig
 from engine.layers.attention import Attention
 from engine.layers.embedding import Embedding
 from engine.layers.kv_cache import AnyCache, CacheOut, PagedLayerCache
-from engine.layers.linear import einsum, logical_param, quantized_param
+from engine.layers.linear import float_matmuls, logical_param, quantized_param
 from engine.layers.mlp import GatedMLP, MoE
 from engine.layers.norms import RMSNorm
 from engine.layers.rope import Rotation, rope_rotation
@@ -100,7 +100,7 @@ class Transformer(nn.Module):
             logits = int8.matmul(x, head)
         else:
             lm_head = logical_param(self, "lm_head", (c.hidden_size, c.vocab_size), ("embed", "vocab"), self.dtype)
-            logits = einsum("BTD,DV->BTV", x, lm_head, dtype=jnp.float32)
+            logits = float_matmuls(x, [lm_head])[0]
         if caches is None:
             return logits, None
         return logits, tuple(cast(CacheOut, layer_cache) for layer_cache in new_caches)

@@ -26,6 +26,25 @@ def test_the_kernel_builds_where_a_compiler_is() -> None:
     assert kernels.available() == (shutil.which(os.environ.get("CXX", "c++")) is not None)
 
 
+@pytest.mark.parametrize(("channels", "depth"), [(1536, 576), (576, 1536), (50257, 64), (7, 100), (1, 576)])
+def test_a_float_matmul_row_never_depends_on_the_other_rows(channels: int, depth: int) -> None:
+    """Every row count (the streamed rows up to 4, register tiles beyond, tiles cut short) and any
+    position among the rows give a row the same bits, within float32 rounding of the exact product."""
+    if not kernels.available():
+        pytest.skip("no C++ compiler: the kernel is not built here")
+    rng = np.random.default_rng(channels + depth)
+    x = rng.standard_normal((70, depth)).astype(np.float32)
+    weight = jnp.asarray(rng.standard_normal((depth, channels)).astype(np.float32))
+    matmul = jax.jit(lambda x, w: kernels.f32_matmul(x, [w, w[:, : max(1, channels // 3)]]))
+    whole, third = (np.asarray(y) for y in matmul(jnp.asarray(x), weight))
+    exact = x.astype(np.float64) @ np.asarray(weight, np.float64)
+    np.testing.assert_allclose(whole, exact, rtol=0, atol=1e-4 * np.sqrt(depth) * 4)
+    np.testing.assert_array_equal(third, whole[:, : third.shape[1]])
+    for first, count in [(0, 1), (5, 1), (3, 2), (10, 4), (20, 5), (1, 8), (30, 11), (40, 30)]:
+        rows = matmul(jnp.asarray(x[first : first + count]), weight)[0]
+        np.testing.assert_array_equal(np.asarray(rows), whole[first : first + count], f"{count} rows from {first}")
+
+
 @pytest.mark.parametrize(
     ("rows", "channels", "depth"),
     [

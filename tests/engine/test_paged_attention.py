@@ -149,7 +149,7 @@ def test_a_prompt_attends_the_same_however_it_is_split(dtype: jnp.dtype) -> None
     empty = PagedLayerCache(*(empty_pool(kv_heads, pages + 1, page, head_dim, dtype) for _ in range(2)))
     attend = jax.jit(paged_attention)
     whole = np.asarray(attend(q, k, v, positions, empty, tables))
-    for split in (16, 24, 64, 100, 128):
+    for split in (16, 24, 64, 100, 128, 144, 147):
         slots = np.arange(split)
         page_ids = np.asarray(tables[0])[slots // page]
         cached = PagedLayerCache(

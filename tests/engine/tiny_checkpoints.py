@@ -43,6 +43,10 @@ def _variant(**overrides: Any) -> dict[str, Any]:
 
 TINY_MODELS: dict[str, dict[str, Any]] = {
     "llama_tied": _variant(tie_word_embeddings=True),
+    # Wide enough (256 and 512 inputs) that XLA's CPU dot orders a row's sums by the number of rows.
+    "llama_wide": _variant(
+        tie_word_embeddings=True, hidden_size=256, intermediate_size=512, max_position_embeddings=128
+    ),
     "llama_linear": _variant(rope_scaling={"rope_type": "linear", "factor": 2.0}),
     # max_position_embeddings below the prompt length, so dynamic NTK actually stretches the base.
     "llama_dynamic": _variant(max_position_embeddings=8, rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
