@@ -79,6 +79,20 @@ def test_n_choices_and_seed(client: OpenAI) -> None:
     assert [c.message.content for c in first.choices] == [c.message.content for c in second.choices]
 
 
+def test_a_seeded_request_sent_again_draws_the_same_text_whatever_the_cache_holds(client: OpenAI) -> None:
+    # Issue 22's report: the first of four identical seeded requests (16 prompt tokens cached from
+    # earlier traffic) drew one text and the next three (32 cached) another.
+    messages: Any = [{"role": "user", "content": "Tell me a short story about a lighthouse keeper and a storm."}]
+    common: Any = {"model": "m", "messages": messages, "max_tokens": 24, "temperature": 1.0, "seed": 1234}
+    answers = [client.chat.completions.create(**common, logprobs=True) for _ in range(4)]
+    cached = [a.usage.prompt_tokens_details.cached_tokens for a in answers]  # type: ignore[union-attr]
+    assert cached[0] < cached[-1], cached  # the first was prefilled further than the others
+    texts = {a.choices[0].message.content for a in answers}
+    assert len(texts) == 1, texts
+    logprobs = {tuple(e.logprob for e in a.choices[0].logprobs.content or []) for a in answers}  # type: ignore[union-attr]
+    assert len(logprobs) == 1
+
+
 def test_json_schema_output_validates(client: OpenAI) -> None:
     schema = {
         "type": "object",
