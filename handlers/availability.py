@@ -16,8 +16,9 @@ RETRY_AFTER_LOADING_S = 5
 def require_ready(request: Request, unavailable_status: int = 503) -> None:
     """Raise the API's 'not now' answer unless the model is serving.
 
-    OpenAI paths answer 503; Anthropic paths pass 529 (`overloaded_error`), the
-    status Anthropic's clients retry on.
+    While the model loads or the server drains, OpenAI paths answer 503 and Anthropic paths pass
+    529 (`overloaded_error`), the status Anthropic's clients retry on; a dead engine is 503 on
+    every path (see `not_serving`).
     """
     model = context(request).model
     if model.state != "serving":
@@ -41,8 +42,10 @@ def not_serving(model: ModelService, unavailable_status: int) -> ApiError:
             code="draining",
             headers={"Retry-After": str(RETRY_AFTER_LOADING_S)},
         )
+    # Dead: no retry helps until someone restarts the server, so no Retry-After, and 503 on every
+    # path, never the 529 that tells Anthropic's clients to retry.
     cause, reason = model.failure or ("fault", "unknown")
-    return ApiError(unavailable_status, f"The model is not running ({cause}: {reason}).", code="model_dead")
+    return ApiError(503, f"The model is not running ({cause}: {reason}).", code="model_dead")
 
 
 @dataclass(frozen=True)
