@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel, StrictBool, StrictInt
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel, StrictBool, StrictFloat, StrictInt
 from typing_extensions import TypeAliasType
 
 
@@ -278,8 +278,8 @@ class AnthropicMessagesRequest(BaseModel):
     """
     Answer as server-sent events, each an `event:` line and a `data:` line.
     """
-    temperature: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
-    top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    temperature: Annotated[StrictFloat | None, Field(ge=0.0, le=1.0)] = None
+    top_p: Annotated[StrictFloat | None, Field(ge=0.0, le=1.0)] = None
     top_k: Annotated[StrictInt | None, Field(ge=0)] = None
     stop_sequences: list[str] | None = None
     tools: list[AnthropicToolParam] | None = None
@@ -729,22 +729,22 @@ class ChatCompletionRequest(BaseModel):
     """
     Most tokens to generate. Values above the cap (and the room left in the context) are clamped, not refused.
     """
-    temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
-    top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    temperature: Annotated[StrictFloat | None, Field(ge=0.0, le=2.0)] = None
+    top_p: Annotated[StrictFloat | None, Field(ge=0.0, le=1.0)] = None
     top_k: Annotated[StrictInt | None, Field(ge=-1)] = None
     """
     Extension (vLLM). Sample from the k most likely tokens; 0 or -1 means all.
     """
-    min_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    min_p: Annotated[StrictFloat | None, Field(ge=0.0, le=1.0)] = None
     """
     Extension (vLLM). Drop tokens less likely than `min_p` times the most likely one.
     """
-    repetition_penalty: Annotated[float | None, Field(gt=0.0)] = None
+    repetition_penalty: Annotated[StrictFloat | None, Field(gt=0.0)] = None
     """
     Extension (vLLM). Multiplicative penalty on tokens already in the prompt or output; 1 is off.
     """
-    frequency_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
-    presence_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
+    frequency_penalty: Annotated[StrictFloat | None, Field(ge=-2.0, le=2.0)] = None
+    presence_penalty: Annotated[StrictFloat | None, Field(ge=-2.0, le=2.0)] = None
     n: Annotated[StrictInt | None, Field(ge=1, le=128)] = None
     """
     Choices to generate. Each choice is one decode lane; more than the engine's decode lanes is a 400.
@@ -961,7 +961,7 @@ class ChatTokenLogprob(BaseModel):
         extra="forbid",
     )
     token: str
-    logprob: float
+    logprob: StrictFloat
     bytes: list[StrictInt] | None
     top_logprobs: list[ChatTopLogprob]
 
@@ -987,7 +987,7 @@ class ChatTopLogprob(BaseModel):
         extra="forbid",
     )
     token: str
-    logprob: float
+    logprob: StrictFloat
     bytes: list[StrictInt] | None
 
 
@@ -1051,11 +1051,11 @@ class CompletionLogprobs(BaseModel):
         extra="forbid",
     )
     tokens: list[str]
-    token_logprobs: list[float | None]
+    token_logprobs: list[StrictFloat | None]
     """
     Null for the first prompt token under `echo` (it has no context).
     """
-    top_logprobs: list[dict[str, float] | None]
+    top_logprobs: list[dict[str, StrictFloat] | None]
     text_offset: list[StrictInt]
 
 
@@ -1083,22 +1083,22 @@ class CompletionRequest(BaseModel):
     """
     Most tokens to generate (default 16). Values above the cap are clamped, not refused.
     """
-    temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
-    top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    temperature: Annotated[StrictFloat | None, Field(ge=0.0, le=2.0)] = None
+    top_p: Annotated[StrictFloat | None, Field(ge=0.0, le=1.0)] = None
     top_k: Annotated[StrictInt | None, Field(ge=-1)] = None
     """
     Extension (vLLM). 0 or -1 means all tokens.
     """
-    min_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    min_p: Annotated[StrictFloat | None, Field(ge=0.0, le=1.0)] = None
     """
     Extension (vLLM).
     """
-    repetition_penalty: Annotated[float | None, Field(gt=0.0)] = None
+    repetition_penalty: Annotated[StrictFloat | None, Field(gt=0.0)] = None
     """
     Extension (vLLM); 1 is off.
     """
-    frequency_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
-    presence_penalty: Annotated[float | None, Field(ge=-2.0, le=2.0)] = None
+    frequency_penalty: Annotated[StrictFloat | None, Field(ge=-2.0, le=2.0)] = None
+    presence_penalty: Annotated[StrictFloat | None, Field(ge=-2.0, le=2.0)] = None
     n: Annotated[StrictInt | None, Field(ge=1, le=128)] = None
     """
     Completions per prompt. More than the engine's decode lanes is a 400.
@@ -1194,8 +1194,8 @@ class CreateResponseRequest(BaseModel):
     Most tokens to generate, reasoning included. Values above the cap (and the room left in the context) are clamped, not refused.
     """
     max_tool_calls: Annotated[StrictInt | None, Field(ge=0)] = None
-    temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
-    top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    temperature: Annotated[StrictFloat | None, Field(ge=0.0, le=2.0)] = None
+    top_p: Annotated[StrictFloat | None, Field(ge=0.0, le=1.0)] = None
     top_logprobs: Annotated[StrictInt | None, Field(ge=0, le=20)] = None
     reasoning: ResponseReasoningParam | None = None
     text: ResponseTextParam | None = None
@@ -1270,7 +1270,7 @@ class EmbeddingObject(BaseModel):
     )
     object: Literal["embedding"]
     index: Annotated[StrictInt, Field(ge=0)]
-    embedding: list[float] | str
+    embedding: list[StrictFloat] | str
     """
     The vector, or with `encoding_format` `base64` its float32 bytes in base64.
     """
@@ -1450,7 +1450,9 @@ class HealthProgress(BaseModel):
     """
 
 
-LogitBiasAdditionalProperty = TypeAliasType("LogitBiasAdditionalProperty", Annotated[float, Field(ge=-100.0, le=100.0)])
+LogitBiasAdditionalProperty = TypeAliasType(
+    "LogitBiasAdditionalProperty", Annotated[StrictFloat, Field(ge=-100.0, le=100.0)]
+)
 
 
 class Metrics(BaseModel):
@@ -1491,7 +1493,7 @@ class Metrics(BaseModel):
     """
     Rows preempted (to be recomputed) when KV pages ran out.
     """
-    kv_cache_usage_perc: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    kv_cache_usage_perc: Annotated[StrictFloat | None, Field(ge=0.0, le=1.0)] = None
     """
     Fraction of KV cache pages in use, 0 to 1 (named as vLLM names it).
     """
@@ -1512,7 +1514,7 @@ class MetricsHistogram(BaseModel):
     """
     Cumulative counts, Prometheus style; the last bucket's `le` is null (+Inf).
     """
-    sum: Annotated[float, Field(ge=0.0)]
+    sum: Annotated[StrictFloat, Field(ge=0.0)]
     count: Annotated[StrictInt, Field(ge=0)]
 
 
@@ -1520,7 +1522,7 @@ class MetricsHistogramBucket(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    le: float | None
+    le: StrictFloat | None
     count: Annotated[StrictInt, Field(ge=0)]
 
 
@@ -1695,7 +1697,7 @@ class RerankResult(BaseModel):
     """
     The document's position in the request.
     """
-    relevance_score: float
+    relevance_score: StrictFloat
     document: RerankDocument | None = None
 
 
@@ -2189,7 +2191,7 @@ class ResponseLogprob(BaseModel):
         extra="forbid",
     )
     token: str
-    logprob: float
+    logprob: StrictFloat
     bytes: list[StrictInt]
     top_logprobs: list[ResponseTopLogprob]
 
@@ -2242,8 +2244,8 @@ class ResponseObject(BaseModel):
     parallel_tool_calls: StrictBool
     previous_response_id: str | None = None
     reasoning: ResponseReasoningConfig | None = None
-    temperature: float | None
-    top_p: float | None
+    temperature: StrictFloat | None
+    top_p: StrictFloat | None
     top_logprobs: StrictInt | None = None
     text: ResponseTextConfig | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any]
@@ -2775,7 +2777,7 @@ class ResponseTopLogprob(BaseModel):
         extra="forbid",
     )
     token: str
-    logprob: float
+    logprob: StrictFloat
     bytes: list[StrictInt]
 
 

@@ -18,6 +18,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import jinja2
 from openapi_spec_validator import validate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from spec_bundle import SpecError, bundle  # noqa: E402
+from spec_bundle import SpecError, bundle, nullable_optional_request_fields  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
@@ -147,9 +148,13 @@ def operations(document: dict[str, Any]) -> list[Operation]:
 
 
 def write_bundle(target: Path) -> dict[str, Any]:
+    """Writes the served document (optional request fields taking null) to `target`; returns the
+    bundle without that rule, the models' input (see tools/spec_bundle.py)."""
     document = bundle(REPO / "spec")
     validate(document)
-    target.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    served = nullable_optional_request_fields(document)
+    validate(served)
+    target.write_text(json.dumps(served, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return document
 
 
@@ -164,19 +169,22 @@ def generate(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     document = write_bundle(out / "openapi.json")
     ops = operations(document)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "datamodel_code_generator",
-            "--input",
-            str(out / "openapi.json"),
-            "--output",
-            str(out / "models.py"),
-        ],
-        cwd=REPO,
-        check=True,
-    )
+    with tempfile.TemporaryDirectory() as scratch:
+        models_input = Path(scratch) / "openapi.json"
+        models_input.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "datamodel_code_generator",
+                "--input",
+                str(models_input),
+                "--output",
+                str(out / "models.py"),
+            ],
+            cwd=REPO,
+            check=True,
+        )
     check_handlers(ops)
     template = jinja2.Environment(
         loader=jinja2.FileSystemLoader(REPO / "tools" / "templates"), keep_trailing_newline=True

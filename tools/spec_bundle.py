@@ -7,16 +7,26 @@ file a mapping of names to objects. A `$ref` into a path file is inlined; a
 `$ref` into a component file becomes a local `#/components/<kind>/<Name>` and
 the object is copied into the bundle once. Component names are global, so a name
 defined twice is an error rather than a silent overwrite.
+
+One rule is applied to the served document rather than written out by hand
+(`nullable_optional_request_fields`): an optional property of a schema that only
+requests use also takes `null` (docs/spec.md), as real clients send it and as the
+generated models already accept it (every optional field is `X | None = None`).
+The models are generated from the bundle without it: datamodel-code-generator
+drops the description of a field whose union gains a null.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 COMPONENT_KINDS = {"schemas", "responses", "parameters"}
+SCHEMA_REF = "#/components/schemas/"
+HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
 
 class SpecError(Exception):
@@ -109,3 +119,87 @@ def bundle(spec_root: Path) -> dict[str, Any]:
             components[kind] = dict(sorted(bundler.components[kind].items()))
     document["components"] = components
     return document
+
+
+def _schema_refs(node: Any) -> Iterator[str]:
+    """The names of every component schema `node` refers to, however deep."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _schema_refs(item)
+    elif isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith(SCHEMA_REF):
+            yield ref.removeprefix(SCHEMA_REF)
+        for value in node.values():
+            yield from _schema_refs(value)
+
+
+def _reachable(document: dict[str, Any], roots: list[Any]) -> set[str]:
+    """Component schemas reachable from `roots` through refs."""
+    schemas = document["components"].get("schemas", {})
+    seen: set[str] = set()
+    pending = [name for root in roots for name in _schema_refs(root)]
+    while pending:
+        name = pending.pop()
+        if name not in seen:
+            seen.add(name)
+            pending.extend(_schema_refs(schemas[name]))
+    return seen
+
+
+def _request_only_schemas(document: dict[str, Any]) -> set[str]:
+    operations = [
+        operation
+        for item in document.get("paths", {}).values()
+        for method, operation in item.items()
+        if method in HTTP_METHODS
+    ]
+    requests = [operation.get("requestBody", {}) for operation in operations]
+    responses = [operation.get("responses", {}) for operation in operations]
+    responses.append(document["components"].get("responses", {}))
+    return _reachable(document, requests) - _reachable(document, responses)
+
+
+def _or_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema`, also taking null."""
+    if "$ref" in schema or "const" in schema:
+        inner = {key: value for key, value in schema.items() if key in ("$ref", "const")}
+        rest = {key: value for key, value in schema.items() if key not in inner}
+        return {**rest, "anyOf": [inner, {"type": "null"}]}
+    for combinator in ("anyOf", "oneOf"):
+        if combinator in schema:
+            options = schema[combinator]
+            if any(option.get("type") == "null" for option in options):
+                return schema
+            return {**schema, combinator: [*options, {"type": "null"}]}
+    if "type" not in schema:
+        return schema  # no type: anything, null included
+    types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    nullable = {**schema, "type": types if "null" in types else [*types, "null"]}
+    if "enum" in schema and None not in schema["enum"]:
+        nullable["enum"] = [*schema["enum"], None]
+    return nullable
+
+
+def _optional_take_null(schema: Any) -> Any:
+    """`schema` with every optional property (here and in inline schemas below) also taking null."""
+    if isinstance(schema, list):
+        return [_optional_take_null(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _optional_take_null(value) for key, value in schema.items() if key != "properties"}
+    if isinstance(schema.get("properties"), dict):
+        required = set(schema.get("required", ()))
+        out["properties"] = {
+            name: (prop if name in required else _or_null(prop))
+            for name, prop in ((name, _optional_take_null(prop)) for name, prop in schema["properties"].items())
+        }
+    return out
+
+
+def nullable_optional_request_fields(document: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the bundle with every optional property of a request-only schema also taking null."""
+    schemas = dict(document["components"].get("schemas", {}))
+    for name in sorted(_request_only_schemas(document)):
+        schemas[name] = _optional_take_null(schemas[name])
+    return {**document, "components": {**document["components"], "schemas": schemas}}

@@ -1,8 +1,9 @@
 """Schemathesis fuzzes every operation of the served spec in-process against the ASGI app.
 
 Checks: no server error (but the documented 501 of an unbuilt route), only documented status codes, content types and
-headers, and every response body matches its schema (response schemas are closed, so an
-extra or missing field fails here).
+headers, every response body matches its schema (response schemas are closed, so an
+extra or missing field fails here), and a request the schema does not allow (a string or a
+boolean for a number, a null where the field takes none) is refused with a 4xx.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from schemathesis.specs.openapi.checks import negative_data_rejection
 
 from engine.checkpoint.gguf_file import read_gguf_metadata
 from engine.tokenizer import ChatTemplate, Tokenizer
@@ -49,6 +51,7 @@ CHECKS = [
     content_type_conformance,
     response_schema_conformance,
     response_headers_conformance,
+    negative_data_rejection,
 ]
 
 
