@@ -1,4 +1,5 @@
-"""Extract what OpenAI's official spec says of the objects pooled answers with.
+"""Extract what OpenAI's official spec says of the objects pooled answers with
+(tools/anthropic_schema_golden.py does the same for Anthropic's).
 
 For each pair (pooled's schema, OpenAI's schema) it writes OpenAI's property names, its required
 names, the names that may be null, and the `type` constant, into `tests/goldens/openai_schemas.json`;
@@ -137,18 +138,21 @@ def _type_const(prop: dict[str, Any]) -> str | None:
     return str(enum[0]) if len(enum) == 1 else None
 
 
+def facts(path: str, schemas: dict[str, Any]) -> dict[str, Any]:
+    """What the spec says of the object at `path` (see `_named`): its property names, required
+    names, the names that may be null and its `type` constant."""
+    properties, required = _flatten(_named(path, schemas), schemas)
+    return {
+        "properties": sorted(properties),
+        "required": sorted(required),
+        "nullable": sorted(name for name, prop in properties.items() if _nullable(prop, schemas)),
+        "type": _type_const(properties.get("type", {})),
+    }
+
+
 def main(spec_path: str) -> None:
     schemas = yaml.safe_load(Path(spec_path).read_text())["components"]["schemas"]
-    golden: dict[str, Any] = {}
-    for ours, theirs in PAIRS.items():
-        properties, required = _flatten(_named(theirs, schemas), schemas)
-        golden[ours] = {
-            "openai": theirs,
-            "properties": sorted(properties),
-            "required": sorted(required),
-            "nullable": sorted(name for name, prop in properties.items() if _nullable(prop, schemas)),
-            "type": _type_const(properties.get("type", {})),
-        }
+    golden = {ours: {"official": f"OpenAI {theirs}", **facts(theirs, schemas)} for ours, theirs in PAIRS.items()}
     GOLDEN.write_text(json.dumps(golden, indent=1) + "\n")
 
 
