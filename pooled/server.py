@@ -5,7 +5,8 @@ Threads: uvicorn runs the event loop on the main thread; its signal handler
 host starts draining: model routes answer 503 while requests in flight finish,
 `/health` says "draining", and the listener stays open. Uvicorn's own
 once-per-0.1 s tick ends the drain when nothing is in flight or the grace
-period is over, and the process exits 0. A second signal exits at once.
+period is over, and the process exits 0 (1 if the model was dead: it failed to
+load or its engine stopped). A second signal exits at once.
 """
 
 from __future__ import annotations

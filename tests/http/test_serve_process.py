@@ -137,3 +137,40 @@ def test_sigterm_drains_and_exits_zero(served: Served) -> None:
     assert [status for status, _ in results] == [200] * STREAMS
     assert all(events[-1] == "data: [DONE]" for _, events in results)
     assert served.process.wait(timeout=30) == 0
+
+
+def test_a_dead_model_answers_until_sigterm_then_exits_non_zero(tmp_path: Path) -> None:
+    """A model that cannot load leaves the server up, answering 503 with the cause, until it is
+    told to stop; then it exits 1, so a supervisor sees it never served."""
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + bytes(60))
+    port = free_port()
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), "--model", str(broken)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while _health_state(base) != "dead":
+            assert process.poll() is None and time.monotonic() < deadline, "the server did not report dead"
+            time.sleep(0.2)
+        refused = httpx.post(
+            f"{base}/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "Hi"}]}
+        )
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "model_dead"
+        assert process.poll() is None
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 1
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def _health_state(base: str) -> str | None:
+    try:
+        return str(httpx.get(f"{base}/health", timeout=2).json()["state"])
+    except httpx.HTTPError:
+        return None
