@@ -1349,6 +1349,14 @@ class Health(BaseModel):
     """
     The context the server runs, in tokens, or null before it is settled.
     """
+    trained_ctx: Annotated[StrictInt | None, Field(ge=1)]
+    """
+    The checkpoint's trained context, in tokens, or null before the model is loaded.
+    """
+    rope_scaling: str | None
+    """
+    The RoPE scaling (`dynamic`, `yarn` or `linear`) that extends `ctx` past `trained_ctx` (without `--ctx`, a model trained on less than 32768 tokens is extended to it, by default with dynamic NTK); null when the context is within the trained length.
+    """
     queue: Annotated[StrictInt, Field(ge=0)]
     """
     Requests waiting or running.

@@ -6,7 +6,16 @@ from fastapi import Request
 from fastapi.responses import PlainTextResponse, Response
 
 from handlers.client_setup import client_settings
-from handlers.context import ServerContext, context
+from handlers.context import ModelService, ServerContext, context
+
+
+def context_line(model: ModelService) -> str:
+    """The served context, and whether RoPE scaling stretches it past what the model was trained on."""
+    line = f"Context: {model.ctx} tokens"
+    if model.rope_scaling is not None:
+        line += f", extended from the trained {model.trained_ctx} with {model.rope_scaling} RoPE scaling"
+        line += " (quality may drop past it; --ctx sets it)"
+    return line
 
 
 def banner(server: ServerContext) -> str:
@@ -31,7 +40,8 @@ def banner(server: ServerContext) -> str:
         """       -d '{"model": "pooled", "messages": [{"role": "user", "content": "Hi"}]}'""",
     ]
     if model.state == "serving":
-        lines += ["", "Connect your tools (docs/connect-your-tools.md):", "", client_settings(origin, model.model_id)]
+        lines += ["", context_line(model), "", "Connect your tools (docs/connect-your-tools.md):"]
+        lines += ["", client_settings(origin, model.model_id)]
     return "\n".join(lines) + "\n"
 
 

@@ -34,6 +34,16 @@ class ModelService(Protocol):
     def ctx(self) -> int | None: ...
 
     @property
+    def trained_ctx(self) -> int | None:
+        """The checkpoint's trained context once loaded, else None."""
+        ...
+
+    @property
+    def rope_scaling(self) -> str | None:
+        """The RoPE scaling that extends `ctx` past `trained_ctx`, or None."""
+        ...
+
+    @property
     def progress(self) -> dict[str, Any] | None: ...
 
     @property

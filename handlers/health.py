@@ -35,6 +35,8 @@ def health(server: ServerContext) -> models.Health:
             "ready": ready,
             "model": model.model_id if ready else None,
             "ctx": model.ctx,
+            "trained_ctx": model.trained_ctx,
+            "rope_scaling": model.rope_scaling,
             "queue": server.counters.in_flight,
             "served": server.counters.served,
             "progress": model.progress,

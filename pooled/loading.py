@@ -19,6 +19,7 @@ from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
 from engine.tokenizer import ChatTemplate, Tokenizer
+from pooled.context_policy import served_context
 from pooled.model_host import Loaded
 from pooled.settings import Settings
 
@@ -84,5 +85,13 @@ def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int
     report("loading weights", 0, 1)
     checkpoint = load_checkpoint(path, settings)
     config = engine_config(settings, checkpoint)
-    engine = Engine.build(checkpoint.model, config, report)
-    return Loaded(engine.max_context, checkpoint.tokenizer, checkpoint.chat_template, engine)
+    context = served_context(checkpoint.model, settings, config)
+    engine = Engine.build(context.model, config, report)
+    return Loaded(
+        engine.max_context,
+        context.trained,
+        context.rope_scaling,
+        checkpoint.tokenizer,
+        checkpoint.chat_template,
+        engine,
+    )

@@ -61,6 +61,8 @@ class Loaded:
     """What a finished load hands the host: everything the HTTP side serves from."""
 
     ctx: int
+    trained_ctx: int
+    rope_scaling: str | None  # what extends ctx past trained_ctx, None when it does not
     tokenizer: Tokenizer
     chat_template: ChatTemplate | None
     engine: Engine
@@ -96,6 +98,14 @@ class ModelHost:
     @property
     def ctx(self) -> int | None:
         return self._ctx
+
+    @property
+    def trained_ctx(self) -> int | None:
+        return self._loaded.trained_ctx if self._loaded else None
+
+    @property
+    def rope_scaling(self) -> str | None:
+        return self._loaded.rope_scaling if self._loaded else None
 
     @property
     def progress(self) -> dict[str, Any] | None:

@@ -86,10 +86,16 @@ class Settings:
     ctx: int | None = setting(
         None,
         _optional_int,
-        "Context length in tokens; default: the model's trained length. Beyond it only with --rope-scaling.",
+        "Context length in tokens; default: the model's trained length, or where that is under 32768 (what "
+        "coding agents' prompts need), 32768 by RoPE scaling as far as the KV memory holds one full row "
+        "(pooled/context_policy.py). Beyond the trained length only with --rope-scaling.",
     )
     rope_scaling: str | None = setting(
-        None, _optional_str, "RoPE scaling to reach a --ctx beyond the trained length: linear, dynamic or yarn."
+        None,
+        _optional_str,
+        "RoPE scaling to reach a --ctx beyond the trained length: linear, dynamic or yarn; without --ctx, what "
+        "extends a short trained context (default: the checkpoint's own kind where it extends, else dynamic: "
+        "unlike yarn it leaves every context within the trained length exactly as unscaled).",
     )
     decode_lanes: int = setting(32, int, "Sequences decoded at once; `n` above it is a 400.")
     dtype: str = setting("auto", str, "Weight and compute dtype: auto, float32 or bfloat16 (auto picks per backend).")

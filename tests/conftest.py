@@ -28,6 +28,8 @@ class StubModel:
     state: ModelState = "serving"
     model_id: str = "pooled/tiny-test"
     ctx: int | None = 2048
+    trained_ctx: int | None = 2048
+    rope_scaling: str | None = None
     progress: dict[str, Any] | None = None
     failure: tuple[str, str] | None = None
     decode_lanes: int = 4

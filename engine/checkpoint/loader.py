@@ -149,6 +149,13 @@ def load_model(
     )
 
 
+def with_served_context(model: LoadedModel, ctx: int, rope_scaling: str | None) -> LoadedModel:
+    """`model` serving `ctx` tokens (see `engine.config.with_context`), its forward rebuilt for the
+    new RoPE; the parameters are shared, not reloaded."""
+    config = with_context(model.config, ctx, rope_scaling)
+    return replace(model, config=config, apply=make_forward(model.family.model(config, DTYPES[model.dtype])))
+
+
 def _native_matmuls(mesh: Mesh) -> bool:
     """Whether float matmuls run on the native CPU kernel (engine/layers/linear.py float_matmuls)."""
     return mesh.devices.flat[0].platform == "cpu" and kernels.available()

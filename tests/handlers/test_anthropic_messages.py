@@ -305,3 +305,4 @@ def test_banner_gives_client_settings_once_ready(api: TestClient) -> None:
     assert "export ANTHROPIC_MODEL=pooled/tiny-test" in banner
     assert 'wire_api = "responses"' in banner and 'base_url = "http://127.0.0.1:8080/v1"' in banner
     assert '"npm": "@ai-sdk/openai-compatible"' in banner
+    assert "Context: 2048 tokens\n" in banner

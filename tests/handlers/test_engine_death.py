@@ -43,7 +43,9 @@ def served(smollm2: tuple[Tokenizer, ChatTemplate]) -> Iterator[tuple[TestClient
     runner = FakeRunner(config, pages, CONTEXT)
     engine = Engine(runner, pages, config, frozenset(), lambda *_: None)
     settings = Settings(decode_lanes=4)
-    host = ModelHost(settings, Path("fake.gguf"), lambda *_: Loaded(CONTEXT, tokenizer, template, engine))
+    host = ModelHost(
+        settings, Path("fake.gguf"), lambda *_: Loaded(CONTEXT, CONTEXT, None, tokenizer, template, engine)
+    )
     host.start()
     deadline = time.monotonic() + 10
     while host.state != "serving":

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from engine.errors import CheckpointError
-from pooled.loading import Checkpoint, load_checkpoint, resolve_dtype
+from pooled.context_policy import AGENT_CONTEXT, served_context
+from pooled.loading import Checkpoint, engine_config, load_checkpoint, resolve_dtype
 from pooled.model_host import default_model_path
 from pooled.settings import Settings
 
@@ -20,11 +21,19 @@ def load(tmp_path: Path, **overrides: object) -> tuple[int, Checkpoint]:
     return checkpoint.model.config.context_length, checkpoint
 
 
-def test_default_context_is_the_trained_length(tmp_path: Path) -> None:
+def test_the_checkpoint_loads_at_its_trained_length(tmp_path: Path) -> None:
     ctx, serving = load(tmp_path)
     assert ctx == 8192
     assert serving.chat_template is not None
     assert serving.tokenizer.encode("Hello") != []
+
+
+def test_without_ctx_the_default_model_serves_agents_a_32k_context(tmp_path: Path) -> None:
+    settings = Settings()
+    _, checkpoint = load(tmp_path)
+    context = served_context(checkpoint.model, settings, engine_config(settings, checkpoint))
+    assert (context.trained, context.rope_scaling) == (8192, "dynamic")
+    assert context.model.config.context_length == AGENT_CONTEXT == 32768
 
 
 def test_context_beyond_training_needs_rope_scaling(tmp_path: Path) -> None:

@@ -27,7 +27,9 @@ def test_successful_load_serves_with_the_loaded_context(tmp_path: Path) -> None:
     def loader(path: Path, settings: Settings, report) -> Loaded:  # type: ignore[no-untyped-def]
         report("weights", 1, 2)
         release.wait(5)
-        return Loaded(ctx=4096, tokenizer=tokenizer, chat_template=None, engine=engine)  # type: ignore[arg-type]
+        return Loaded(  # type: ignore[arg-type]
+            ctx=4096, trained_ctx=2048, rope_scaling="yarn", tokenizer=tokenizer, chat_template=None, engine=engine
+        )
 
     host = ModelHost(Settings(), tmp_path, loader)
     host.start()
@@ -35,6 +37,7 @@ def test_successful_load_serves_with_the_loaded_context(tmp_path: Path) -> None:
     release.set()
     wait_until_settled(host)
     assert (host.state, host.ctx, host.tokenizer, host.progress) == ("serving", 4096, tokenizer, None)
+    assert (host.trained_ctx, host.rope_scaling) == (2048, "yarn")
     engine.state, engine.failure = "dead", ("panicked", "IndexError in the scheduler")
     assert (host.state, host.failure) == ("dead", ("panicked", "IndexError in the scheduler"))
 

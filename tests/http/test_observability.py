@@ -39,3 +39,10 @@ def test_prometheus_text_has_the_same_figures(client: TestClient, model: StubMod
     assert "pooled_requests_served_total 1.0" in text
     assert 'pooled_time_to_first_token_seconds_bucket{le="+Inf"} 0.0' in text
     assert "pooled_kv_cache_usage_perc 0.0" in text
+
+
+def test_banner_and_health_say_when_rope_scaling_extends_the_context(client: TestClient, model: StubModel) -> None:
+    model.ctx, model.trained_ctx, model.rope_scaling = 32768, 8192, "dynamic"
+    assert "Context: 32768 tokens, extended from the trained 8192 with dynamic RoPE scaling" in client.get("/").text
+    health = client.get("/health").json()
+    assert (health["ctx"], health["trained_ctx"], health["rope_scaling"]) == (32768, 8192, "dynamic")

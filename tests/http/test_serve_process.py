@@ -78,7 +78,8 @@ def test_health_reports_the_default_model(server: str) -> None:
     health = httpx.get(f"{server}/health").json()
     assert health["ok"] is True and health["ready"] is True
     assert health["model"].startswith("pooled/smollm2-135m-instruct")
-    assert health["ctx"] == CONTEXT
+    assert health["ctx"] == CONTEXT  # --ctx given: within the trained 8192, nothing extended
+    assert (health["trained_ctx"], health["rope_scaling"]) == (8192, None)
     assert health["engine"]["decode_lanes"] == DECODE_LANES and health["engine"]["compiles_after_startup"] == 0
 
 
