@@ -37,15 +37,19 @@ struct Problem {
   int64_t depth;
 };
 
-// One channel at a time: the scalar form of every path's function.
+// One channel at a time: the scalar form of every path's function. The rows' sums advance side by
+// side, RT chains of multiply-adds in flight rather than one: RMSNorm's sum of squares (a
+// one-channel weight), 61 norms of 512 rows, took 34 ms one row after another, 24 ms side by side
+// (XLA's own reduction 13-15 ms, in an order that depends on the rows).
 template <int RT>
 void ScalarChannel(const Problem& p, int64_t m0, int64_t n) {
-  for (int i = 0; i < RT; ++i) {
-    const float* x = p.x + (m0 + i) * p.depth;
-    float acc = 0.0f;
-    for (int64_t k = 0; k < p.depth; ++k) acc = std::fma(x[k], p.w[k * p.channels + n], acc);
-    p.y[(m0 + i) * p.channels + n] = acc;
+  float acc[RT] = {};
+  const float* x = p.x + m0 * p.depth;
+  for (int64_t k = 0; k < p.depth; ++k) {
+    const float w = p.w[k * p.channels + n];
+    for (int i = 0; i < RT; ++i) acc[i] = std::fma(x[i * p.depth + k], w, acc[i]);
   }
+  for (int i = 0; i < RT; ++i) p.y[(m0 + i) * p.channels + n] = acc[i];
 }
 
 #if defined(__AVX512F__)
