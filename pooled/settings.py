@@ -148,7 +148,8 @@ class Settings:
         "A cap on every request's output tokens, whatever it asks (the answer then ends with finish reason "
         "`length` / `max_tokens`); useful when a small model never ends a long agent prompt. Default: no cap "
         "besides the context and 32768, so a request that sets no limit may generate until the context is full "
-        "(the default model's 8192 tokens at ~110 tokens/s on 2 cores: over a minute).",
+        "(the default model's 32768 tokens, at ~110 tokens/s on 2 cores and slower as the context fills: "
+        "past --request-timeout).",
     )
     keepalive_interval: float = setting(
         10.0, float, "Seconds between SSE keep-alive comments while a stream waits (queued, prefilling)."
