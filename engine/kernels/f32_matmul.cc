@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "parallel.h"
-#include "vector_ops.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -52,97 +51,86 @@ void ScalarChannel(const Problem& p, int64_t m0, int64_t n) {
   for (int i = 0; i < RT; ++i) p.y[(m0 + i) * p.channels + n] = acc[i];
 }
 
+// The vector operations of the machine the library is built for: `kWidth` floats a vector.
 #if defined(__AVX512F__)
-
-// RT rows by CT channels (a multiple of 16, or 1 for a channel past the last tile).
-template <int RT, int CT>
-void Tile(const Problem& p, int64_t m0, int64_t n0) {
-  if constexpr (CT % 16 != 0) {
-    for (int j = 0; j < CT; ++j) ScalarChannel<RT>(p, m0, n0 + j);
-  } else {
-    constexpr int V = CT / 16;
-    __m512 acc[RT][V];
-    for (int i = 0; i < RT; ++i)
-      for (int j = 0; j < V; ++j) acc[i][j] = _mm512_setzero_ps();
-    const float* x = p.x + m0 * p.depth;
-    for (int64_t k = 0; k < p.depth; ++k) {
-      const float* w_row = p.w + k * p.channels + n0;
-      __m512 w[V];
-      for (int j = 0; j < V; ++j) w[j] = _mm512_loadu_ps(w_row + 16 * j);
-      for (int i = 0; i < RT; ++i) {
-        const __m512 xi = _mm512_set1_ps(x[i * p.depth + k]);
-        for (int j = 0; j < V; ++j) acc[i][j] = _mm512_fmadd_ps(xi, w[j], acc[i][j]);
-      }
-    }
-    for (int i = 0; i < RT; ++i)
-      for (int j = 0; j < V; ++j) _mm512_storeu_ps(p.y + (m0 + i) * p.channels + n0 + 16 * j, acc[i][j]);
-  }
-}
-
-constexpr int kTileRows = 8;       // 8 rows by 32 channels: 16 accumulators, 2 weights, 1 input
+struct Lanes {
+  using V = __m512;
+  static constexpr int kWidth = 16;
+  static V Zero() { return _mm512_setzero_ps(); }
+  static V Load(const float* from) { return _mm512_loadu_ps(from); }
+  static void Store(float* to, V v) { _mm512_storeu_ps(to, v); }
+  static V Splat(float x) { return _mm512_set1_ps(x); }
+  static V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+};
+constexpr int kTileRows = 8;  // 8 rows by 32 channels: 16 accumulators, 2 weights, 1 input
 constexpr int kTileChannels = 32;
-
-// Every row of p for channels [n0, n1), the sums kept in y: the weight's rows stream through in
-// order, D at a time into each vector of y (see kStreamRows).
-template <int D>
-void StreamStep(const Problem& p, int64_t k, int64_t n0, int64_t n1) {
-  const float* w_rows = p.w + k * p.channels;
-  for (int64_t n = n0; n < n1; n += 16) {
-    const __mmask16 mask = n1 - n >= 16 ? __mmask16{0xFFFF} : (__mmask16{1} << (n1 - n)) - 1;
-    __m512 w[D];
-    for (int d = 0; d < D; ++d) w[d] = _mm512_maskz_loadu_ps(mask, w_rows + d * p.channels + n);
-    for (int64_t m = 0; m < p.rows; ++m) {
-      float* y = p.y + m * p.channels + n;
-      const float* x = p.x + m * p.depth + k;
-      __m512 sum = _mm512_maskz_loadu_ps(mask, y);
-      for (int d = 0; d < D; ++d) sum = _mm512_fmadd_ps(_mm512_set1_ps(x[d]), w[d], sum);
-      _mm512_mask_storeu_ps(y, mask, sum);
-    }
-  }
-}
-
 #elif defined(__AVX2__) && defined(__FMA__)
-
-template <int RT, int CT>
-void Tile(const Problem& p, int64_t m0, int64_t n0) {
-  if constexpr (CT % 8 != 0) {
-    for (int j = 0; j < CT; ++j) ScalarChannel<RT>(p, m0, n0 + j);
-  } else {
-    constexpr int V = CT / 8;
-    __m256 acc[RT][V];
-    for (int i = 0; i < RT; ++i)
-      for (int j = 0; j < V; ++j) acc[i][j] = _mm256_setzero_ps();
-    const float* x = p.x + m0 * p.depth;
-    for (int64_t k = 0; k < p.depth; ++k) {
-      const float* w_row = p.w + k * p.channels + n0;
-      __m256 w[V];
-      for (int j = 0; j < V; ++j) w[j] = _mm256_loadu_ps(w_row + 8 * j);
-      for (int i = 0; i < RT; ++i) {
-        const __m256 xi = _mm256_broadcast_ss(x + i * p.depth + k);
-        for (int j = 0; j < V; ++j) acc[i][j] = _mm256_fmadd_ps(xi, w[j], acc[i][j]);
-      }
-    }
-    for (int i = 0; i < RT; ++i)
-      for (int j = 0; j < V; ++j) _mm256_storeu_ps(p.y + (m0 + i) * p.channels + n0 + 8 * j, acc[i][j]);
-  }
-}
-
+struct Lanes {
+  using V = __m256;
+  static constexpr int kWidth = 8;
+  static V Zero() { return _mm256_setzero_ps(); }
+  static V Load(const float* from) { return _mm256_loadu_ps(from); }
+  static void Store(float* to, V v) { _mm256_storeu_ps(to, v); }
+  static V Splat(float x) { return _mm256_set1_ps(x); }
+  static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+};
 constexpr int kTileRows = 6;  // 6 rows by 16 channels: 12 accumulators, 2 weights, 1 input
 constexpr int kTileChannels = 16;
+#else  // Portable: plain floats, which the compiler may vectorize across channels.
+struct Lanes {
+  using V = float;
+  static constexpr int kWidth = 1;
+  static V Zero() { return 0.0f; }
+  static V Load(const float* from) { return *from; }
+  static void Store(float* to, V v) { *to = v; }
+  static V Splat(float x) { return x; }
+  static V Fma(V a, V b, V c) { return std::fma(a, b, c); }
+};
+constexpr int kTileRows = 4;
+constexpr int kTileChannels = 16;
+#endif
 
+// RT rows by CT channels (a multiple of the vector width, or 1 for a channel past the last tile).
+template <int RT, int CT>
+void Tile(const Problem& p, int64_t m0, int64_t n0) {
+  if constexpr (CT % Lanes::kWidth != 0) {
+    for (int j = 0; j < CT; ++j) ScalarChannel<RT>(p, m0, n0 + j);
+  } else {
+    constexpr int V = CT / Lanes::kWidth;
+    Lanes::V acc[RT][V];
+    for (int i = 0; i < RT; ++i)
+      for (int j = 0; j < V; ++j) acc[i][j] = Lanes::Zero();
+    const float* x = p.x + m0 * p.depth;
+    for (int64_t k = 0; k < p.depth; ++k) {
+      const float* w_row = p.w + k * p.channels + n0;
+      Lanes::V w[V];
+      for (int j = 0; j < V; ++j) w[j] = Lanes::Load(w_row + Lanes::kWidth * j);
+      for (int i = 0; i < RT; ++i) {
+        const Lanes::V xi = Lanes::Splat(x[i * p.depth + k]);
+        for (int j = 0; j < V; ++j) acc[i][j] = Lanes::Fma(xi, w[j], acc[i][j]);
+      }
+    }
+    for (int i = 0; i < RT; ++i)
+      for (int j = 0; j < V; ++j) Lanes::Store(p.y + (m0 + i) * p.channels + n0 + Lanes::kWidth * j, acc[i][j]);
+  }
+}
+
+// Every row of p for channels [n0, n1), the sums kept in y: the weight's rows stream through in
+// order, D at a time into each vector of y (see kStreamRows); the channels past the last whole
+// vector one at a time, the same multiply-adds.
 template <int D>
 void StreamStep(const Problem& p, int64_t k, int64_t n0, int64_t n1) {
   const float* w_rows = p.w + k * p.channels;
   int64_t n = n0;
-  for (; n + 8 <= n1; n += 8) {
-    __m256 w[D];
-    for (int d = 0; d < D; ++d) w[d] = _mm256_loadu_ps(w_rows + d * p.channels + n);
+  for (; n + Lanes::kWidth <= n1; n += Lanes::kWidth) {
+    Lanes::V w[D];
+    for (int d = 0; d < D; ++d) w[d] = Lanes::Load(w_rows + d * p.channels + n);
     for (int64_t m = 0; m < p.rows; ++m) {
       float* y = p.y + m * p.channels + n;
       const float* x = p.x + m * p.depth + k;
-      __m256 sum = _mm256_loadu_ps(y);
-      for (int d = 0; d < D; ++d) sum = _mm256_fmadd_ps(_mm256_broadcast_ss(x + d), w[d], sum);
-      _mm256_storeu_ps(y, sum);
+      Lanes::V sum = Lanes::Load(y);
+      for (int d = 0; d < D; ++d) sum = Lanes::Fma(Lanes::Splat(x[d]), w[d], sum);
+      Lanes::Store(y, sum);
     }
   }
   for (; n < n1; ++n) {
@@ -152,30 +140,6 @@ void StreamStep(const Problem& p, int64_t k, int64_t n0, int64_t n1) {
     }
   }
 }
-
-#else  // Portable: plain loops, the products of each output added in input order.
-
-template <int RT, int CT>
-void Tile(const Problem& p, int64_t m0, int64_t n0) {
-  for (int j = 0; j < CT; ++j) ScalarChannel<RT>(p, m0, n0 + j);
-}
-
-constexpr int kTileRows = 4;
-constexpr int kTileChannels = 16;
-
-template <int D>
-void StreamStep(const Problem& p, int64_t k, int64_t n0, int64_t n1) {
-  for (int64_t m = 0; m < p.rows; ++m) {
-    float* y = p.y + m * p.channels;
-    for (int d = 0; d < D; ++d) {
-      const float x = p.x[m * p.depth + k + d];
-      const float* w_row = p.w + (k + d) * p.channels;
-      for (int64_t n = n0; n < n1; ++n) y[n] = std::fma(x, w_row[n], y[n]);
-    }
-  }
-}
-
-#endif
 
 // Up to this many rows the weights stream through StreamRows, each thread's share of the channels
 // (at least kStreamChannels) a chunk: register tiles read a weight kTileChannels channels at a
