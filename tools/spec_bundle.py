@@ -190,10 +190,10 @@ def _optional_take_null(schema: Any) -> Any:
     out = {key: _optional_take_null(value) for key, value in schema.items() if key != "properties"}
     if isinstance(schema.get("properties"), dict):
         required = set(schema.get("required", ()))
-        out["properties"] = {
-            name: (prop if name in required else _or_null(prop))
-            for name, prop in ((name, _optional_take_null(prop)) for name, prop in schema["properties"].items())
-        }
+        out["properties"] = {}
+        for name, prop in schema["properties"].items():
+            inner = _optional_take_null(prop)
+            out["properties"][name] = inner if name in required else _or_null(inner)
     return out
 
 

@@ -36,8 +36,8 @@ def float_matmuls(x: Array, weights: Sequence[Array], contracting: int = 1) -> l
     f32 weights on a CPU with the native kernels take one call whose rows never depend on each
     other (engine/kernels/f32_matmul.cc): a prompt's numbers then do not depend on how it was split
     into chunks or cached, nor a decode step's on the streams beside it, so seeded and greedy
-    requests are reproducible. Elsewhere XLA's dot (faster there, but its sums may be ordered by
-    the number of rows)."""
+    requests are reproducible. Elsewhere XLA's dot, whose sums may be ordered by the number of
+    rows."""
     rows = x.reshape(-1, math.prod(x.shape[x.ndim - contracting :]))
     flat = [weight.reshape(rows.shape[1], -1) for weight in weights]
 
