@@ -64,8 +64,9 @@ class GenerationRequest:
     # Besides the model's own EOS/end-of-turn ids (unless ignore_eos).
     stop_token_ids: frozenset[int] = frozenset()
     constraint: Callable[[], Constraint] | None = None  # a factory: one Constraint per row
-    # time.monotonic() after which the request ends with reason "timeout".
-    deadline: float | None = None
+    # Seconds the request may go without progress (its admission, a prefill chunk of its prompt, a
+    # token) before it ends with reason "timeout": a long prompt or a long answer is not stuck.
+    stall_timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,16 @@ class Failed:
     message: str
 
 
-EngineEvent = Tokens | Finished | Failed
+@dataclass(frozen=True)
+class Prefilled:
+    """Progress, not output: the prompt's KV is written up to `done` of its `total` tokens (one
+    event per prefill chunk, so a consumer can tell a long prompt from a silent engine)."""
+
+    done: int
+    total: int
+
+
+EngineEvent = Tokens | Finished | Failed | Prefilled
 
 
 class QueueFull(Exception):

@@ -27,6 +27,12 @@ class Request:
     cached_prompt_tokens: int = 0
     first_token_at: float | None = None
     rows_unfinished: int = 0
+    # The last time the request moved (submission, admission, a prefill chunk, a token): a stall
+    # past the request's stall_timeout ends it.
+    progress_at: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.progress_at = self.submitted
 
     def new_rows(self) -> list["Row"]:
         """The request's rows, each with its own seed (derived from the request's seed, if any)

@@ -1,7 +1,8 @@
 """`Scheduler`: continuous batching over a paged KV cache, on the engine thread.
 
-Each iteration the engine thread takes the new requests and cancels from the intake, ends rows
-past their deadline, admits waiting requests while lanes and pages allow (reusing prefix-cached
+Each iteration the engine thread takes the new requests and cancels from the intake, ends the
+requests that made no progress for their stall timeout (waiting counts; admission, a prefill
+chunk and a token are progress), admits waiting requests while lanes and pages allow (reusing prefix-cached
 pages), runs at most one prefill step (the next chunk of the oldest prompt, or the short last
 chunks of up to PREFILL_ROWS prompts together; a finished prompt's rows draw their first tokens),
 then one decode step for every decoding row (which also samples, on the device), and sends each
@@ -32,7 +33,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from engine.api import EngineEvent, Failed, Finished, TokenLogprob, Tokens, Usage
+from engine.api import EngineEvent, Failed, Finished, Prefilled, TokenLogprob, Tokens, Usage
 from engine.intake import FinishReason, Intake
 from engine.kv_pages import PagePool, page_hashes
 from engine.rows import Prefill, Request, Row
@@ -84,8 +85,8 @@ class Scheduler:
             self._waiting.append(entry.new_rows())
         now = time.monotonic()
         for entry in self._in_flight():
-            deadline = entry.request.deadline
-            if deadline is not None and now >= deadline:
+            stall_timeout = entry.request.stall_timeout
+            if stall_timeout is not None and now - entry.progress_at >= stall_timeout:
                 cancels.setdefault(entry.id, "timeout")
         if cancels:
             self._end_requests(cancels)
@@ -115,7 +116,9 @@ class Scheduler:
                 return
             self._waiting.popleft()
             cached = len(pages) * self._page_size
-            self._intake.admitted(unit[0].request, len(unit), len(tokens), cached, time.monotonic())
+            entry, now = unit[0].request, time.monotonic()
+            entry.progress_at = now
+            self._intake.admitted(entry, len(unit), len(tokens), cached, now)
             for row in unit:
                 row.lane = self._free_lanes.pop()
                 self._admissions += 1
@@ -136,7 +139,11 @@ class Scheduler:
             chunks.append(PrefillChunk(chunk, prefill.next_position, prefill.pages))
             prefill.next_position += len(chunk)
         logits = self._runner.prefill(chunks)
+        now = time.monotonic()
         for i, prefill in enumerate(batch):
+            entry = prefill.rows[0].request
+            entry.progress_at = now
+            self._send(entry, Prefilled(prefill.next_position, len(prefill.tokens)))
             if prefill.next_position == len(prefill.tokens):
                 self._prefills.remove(prefill)
                 self._start_decoding(prefill, logits, i)
@@ -247,7 +254,7 @@ class Scheduler:
         """Hands each row its sampled token; every row's KV is written up to its last token."""
         now = time.monotonic()
         for i, row in enumerate(rows):
-            if row.lane is None:  # ended (cancel, deadline, a stop token) while this token was in flight
+            if row.lane is None:  # ended (cancel, stall timeout, a stop token) while this token was in flight
                 continue
             self._name_full_pages(row, len(row.tokens))
             self._take_token(row, int(drawn.tokens[i]), drawn, i, now)
@@ -260,7 +267,7 @@ class Scheduler:
         row.tokens.append(token)
         row.generated += 1
         self._intake.token(row, now)
-        row.last_token_at = now
+        row.last_token_at = entry.progress_at = now
         top_n = entry.request.sampling.logprobs
         token_logprobs = None
         if drawn.logprobs is not None and top_n is not None:
@@ -312,7 +319,7 @@ class Scheduler:
             self._intake.closed(entry)
 
     def _end_requests(self, reasons: dict[int, FinishReason]) -> None:
-        """Ends every unfinished row of the given requests (cancel or deadline); unknown ids are ignored."""
+        """Ends every unfinished row of the given requests (cancel or stall timeout); unknown ids are ignored."""
         with self._intake.lock:
             ending = {entry for entry in self._intake.running.values() if entry.id in reasons}
         ending.update(row.request for unit in self._waiting for row in unit if row.request.id in reasons)

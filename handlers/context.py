@@ -74,7 +74,7 @@ class ModelService(Protocol):
 class GenerationLimits:
     """Server-wide bounds on each generation (from `pooled.settings`)."""
 
-    request_timeout_s: float = 300.0  # past it a request answers 504 and frees its lanes
+    request_timeout_s: float = 300.0  # a request this long without progress answers 504 and frees its lanes
     max_output_tokens: int | None = None  # a cap on every request's output, besides the engine's own
     keepalive_interval_s: float = 10.0  # an SSE comment this often while a stream waits
 

@@ -140,7 +140,11 @@ class Settings:
         30.0, float, "Seconds a shutdown (SIGTERM/SIGINT) lets requests in flight finish before exiting."
     )
     request_timeout: float = setting(
-        300.0, float, "Seconds a request may take before it is answered 504 and its lane freed."
+        300.0,
+        float,
+        "Seconds a request may go without progress before it is answered 504 and its lanes freed: waiting in "
+        "the queue counts; its admission, each prefill chunk of its prompt and each token are progress, so a "
+        "long prompt or a long answer on a CPU is never cut for taking long.",
     )
     max_output_tokens: int | None = setting(
         None,
@@ -149,7 +153,7 @@ class Settings:
         "`length` / `max_tokens`); useful when a small model never ends a long agent prompt. Default: no cap "
         "besides the context and 32768, so a request that sets no limit may generate until the context is full "
         "(the default model's 32768 tokens, at ~110 tokens/s on 2 cores and slower as the context fills: "
-        "past --request-timeout).",
+        "minutes of output).",
     )
     keepalive_interval: float = setting(
         10.0, float, "Seconds between SSE keep-alive comments while a stream waits (queued, prefilling)."

@@ -4,8 +4,9 @@
    `queue.put_nowait(event)` on the loop (`call_soon_threadsafe`): the engine thread never waits on
    HTTP, and the loop never polls the engine — it awaits the queue.
 2. `Generation.events()` yields each row's `Tokens` and `Finished` in order and ends once every
-   row has finished; a `Failed`, a row that ran out of time, or a silent engine past the deadline
-   raise `ApiError` instead.
+   row has finished; a `Failed`, a row that stalled past the timeout, or an engine silent for
+   longer than the timeout (a prefill chunk's `Prefilled` counts as word from it) raise `ApiError`
+   instead.
 3. Leaving the `async with` early — the client went away (the task is cancelled), a stop string
    matched, an error — cancels the engine request, which frees its lanes and pages at once.
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
@@ -29,6 +29,7 @@ from engine.api import (
     Finished,
     GenerationEngine,
     GenerationRequest,
+    Prefilled,
     QueueFull,
     RequestRefused,
     Tokens,
@@ -37,7 +38,8 @@ from handlers.availability import not_serving
 from handlers.context import ModelService
 from handlers.errors import ApiError
 
-# How long past its deadline the engine may stay silent before the handler gives up on it.
+# How long past the stall timeout the engine may stay silent before the handler gives up on it
+# (the engine ends a stalled request itself; this covers an engine thread that stopped answering).
 ENGINE_GRACE_S = 5.0
 
 
@@ -59,13 +61,18 @@ class Generation:
     """One submitted request: its events in order, on the event loop."""
 
     def __init__(
-        self, engine: GenerationEngine, request_id: int, queue: asyncio.Queue[EngineEvent], rows: int, deadline: float
+        self,
+        engine: GenerationEngine,
+        request_id: int,
+        queue: asyncio.Queue[EngineEvent],
+        rows: int,
+        stall_timeout_s: float,
     ) -> None:
         self._engine = engine
         self._request_id = request_id
         self._queue = queue
         self._unfinished = rows
-        self._deadline = deadline
+        self._silence_limit_s = stall_timeout_s + ENGINE_GRACE_S
 
     @property
     def done(self) -> bool:
@@ -74,6 +81,8 @@ class Generation:
     async def events(self) -> AsyncIterator[Tokens | Finished]:
         while self._unfinished:
             event = await self._next_event()
+            if isinstance(event, Prefilled):
+                continue
             if isinstance(event, Failed):
                 self._unfinished = 0
                 raise ApiError(FAILED_STATUS[event.kind], event.message, code=f"engine_{event.kind}")
@@ -90,28 +99,31 @@ class Generation:
             self._unfinished = 0
 
     async def _next_event(self) -> EngineEvent:
-        remaining = self._deadline + ENGINE_GRACE_S - time.monotonic()
         try:
-            return await asyncio.wait_for(self._queue.get(), timeout=max(remaining, 0.0))
+            return await asyncio.wait_for(self._queue.get(), timeout=self._silence_limit_s)
         except TimeoutError:
             raise timeout_error() from None
 
 
 def timeout_error() -> ApiError:
-    return ApiError(504, "The request ran past the server's request timeout (--request-timeout).", code="timeout")
+    return ApiError(
+        504,
+        "The request made no progress for the server's request timeout (--request-timeout): it waited in the "
+        "queue, or the engine wrote no prompt chunk and no token, for that long.",
+        code="timeout",
+    )
 
 
 @asynccontextmanager
 async def start_generation(
     model: ModelService, request: GenerationRequest, timeout_s: float, busy: BusyStatuses
 ) -> AsyncIterator[Generation]:
-    """Submit `request` (its deadline set from `timeout_s`); on exit, cancel whatever is unfinished."""
+    """Submit `request` (its stall timeout set from `timeout_s`); on exit, cancel whatever is unfinished."""
     engine = model.engine
     if engine is None:
         raise not_serving(model, busy.unavailable)
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[EngineEvent] = asyncio.Queue()
-    deadline = time.monotonic() + timeout_s
 
     def sink(event: EngineEvent) -> None:
         # Called on the engine thread, where an exception would stop the engine: a loop that has
@@ -120,7 +132,7 @@ async def start_generation(
             loop.call_soon_threadsafe(queue.put_nowait, event)
 
     try:
-        request_id = engine.submit(replace(request, deadline=deadline), sink)
+        request_id = engine.submit(replace(request, stall_timeout=timeout_s), sink)
     except QueueFull as full:
         raise ApiError(
             busy.queue_full,
@@ -132,7 +144,7 @@ async def start_generation(
         raise ApiError(400, refused.message, code=refused.code) from None
     except EngineUnavailable:
         raise not_serving(model, busy.unavailable) from None
-    generation = Generation(engine, request_id, queue, request.n, deadline)
+    generation = Generation(engine, request_id, queue, request.n, timeout_s)
     try:
         yield generation
     finally:

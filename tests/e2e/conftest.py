@@ -22,6 +22,10 @@ from tests.http.test_serve_process import CONTEXT, DECODE_LANES, SMALL_ENGINE, f
 
 __all__ = ["CONTEXT", "DECODE_LANES"]  # the e2e server's shape, for tests that probe its limits
 
+# Short, so that a test can show an answer that streams for longer is not cut by it (e2e requests
+# run one at a time: none waits in the queue).
+REQUEST_TIMEOUT_S = 5
+
 STARTUP_TIMEOUT_S = 900  # loading plus compiling every engine shape bucket, on 2 CPU cores
 
 
@@ -30,7 +34,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *SMALL_ENGINE],
+        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *SMALL_ENGINE, "--request-timeout", str(REQUEST_TIMEOUT_S)],
         cwd=tmp_path_factory.mktemp("cwd"),
         stdout=log,
         stderr=subprocess.STDOUT,

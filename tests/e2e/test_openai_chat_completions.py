@@ -5,6 +5,7 @@ answers are compared; few tokens everywhere."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
@@ -13,7 +14,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from tests.e2e.conftest import CONTEXT, DECODE_LANES
+from tests.e2e.conftest import CONTEXT, DECODE_LANES, REQUEST_TIMEOUT_S
 
 HI: list[Any] = [{"role": "user", "content": "What is the capital of France?"}]
 WEATHER_PARAMETERS = {
@@ -227,6 +228,17 @@ def test_completions(client: OpenAI) -> None:
     assert streamed == choice.text
     echoed = client.completions.create(model="m", prompt=prompt, max_tokens=2, temperature=0, echo=True)
     assert echoed.choices[0].text.startswith(prompt)
+
+
+def test_an_answer_longer_than_the_request_timeout_is_not_cut_while_it_moves(client: OpenAI) -> None:
+    """--request-timeout bounds time without progress, not a request's whole time: 600 tokens
+    (the end tokens biased away) take far longer than REQUEST_TIMEOUT_S on a CPU, and are all answered."""
+    no_end = {"0": -100, "2": -100}  # <|endoftext|>, <|im_end|>
+    started = time.monotonic()
+    whole = client.completions.create(model="m", prompt="Once upon a time", max_tokens=600, logit_bias=no_end)
+    assert time.monotonic() - started > REQUEST_TIMEOUT_S
+    assert whole.choices[0].finish_reason == "length" and whole.usage is not None
+    assert whole.usage.completion_tokens == 600
 
 
 def test_tokenize_and_detokenize(server: str) -> None:

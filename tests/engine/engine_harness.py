@@ -6,7 +6,7 @@ from collections.abc import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from engine.api import EngineEvent, Failed, Finished, GenerationRequest, SamplingParams, Tokens
+from engine.api import EngineEvent, Failed, Finished, GenerationRequest, Prefilled, SamplingParams, Tokens
 from engine.checkpoint.loader import LoadedModel
 from engine.engine import Engine
 
@@ -22,12 +22,16 @@ class Collected:
         self.logprobs: list[list] = [[] for _ in range(n)]
         self.finished: dict[int, Finished] = {}
         self.failed: Failed | None = None
+        self.prefilled: list[int] = []  # each prefill chunk's end, in order
         self.late_events = 0  # events for a row after its Finished: a sink must never see any
         self.done = threading.Event()
         self.request_id = 0
         self._n = n
 
     def __call__(self, event: EngineEvent) -> None:
+        if isinstance(event, Prefilled):
+            self.prefilled.append(event.done)
+            return
         if not isinstance(event, Failed) and event.row in self.finished:
             self.late_events += 1
         if isinstance(event, Tokens):

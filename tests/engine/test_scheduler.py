@@ -175,12 +175,22 @@ def test_cancel_frees_the_lane_and_pages_at_once(engine: Engine) -> None:
     assert every_lane.tokens == [reference(prompt(13, 4), 3, GREEDY)] * CONFIG.decode_lanes
 
 
-def test_deadlines_end_rows_waiting_or_decoding(engine: Engine) -> None:
-    fake(engine).delay_s = 0.005
-    late = generate(engine, request(prompt(14, 6), 50, deadline=time.monotonic() + 0.1))
-    assert late.finished[0].reason == "timeout" and 0 < len(late.tokens[0]) < 50
-    expired = generate(engine, request(prompt(15, 6), 5, deadline=time.monotonic() - 1))
-    assert expired.finished[0].reason == "timeout" and expired.tokens[0] == []
+def test_a_request_that_keeps_moving_outlives_its_stall_timeout(engine: Engine) -> None:
+    """50 steps of 10 ms take over 0.5 s in all, past the 0.2 s stall timeout; no gap reaches it."""
+    fake(engine).delay_s = 0.01
+    moving = generate(engine, request(prompt(14, 6), 50, stall_timeout=0.2))
+    assert moving.finished[0].reason == "length" and len(moving.tokens[0]) == 50
+    assert moving.prefilled == [6]  # the prompt's one chunk was reported as progress
+    assert_idle(engine)
+
+
+def test_waiting_counts_against_the_stall_timeout(engine: Engine) -> None:
+    blocker = hold(engine)
+    waiting = start(engine, request(prompt(15, 6), 5, stall_timeout=0.1))
+    time.sleep(0.3)
+    fake(engine).gate.set()
+    assert waiting.wait().finished[0].reason == "timeout" and waiting.tokens[0] == []
+    blocker.wait()
     assert_idle(engine)
 
 
