@@ -34,7 +34,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *SMALL_ENGINE, "--request-timeout", str(REQUEST_TIMEOUT_S)],
+        [
+            *(str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port)),
+            *(*SMALL_ENGINE, "--request-timeout", str(REQUEST_TIMEOUT_S)),
+        ],
         cwd=tmp_path_factory.mktemp("cwd"),
         stdout=log,
         stderr=subprocess.STDOUT,
