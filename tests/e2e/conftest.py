@@ -33,11 +33,9 @@ STARTUP_TIMEOUT_S = 900  # loading plus compiling every engine shape bucket, on 
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
+    serve = [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *SMALL_ENGINE]
     process = subprocess.Popen(
-        [
-            *(str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port)),
-            *(*SMALL_ENGINE, "--request-timeout", str(REQUEST_TIMEOUT_S)),
-        ],
+        [*serve, "--request-timeout", str(REQUEST_TIMEOUT_S)],
         cwd=tmp_path_factory.mktemp("cwd"),
         stdout=log,
         stderr=subprocess.STDOUT,
