@@ -1357,6 +1357,10 @@ class Health(BaseModel):
     """
     The RoPE scaling (`dynamic`, `yarn` or `linear`) that extends `ctx` past `trained_ctx` (without `--ctx`, a model trained on less than 32768 tokens is extended to it, by default with dynamic NTK); null when the context is within the trained length.
     """
+    quantization: Literal["none", "w8a8", "w4a8"] | None
+    """
+    How the weights are served (`--quantization`, with `auto` resolved: `w4a8` for a GGUF whose projections are Q4_1 where the native CPU kernels run, else `none`), or null before the model is loaded.
+    """
     queue: Annotated[StrictInt, Field(ge=0)]
     """
     Requests waiting or running.

@@ -18,6 +18,17 @@ def context_line(model: ModelService) -> str:
     return line
 
 
+def weights_line(model: ModelService) -> str:
+    return f"Weights: {WEIGHTS[model.quantization or 'none']} (--quantization sets it)"
+
+
+WEIGHTS = {
+    "none": "float, as --dtype says",
+    "w8a8": "int8 projections and head (w8a8)",
+    "w4a8": "the file's Q4_1 blocks on the native CPU kernel, activations in int8 (w4a8)",
+}
+
+
 def banner(server: ServerContext) -> str:
     origin = f"http://127.0.0.1:{server.port}"
     model = server.model
@@ -40,7 +51,7 @@ def banner(server: ServerContext) -> str:
         """       -d '{"model": "pooled", "messages": [{"role": "user", "content": "Hi"}]}'""",
     ]
     if model.state == "serving":
-        lines += ["", context_line(model), "", "Connect your tools (docs/connect-your-tools.md):"]
+        lines += ["", context_line(model), weights_line(model), "", "Connect your tools (docs/connect-your-tools.md):"]
         lines += ["", client_settings(origin, model.model_id)]
     return "\n".join(lines) + "\n"
 

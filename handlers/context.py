@@ -44,6 +44,11 @@ class ModelService(Protocol):
         ...
 
     @property
+    def quantization(self) -> str | None:
+        """How the weights are served (none, w8a8, w4a8) once loaded, else None."""
+        ...
+
+    @property
     def progress(self) -> dict[str, Any] | None: ...
 
     @property

@@ -37,6 +37,7 @@ def health(server: ServerContext) -> models.Health:
             "ctx": model.ctx,
             "trained_ctx": model.trained_ctx,
             "rope_scaling": model.rope_scaling,
+            "quantization": model.quantization,
             "queue": server.counters.in_flight,
             "served": server.counters.served,
             "progress": model.progress,

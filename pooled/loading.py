@@ -91,6 +91,7 @@ def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int
         engine.max_context,
         context.trained,
         context.rope_scaling,
+        checkpoint.model.quantization,
         checkpoint.tokenizer,
         checkpoint.chat_template,
         engine,

@@ -63,6 +63,7 @@ class Loaded:
     ctx: int
     trained_ctx: int
     rope_scaling: str | None  # what extends ctx past trained_ctx, None when it does not
+    quantization: str  # what --quantization resolved to (never "auto")
     tokenizer: Tokenizer
     chat_template: ChatTemplate | None
     engine: Engine
@@ -106,6 +107,10 @@ class ModelHost:
     @property
     def rope_scaling(self) -> str | None:
         return self._loaded.rope_scaling if self._loaded else None
+
+    @property
+    def quantization(self) -> str | None:
+        return self._loaded.quantization if self._loaded else None
 
     @property
     def progress(self) -> dict[str, Any] | None:

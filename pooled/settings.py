@@ -100,10 +100,12 @@ class Settings:
     decode_lanes: int = setting(32, int, "Sequences decoded at once; `n` above it is a 400.")
     dtype: str = setting("auto", str, "Weight and compute dtype: auto, float32 or bfloat16 (auto picks per backend).")
     quantization: str = setting(
-        "none",
-        _one_of("none", "w8a8", "w4a8"),
-        "w8a8: projections and output head as int8 × int8 matmuls (int8 weights, activations quantized per "
-        "token): on the CPU faster than float32 for some accuracy (SmolLM2-135M: perplexity +3-5 %). w4a8: "
+        "auto",
+        _one_of("auto", "none", "w8a8", "w4a8"),
+        "auto: w4a8 for a GGUF whose projections are all Q4_1 (the default model's; the file's own blocks, "
+        "as llama.cpp computes with them) where the native CPU kernels run, else none. w8a8: projections "
+        "and output head as int8 × int8 matmuls (int8 weights, activations quantized per token): on the "
+        "CPU faster than float32 for some accuracy (SmolLM2-135M: perplexity +3-5 %). w4a8: "
         "the projections in Q4_1 blocks, a Q4_1 GGUF's own (embedding and output head int8), run on a native "
         "CPU kernel with activations quantized per block of 32 (perplexity +1 %; without the kernel, as "
         "w8a8). See docs/BENCHMARKS.md for speed on two machines. none: the weights in --dtype.",

@@ -30,6 +30,7 @@ class StubModel:
     ctx: int | None = 2048
     trained_ctx: int | None = 2048
     rope_scaling: str | None = None
+    quantization: str | None = "none"
     progress: dict[str, Any] | None = None
     failure: tuple[str, str] | None = None
     decode_lanes: int = 4

@@ -107,7 +107,14 @@ def read_gguf(path: Path) -> RawCheckpoint:
         tokenizer_dir=None,
         chat_template=metadata.get("tokenizer.chat_template"),
         gguf_metadata=metadata,
+        projection_blocks=_projection_blocks(reader.tensors),
     )
+
+
+def _projection_blocks(tensors: list[ReaderTensor]) -> str | None:
+    """The block type shared by every layer matrix (a `blk.*` tensor of two dimensions), if one is."""
+    kinds = {tensor.tensor_type.name for tensor in tensors if tensor.name.startswith("blk.") and len(tensor.shape) == 2}
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 def read_gguf_metadata(path: Path, prefix: str = "") -> dict[str, Any]:

@@ -21,3 +21,6 @@ class RawCheckpoint:
     tokenizer_dir: Path | None
     chat_template: str | None
     gguf_metadata: dict | None
+    # The GGML block type every projection of a GGUF file is stored in, when they share one
+    # ("Q4_1"): the quantization the file's own numbers are in. None for safetensors.
+    projection_blocks: str | None = None

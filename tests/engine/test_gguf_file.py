@@ -38,6 +38,7 @@ def test_smollm2_config(smollm2: RawCheckpoint) -> None:
     assert (config["bos_token_id"], config["eos_token_id"]) == (1, 2)
     assert smollm2.chat_template is not None and "<|im_start|>" in smollm2.chat_template
     assert smollm2.tokenizer_dir is None and smollm2.gguf_metadata is not None
+    assert smollm2.projection_blocks == "Q4_1"  # every blk.* matrix; the embedding is Q8_0
 
 
 def test_smollm2_tensors_have_hf_names_and_shapes(smollm2: RawCheckpoint) -> None:
@@ -103,6 +104,7 @@ def test_llama_q_and_k_rows_are_restored(tmp_path: Path) -> None:
         },
     )
     checkpoint = read_gguf(path)
+    assert checkpoint.projection_blocks == "F32"
     np.testing.assert_array_equal(checkpoint.tensors["model.layers.0.self_attn.q_proj.weight"], q)
     np.testing.assert_array_equal(checkpoint.tensors["model.layers.0.self_attn.k_proj.weight"], k)
     assert checkpoint.hf_config["tie_word_embeddings"] is False and "lm_head.weight" in checkpoint.tensors

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from engine import int4, int8, kernels
-from engine.checkpoint.loader import load_model
+from engine.checkpoint.loader import load_model, resolve_quantization
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
+from engine.sharding import make_mesh
 from tests.engine.engine_harness import generate, greedy_request, start
 
 
@@ -119,3 +120,11 @@ def test_engine_on_the_packed_model(tiny_checkpoint: Callable[[str], Path], tmp_
         assert engine.stats().compiles_after_startup == 0
     finally:
         engine.shutdown()
+
+
+def test_auto_serves_a_q4_1_files_own_blocks_where_the_kernels_run() -> None:
+    mesh = make_mesh(None)
+    native = kernels.available()
+    assert resolve_quantization("Q4_1", mesh) == ("w4a8" if native else "none")
+    assert resolve_quantization("Q8_0", mesh) == "none"  # w8a8 would requantize per channel: not the file's numbers
+    assert resolve_quantization(None, mesh) == "none"  # safetensors, or a file of mixed blocks

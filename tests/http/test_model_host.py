@@ -28,7 +28,13 @@ def test_successful_load_serves_with_the_loaded_context(tmp_path: Path) -> None:
         report("weights", 1, 2)
         release.wait(5)
         return Loaded(  # type: ignore[arg-type]
-            ctx=4096, trained_ctx=2048, rope_scaling="yarn", tokenizer=tokenizer, chat_template=None, engine=engine
+            ctx=4096,
+            trained_ctx=2048,
+            rope_scaling="yarn",
+            quantization="w4a8",
+            tokenizer=tokenizer,
+            chat_template=None,
+            engine=engine,
         )
 
     host = ModelHost(Settings(), tmp_path, loader)
@@ -37,7 +43,7 @@ def test_successful_load_serves_with_the_loaded_context(tmp_path: Path) -> None:
     release.set()
     wait_until_settled(host)
     assert (host.state, host.ctx, host.tokenizer, host.progress) == ("serving", 4096, tokenizer, None)
-    assert (host.trained_ctx, host.rope_scaling) == (2048, "yarn")
+    assert (host.trained_ctx, host.rope_scaling, host.quantization) == (2048, "yarn", "w4a8")
     engine.state, engine.failure = "dead", ("panicked", "IndexError in the scheduler")
     assert (host.state, host.failure) == ("dead", ("panicked", "IndexError in the scheduler"))
 

@@ -46,3 +46,9 @@ def test_banner_and_health_say_when_rope_scaling_extends_the_context(client: Tes
     assert "Context: 32768 tokens, extended from the trained 8192 with dynamic RoPE scaling" in client.get("/").text
     health = client.get("/health").json()
     assert (health["ctx"], health["trained_ctx"], health["rope_scaling"]) == (32768, 8192, "dynamic")
+
+
+def test_banner_and_health_say_how_the_weights_are_served(client: TestClient, model: StubModel) -> None:
+    model.quantization = "w4a8"
+    assert "Weights: the file's Q4_1 blocks on the native CPU kernel" in client.get("/").text
+    assert client.get("/health").json()["quantization"] == "w4a8"

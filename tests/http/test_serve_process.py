@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from engine import kernels
+
 STARTUP_TIMEOUT_S = 900  # cold: loading plus the engine's compile plan on 2 CPU cores
 # The e2e suite's engine shape, so the persistent XLA cache serves both.
 CONTEXT = 2048
@@ -80,6 +82,7 @@ def test_health_reports_the_default_model(server: str) -> None:
     assert health["model"].startswith("pooled/smollm2-135m-instruct")
     assert health["ctx"] == CONTEXT  # --ctx given: within the trained 8192, nothing extended
     assert (health["trained_ctx"], health["rope_scaling"]) == (8192, None)
+    assert health["quantization"] == ("w4a8" if kernels.available() else "none")  # auto, on the Q4_1 file
     assert health["engine"]["decode_lanes"] == DECODE_LANES and health["engine"]["compiles_after_startup"] == 0
 
 
