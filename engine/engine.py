@@ -14,14 +14,16 @@ owns the engine (the load thread, the server's shutdown).
 """
 
 import math
+from pathlib import Path
 
 from engine.api import MAX_TOKENS_CAP, GenerationRequest, RequestRefused
 from engine.checkpoint.loader import LoadedModel
 from engine.engine_config import EngineConfig
 from engine.intake import EngineState, Intake
 from engine.kv_pages import PagePool
-from engine.kv_sizing import pool_pages
+from engine.kv_sizing import kv_dtype, pool_pages
 from engine.metrics import EngineStats
+from engine.prefix_disk import PrefixDisk, namespace_digest
 from engine.rows import Sink
 from engine.runner import DeviceRunner
 from engine.runner_api import Report, Runner
@@ -32,10 +34,17 @@ class Engine:
     """One engine thread, one queue. submit/cancel/stats are thread-safe and never block on the device."""
 
     def __init__(
-        self, runner: Runner, pages: int, config: EngineConfig, eos_token_ids: frozenset[int], report: Report
+        self,
+        runner: Runner,
+        pages: int,
+        config: EngineConfig,
+        eos_token_ids: frozenset[int],
+        report: Report,
+        disk_namespace: bytes | None = None,
     ) -> None:
         """Compiles the runner's shapes (reporting progress), then starts the engine thread.
-        `pages` counts the runner's KV pages with the null page."""
+        `pages` counts the runner's KV pages with the null page. With `config.prefix_disk_dir`,
+        the prefix cache keeps pages on disk under `disk_namespace` (what they depend on)."""
         pages_per_row = math.ceil(runner.max_context / config.page_size)
         # Every lane may need a private copy of a shared partial page; one row must always fit alone.
         if pages < pages_per_row + config.decode_lanes + 1:
@@ -49,7 +58,12 @@ class Engine:
         self.runner = runner
         self._pool = PagePool(pages, config.page_size)
         self._intake = Intake(config.decode_lanes, config.max_queue)
-        self._scheduler = Scheduler(runner, self._pool, self._intake, config.prefill_chunk)
+        self._disk = None
+        if config.prefix_disk_dir and config.prefix_disk_bytes > 0 and disk_namespace is not None:
+            root = Path(config.prefix_disk_dir).expanduser()
+            cap = config.prefix_disk_bytes
+            self._disk = PrefixDisk(root, disk_namespace, runner.page_bytes, cap, self._intake.fetched)
+        self._scheduler = Scheduler(runner, self._pool, self._intake, config.prefill_chunk, self._disk)
         runner.compile(report)
         runner.watch_compiles(self._scheduler.thread)
         self._scheduler.thread.start()
@@ -59,7 +73,20 @@ class Engine:
         """Sizes and allocates the KV page pool on the model's devices, compiles every shape
         bucket and starts the engine thread."""
         pages = pool_pages(model, config)
-        return cls(DeviceRunner(model, config, pages), pages, config, frozenset(model.config.eos_token_ids), report)
+        runner = DeviceRunner(model, config, pages)
+        namespace = namespace_digest(
+            {
+                "checkpoint": model.fingerprint,
+                "dtype": model.dtype,
+                "quantization": model.quantization,
+                "kv_dtype": str(kv_dtype(model.dtype, config.kv_cache_dtype)),
+                "page_size": config.page_size,
+                "page_bytes": runner.page_bytes,
+                "model": repr(model.config),  # RoPE and its scaling, the served context, the matmul weights
+            }
+        )
+        eos = frozenset(model.config.eos_token_ids)
+        return cls(runner, pages, config, eos, report, namespace)
 
     @property
     def state(self) -> EngineState:
@@ -103,6 +130,8 @@ class Engine:
         """Cancels everything in flight and stops the engine thread."""
         self._intake.stop()
         self._scheduler.thread.join()
+        if self._disk is not None:
+            self._disk.close()  # after the queued saves
         self.runner.close()
 
     def stats(self) -> EngineStats:
@@ -119,6 +148,7 @@ class Engine:
                 kv_cache_usage=used / total,
                 prefix_cache_queries=counters["prefix_queries"],
                 prefix_cache_hits=counters["prefix_hits"],
+                prefix_cache_disk_hits=counters["prefix_disk_hits"],
                 prompt_tokens=counters["prompt_tokens"],
                 generation_tokens=counters["generation_tokens"],
                 preemptions=counters["preemptions"],

@@ -23,3 +23,6 @@ class EngineConfig:
     # Each decode row-count bucket is this many times the last: every bucket is a start-up compile
     # of the whole model, so coarser buckets start faster and pad more per step.
     bucket_growth: int = 4
+    # The prefix cache's disk tier (engine/prefix_disk.py): its folder ("" = none) and byte cap.
+    prefix_disk_dir: str = ""
+    prefix_disk_bytes: int = 4 << 30

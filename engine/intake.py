@@ -1,8 +1,9 @@
 """`Intake`: what the engine thread shares with every other thread, under one lock.
 
 Threads: handler threads enqueue requests and cancels, drain, wait for idleness and read stats;
-the engine thread takes the inbox and the cancels (`next_work`, which waits on the condition when
-there is nothing to do: nothing polls) and records what happened to each request. Either side
+the engine thread takes the inbox, the cancels and the disk tier's finished loads (`next_work`,
+which waits on the condition when there is nothing to do: nothing polls) and records what
+happened to each request. The disk tier's IO thread hands over each finished load (`fetched`). Either side
 holds the lock only for these exchanges and counters: never across a device call or a sink call.
 
 A request is pending from `enqueue` until its rows first hold lanes (`admitted`), then running
@@ -17,11 +18,20 @@ from typing import Literal
 from engine.admission import retry_after_seconds, smoothed_hold
 from engine.api import EngineUnavailable, GenerationRequest, QueueFull
 from engine.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, LatencyHistogram
+from engine.prefix_disk import Loaded
 from engine.rows import Request, Row, Sink
 
 FinishReason = Literal["stop", "length", "cancelled", "timeout"]
 EngineState = Literal["serving", "draining", "dead"]
-COUNTERS = ("prefix_queries", "prefix_hits", "prompt_tokens", "generation_tokens", "preemptions", "refusals")
+COUNTERS = (
+    "prefix_queries",
+    "prefix_hits",
+    "prefix_disk_hits",
+    "prompt_tokens",
+    "generation_tokens",
+    "preemptions",
+    "refusals",
+)
 
 
 class Intake:
@@ -33,6 +43,7 @@ class Intake:
         self._wake = threading.Condition(self.lock)
         self._inbox: deque[Request] = deque()
         self._cancels: dict[int, FinishReason] = {}
+        self._fetched: list[Loaded] = []
         self._pending_requests = 0  # submitted, not yet holding lanes
         self._pending_rows = 0
         self._free_lane_count = lanes
@@ -102,17 +113,25 @@ class Intake:
 
     # --- the engine thread ------------------------------------------------------------------
 
-    def next_work(self, busy: bool) -> tuple[deque[Request], dict[int, FinishReason], bool]:
-        """The new requests, the cancels (every new request too, when stopping) and whether the
-        engine is stopping; waits while there is none of these and the engine is not `busy`."""
+    def fetched(self, loaded: Loaded) -> None:
+        """A disk-tier load finished (called on its IO thread)."""
         with self.lock:
-            while not (self._inbox or self._cancels or self._stopping or busy):
+            self._fetched.append(loaded)
+            self._wake.notify_all()
+
+    def next_work(self, busy: bool) -> tuple[deque[Request], dict[int, FinishReason], list[Loaded], bool]:
+        """The new requests, the cancels (every new request too, when stopping), the finished disk
+        loads and whether the engine is stopping; waits while there is none of these and the
+        engine is not `busy`."""
+        with self.lock:
+            while not (self._inbox or self._cancels or self._fetched or self._stopping or busy):
                 self._wake.wait()
             inbox, self._inbox = self._inbox, deque()
             cancels, self._cancels = self._cancels, {}
+            fetched, self._fetched = self._fetched, []
             if self._stopping:
                 cancels.update({entry.id: "cancelled" for entry in inbox})
-            return inbox, cancels, self._stopping
+            return inbox, cancels, fetched, self._stopping
 
     def admitted(self, entry: Request, rows: int, prompt_tokens: int, cached_tokens: int, now: float) -> None:
         """`rows` rows of `entry` took lanes; the first time, the request starts running."""
@@ -142,6 +161,10 @@ class Intake:
     def lane_freed(self) -> None:
         with self.lock:
             self._free_lane_count += 1
+
+    def restored(self, tokens: int) -> None:
+        with self.lock:
+            self.counters["prefix_disk_hits"] += tokens
 
     def preempted(self) -> None:
         with self.lock:

@@ -3,24 +3,37 @@
 Only the engine thread touches a `PagePool`. The pool never sees device memory: it hands out page
 ids, and the step functions write keys and values into those pages.
 
-Full pages are named by a content hash chained over every token before them, so two rows whose
-token prefixes agree name their pages alike. A named page that no row holds stays cached (least
+Full pages are named by a content hash chained over every token before them (BLAKE2b, 16 bytes:
+the same in every process, so the disk tier, engine/prefix_disk.py, keys its entries by it), so
+two rows whose token prefixes agree name their pages alike. A named page that no row holds stays cached (least
 recently used first out) until a fresh page is needed; a later prompt with the same prefix takes
 it back instead of prefilling those tokens again.
 """
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 
+import numpy as np
+
 NULL_PAGE = 0  # never handed out: padding rows and unused block-table entries point here
+HASH_BYTES = 16
 
 
-def page_hashes(tokens: Sequence[int], page_size: int) -> list[int]:
+def page_hashes(tokens: Sequence[int], page_size: int) -> list[bytes]:
     """The chained content hash of each full page of `tokens`."""
-    hashes, parent = [], 0
-    for start in range(0, len(tokens) - page_size + 1, page_size):
-        parent = hash((parent, tuple(tokens[start : start + page_size])))
-        hashes.append(parent)
+    return extend_page_hashes([], tokens, page_size)
+
+
+def extend_page_hashes(hashes: list[bytes], tokens: Sequence[int], page_size: int) -> list[bytes]:
+    """`hashes` (of the first full pages of `tokens`) extended to every full page of `tokens`."""
+    full = len(tokens) // page_size
+    if full > len(hashes):
+        ids = np.asarray(tokens[len(hashes) * page_size : full * page_size], np.int32).reshape(-1, page_size)
+        parent = hashes[-1] if hashes else b""
+        for page in ids:
+            parent = hashlib.blake2b(parent + page.tobytes(), digest_size=HASH_BYTES).digest()
+            hashes.append(parent)
     return hashes
 
 
@@ -30,8 +43,8 @@ class PagePool:
         self.total = pages - 1  # without the null page
         self._free = list(range(pages - 1, NULL_PAGE, -1))
         self._holders = [0] * pages
-        self._page_by_hash: dict[int, int] = {}
-        self._hash_by_page: dict[int, int] = {}
+        self._page_by_hash: dict[bytes, int] = {}
+        self._hash_by_page: dict[int, bytes] = {}
         self._idle_cached: OrderedDict[int, None] = OrderedDict()  # named pages nobody holds, LRU first
 
     @property
@@ -69,7 +82,14 @@ class PagePool:
                 else:
                     self._free.append(page)
 
-    def lookup(self, hashes: Sequence[int]) -> list[int]:
+    def cached_run(self, hashes: Sequence[bytes]) -> int:
+        """How many of `hashes`, from the first, have a cached page (nothing is held)."""
+        count = 0
+        while count < len(hashes) and hashes[count] in self._page_by_hash:
+            count += 1
+        return count
+
+    def lookup(self, hashes: Sequence[bytes]) -> list[int]:
         """Holds and returns the cached pages of the longest cached run of `hashes` from the start."""
         found = []
         for h in hashes:
@@ -80,7 +100,7 @@ class PagePool:
             found.append(page)
         return found
 
-    def name(self, page: int, content_hash: int) -> None:
+    def name(self, page: int, content_hash: bytes) -> None:
         """Records that `page` now holds the full page whose chained hash is `content_hash`."""
         if content_hash in self._page_by_hash or page in self._hash_by_page:
             return  # another page already serves this prefix; this one stays private

@@ -56,6 +56,7 @@ class EngineStats:
     kv_cache_usage: float  # kv_pages_used / kv_pages_total
     prefix_cache_queries: int  # prompt tokens looked up in the prefix cache
     prefix_cache_hits: int  # of those, tokens served from it
+    prefix_cache_disk_hits: int  # tokens of cached pages read back from the disk tier
     prompt_tokens: int  # prompt tokens of finished or running requests
     generation_tokens: int
     preemptions: int

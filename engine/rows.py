@@ -56,6 +56,7 @@ class Row:
     lane: int | None = None
     pages: list[int] = field(default_factory=list)
     named_pages: int = 0  # leading full pages already named in the prefix cache
+    page_hashes: list[bytes] = field(default_factory=list)  # of its leading full pages, as far as computed
     admitted_seq: int = 0  # admission order, for choosing preemption victims
     last_token_at: float = 0.0
     done: bool = False

@@ -36,6 +36,9 @@ from engine.step import LaneState, RowParams, StepFunctions
 
 # Logit-bias entries per row, padded to this many (OpenAI allows up to 300).
 LOGIT_BIAS_SLOTS = 300
+# Pages moved per call between the KV pool and the host (the prefix cache's disk tier): one
+# compiled shape, padded with the null page.
+PAGE_TRANSFER_GROUP = 16
 # Shortest prefill chunk compiled; chunk sizes double up to prefill_chunk. A padded prompt token
 # costs as much as a real one, and the new turn of a resent conversation is often a few dozen
 # tokens: doubling keeps its padding under half a chunk for one compile per size.
@@ -97,6 +100,10 @@ class DeviceRunner:
         self._row_params = _empty_row_params(spare, math.ceil(c.vocab_size / 32))
         self._buckets: tuple[Bucket, ...] = ()
         self._compiles: CompileWatch | None = None
+        pool = self._kv[0].k
+        self._page_shape = (c.num_layers, 2, pool.shape[0], config.page_size, pool.shape[3])
+        self._page_dtype = np.dtype(pool.dtype)
+        self.page_bytes = math.prod(self._page_shape) * self._page_dtype.itemsize
 
     # --- start-up ---------------------------------------------------------------------------
 
@@ -114,6 +121,8 @@ class DeviceRunner:
         plan += [Bucket("first_tokens", b, 1, 0) for b in self._row_buckets]
         plan += [Bucket("decode", b, 1, width) for b in self._row_buckets]
         plan += [Bucket("reset_lane", 1, self.max_context, 0), Bucket("copy_page", 1, self.page_size, 0)]
+        plan += [Bucket("read_pages", PAGE_TRANSFER_GROUP, self.page_size, 0)]
+        plan += [Bucket("write_pages", PAGE_TRANSFER_GROUP, self.page_size, 0)]
         for done, bucket in enumerate(plan):
             report(
                 f"compiling {bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}",
@@ -152,6 +161,10 @@ class DeviceRunner:
             self._decode(tokens, np.ones(bucket.rows, np.int32), lane_ids, self._rows(lane_ids))
         elif bucket.kind == "reset_lane":
             self._reset_lane(self.lanes, [], [])
+        elif bucket.kind == "read_pages":
+            self.read_pages([NULL_PAGE])
+        elif bucket.kind == "write_pages":
+            self.write_pages([NULL_PAGE], [bytes(self.page_bytes)])
         else:
             self.copy_page(NULL_PAGE, NULL_PAGE)
 
@@ -227,6 +240,30 @@ class DeviceRunner:
 
     def copy_page(self, source: int, target: int) -> None:
         self._kv = self.steps.copy_page(self._kv, np.int32(source), np.int32(target))
+
+    def read_pages(self, pages: Sequence[int]) -> list[bytes]:
+        contents = []
+        for start in range(0, len(pages), PAGE_TRANSFER_GROUP):
+            group = self._page_group(pages[start : start + PAGE_TRANSFER_GROUP])
+            read = np.asarray(self.steps.read_pages(self._kv, group))
+            contents += [page.tobytes() for page in read[: min(PAGE_TRANSFER_GROUP, len(pages) - start)]]
+        return contents
+
+    def write_pages(self, pages: Sequence[int], contents: Sequence[bytes]) -> None:
+        for start in range(0, len(pages), PAGE_TRANSFER_GROUP):
+            chunk = contents[start : start + PAGE_TRANSFER_GROUP]
+            # Padding entries write zeros into the null page, which no row reads as a real page.
+            data = np.zeros((PAGE_TRANSFER_GROUP, *self._page_shape), self._page_dtype)
+            for i, content in enumerate(chunk):
+                data[i] = np.frombuffer(content, self._page_dtype).reshape(self._page_shape)
+            group = self._page_group(pages[start : start + PAGE_TRANSFER_GROUP])
+            self._kv = self.steps.write_pages(self._kv, group, jax.device_put(data, self._replicated))
+
+    @staticmethod
+    def _page_group(pages: Sequence[int]) -> np.ndarray:
+        group = np.full(PAGE_TRANSFER_GROUP, NULL_PAGE, np.int32)
+        group[: len(pages)] = pages
+        return group
 
     def first_tokens(self, logits: PromptLogits, index: int, rows: Sequence[DecodeRow]) -> Drawn:
         lane_ids = self._lane_ids(rows)

@@ -91,6 +91,8 @@ class Runner(Protocol):
     max_context: int
     # The longest chunk of each prompt in a step of several prompts (0: steps never batch).
     batched_chunk: int
+    # The bytes of one page's keys and values over every layer, as read_pages returns them.
+    page_bytes: int
 
     def compile(self, report: Report) -> None:
         """Compiles every shape the steps will meet, on padding (changes nothing real)."""
@@ -125,6 +127,14 @@ class Runner(Protocol):
 
     def copy_page(self, source: int, target: int) -> None:
         """Copies one page's keys and values (a row's private copy of a shared partial page)."""
+        ...
+
+    def read_pages(self, pages: Sequence[int]) -> list[bytes]:
+        """Each page's keys and values over every layer, on the host (for the disk tier)."""
+        ...
+
+    def write_pages(self, pages: Sequence[int], contents: Sequence[bytes]) -> None:
+        """Writes contents that `read_pages` returned (in this or an earlier process) into `pages`."""
         ...
 
     def first_tokens(self, logits: PromptLogits, index: int, rows: Sequence[DecodeRow]) -> Drawn:

@@ -15,6 +15,12 @@ so the host's share of a step (the dispatch, the sinks, the HTTP side's work the
 the device's. A change of rows, a grammar (its mask needs the token) or a row's last token
 settles the step in flight first; a token in flight for a row that ended meanwhile is dropped.
 
+With a disk tier (engine/prefix_disk.py), a new request whose prompt continues past the pages
+cached on the device with pages the disk holds waits, unadmitted, while the disk's IO thread
+reads them; the engine thread then writes them into free pages, named like prefilled ones, and
+queues the request, whose admission finds them as cached pages. A finished prompt's full pages
+that the disk lacks are read back from the device and queued for the IO thread to write.
+
 A request's n rows share its prompt's KV pages: the prompt is prefilled once, and each row draws
 its own first token from the logits of the prompt's last position (its own key and parameters),
 so the first token costs no decode step. When pages run out, the most recently admitted row is
@@ -35,11 +41,22 @@ from dataclasses import dataclass
 
 from engine.api import EngineEvent, Failed, Finished, Prefilled, TokenLogprob, Tokens, Usage
 from engine.intake import FinishReason, Intake
-from engine.kv_pages import PagePool, page_hashes
+from engine.kv_pages import PagePool, extend_page_hashes, page_hashes
+from engine.prefix_disk import Loaded, PrefixDisk
 from engine.rows import Prefill, Request, Row
 from engine.runner_api import PREFILL_ROWS, DecodeRow, Drawn, InsertedRow, Pending, PrefillChunk, PromptLogits, Runner
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Fetch:
+    """A request waiting for pages from the disk tier: the loaded run starts at page `start` of
+    its prompt's `hashes` (the pages before it were cached on the device)."""
+
+    unit: list[Row]
+    hashes: list[bytes]
+    start: int
 
 
 @dataclass(frozen=True)
@@ -51,8 +68,12 @@ class _Flight:
 
 
 class Scheduler:
-    def __init__(self, runner: Runner, pool: PagePool, intake: Intake, prefill_chunk: int) -> None:
+    def __init__(
+        self, runner: Runner, pool: PagePool, intake: Intake, prefill_chunk: int, disk: PrefixDisk | None = None
+    ) -> None:
         self._runner = runner
+        self._disk = disk
+        self._fetching: dict[int, _Fetch] = {}  # by request id
         self._pool = pool
         self._intake = intake
         self._page_size = runner.page_size
@@ -68,21 +89,29 @@ class Scheduler:
     def _run(self) -> None:
         try:
             while True:
-                inbox, cancels, stopping = self._intake.next_work(self._busy())
+                inbox, cancels, fetched, stopping = self._intake.next_work(self._busy())
                 if stopping:
                     cancels.update({entry.id: "cancelled" for entry in self._in_flight()})
-                self._iterate(inbox, cancels)
+                self._iterate(inbox, cancels, fetched)
                 if stopping and not self._busy():
                     return
         except Exception as error:  # the engine thread must never die silently: fail every request
             self._die(error)
 
     def _busy(self) -> bool:
+        """Whether there is work for the next iteration (a fetch in progress wakes the thread itself)."""
         return bool(self._waiting or self._prefills or self._decoding or self._flight is not None)
 
-    def _iterate(self, inbox: deque[Request], cancels: dict[int, FinishReason]) -> None:
+    def _iterate(self, inbox: deque[Request], cancels: dict[int, FinishReason], fetched: list[Loaded]) -> None:
         for entry in inbox:
-            self._waiting.append(entry.new_rows())
+            unit = entry.new_rows()
+            if not self._fetch(unit):
+                self._waiting.append(unit)
+        for loaded in fetched:
+            fetch = self._fetching.pop(loaded.ticket, None)
+            if fetch is not None:  # else the request ended while its pages were read
+                self._restore(fetch, loaded)
+                self._waiting.append(fetch.unit)
         now = time.monotonic()
         for entry in self._in_flight():
             stall_timeout = entry.request.stall_timeout
@@ -98,9 +127,54 @@ class Scheduler:
 
     def _in_flight(self) -> list[Request]:
         requests = {row.request for unit in self._waiting for row in unit}
+        requests.update(fetch.unit[0].request for fetch in self._fetching.values())
         requests.update(row.request for row in self._decoding)
         requests.update(row.request for prefill in self._prefills for row in prefill.rows)
         return list(requests)
+
+    # --- the disk tier ----------------------------------------------------------------------
+
+    def _fetch(self, unit: list[Row]) -> bool:
+        """Starts reading the pages of `unit`'s prompt that follow its device-cached pages from the
+        disk tier, if it holds any; the unit waits for them (True) or is not fetching (False)."""
+        if self._disk is None:
+            return False
+        hashes = page_hashes(unit[0].tokens[:-1], self._page_size)
+        start = self._pool.cached_run(hashes)
+        found = self._disk.has_run(hashes[start:])
+        if found == 0:
+            return False
+        entry = unit[0].request
+        self._fetching[entry.id] = _Fetch(unit, hashes, start)
+        self._disk.load(entry.id, hashes[start : start + found])
+        return True
+
+    def _restore(self, fetch: _Fetch, loaded: Loaded) -> None:
+        """Writes the loaded pages into free pages, named for the prefix cache. The device-cached
+        pages before them are held meanwhile, so that no allocation here evicts them."""
+        held = self._pool.lookup(fetch.hashes[: fetch.start])
+        if len(held) < fetch.start:  # evicted since: the loaded run no longer joins the prefix
+            self._pool.release(held)
+            return
+        pages = []
+        for _ in loaded.contents:
+            page = self._pool.allocate()
+            if page is None:
+                break
+            pages.append(page)
+        self._runner.write_pages(pages, loaded.contents[: len(pages)])
+        for page, content_hash in zip(pages, loaded.hashes, strict=False):
+            self._pool.name(page, content_hash)
+        self._pool.release(held + pages)
+        self._intake.restored(len(pages) * self._page_size)
+
+    def _save_prompt(self, prefill: Prefill, hashes: list[bytes]) -> None:
+        """Queues the prompt's full pages that the disk tier lacks to be written there."""
+        assert self._disk is not None
+        missing = self._disk.missing(hashes)
+        if missing:
+            contents = self._runner.read_pages([prefill.pages[i] for i in missing])
+            self._disk.save([hashes[i] for i in missing], contents)
 
     # --- admission and prefill --------------------------------------------------------------
 
@@ -152,8 +226,12 @@ class Scheduler:
         """Gives each row the shared prompt pages (rows after the first copy a partial last page)
         and its first token, drawn from the prompt's last logits (chunk `index` of the step's)."""
         full_pages = len(prefill.tokens) // self._page_size
+        hashes = page_hashes(prefill.tokens, self._page_size)
+        if self._disk is not None:
+            self._save_prompt(prefill, hashes)
         starting = []
         for row in prefill.rows:
+            row.page_hashes = list(hashes)
             pages = list(prefill.pages)
             if row is not prefill.rows[0]:
                 for page in pages[:full_pages]:
@@ -183,7 +261,7 @@ class Scheduler:
     def _name_full_pages(self, row: Row, kv_written: int) -> None:
         full = kv_written // self._page_size
         if full > row.named_pages:
-            hashes = page_hashes(row.tokens[: full * self._page_size], self._page_size)
+            hashes = extend_page_hashes(row.page_hashes, row.tokens[: full * self._page_size], self._page_size)
             for page, content_hash in zip(row.pages[row.named_pages : full], hashes[row.named_pages :], strict=True):
                 self._pool.name(page, content_hash)
             row.named_pages = full
@@ -323,6 +401,8 @@ class Scheduler:
         with self._intake.lock:
             ending = {entry for entry in self._intake.running.values() if entry.id in reasons}
         ending.update(row.request for unit in self._waiting for row in unit if row.request.id in reasons)
+        for request_id in [i for i in self._fetching if i in reasons]:
+            ending.add(self._fetching.pop(request_id).unit[0].request)
         for prefill in [p for p in self._prefills if p.rows[0].request in ending]:
             self._pool.release(prefill.pages)
             self._prefills.remove(prefill)
@@ -340,5 +420,6 @@ class Scheduler:
         log.error("engine thread died (%s): %s", kind, reason, exc_info=error)
         doomed = self._intake.died(kind, reason)
         doomed += [row.request for unit in self._waiting for row in unit if row.request.admitted is None]
+        doomed += [fetch.unit[0].request for fetch in self._fetching.values()]
         for entry in dict.fromkeys(doomed):
             self._send(entry, Failed("fault", f"the engine failed: {reason}"))

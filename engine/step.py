@@ -179,9 +179,22 @@ class StepFunctions:
                 for c in kv
             )
 
+        def read_pages(kv: KVPages, pages: Array) -> Array:
+            """[G, L, 2, K, page_size, H]: each page's keys and values over every layer, stored form."""
+            return jnp.stack([jnp.stack([c.k[:, pages], c.v[:, pages]]) for c in kv]).transpose(3, 0, 1, 2, 4, 5)
+
+        def write_pages(kv: KVPages, pages: Array, contents: Array) -> KVPages:
+            layers = contents.transpose(1, 2, 3, 0, 4, 5)  # [L, 2, K, G, page_size, H]
+            return tuple(
+                PagedLayerCache(c.k.at[:, pages].set(layers[i, 0]), c.v.at[:, pages].set(layers[i, 1]))
+                for i, c in enumerate(kv)
+            )
+
         self.prefill = jax.jit(prefill)
         self.decode = jax.jit(decode, donate_argnums=(2,))
         self.first_tokens = jax.jit(first_tokens, donate_argnums=(0,))
         self.write = jax.jit(write, donate_argnums=(0,))
         self.reset_lane = jax.jit(reset_lane, donate_argnums=(0,))
         self.copy_page = jax.jit(copy_page, donate_argnums=(0,))
+        self.read_pages = jax.jit(read_pages)
+        self.write_pages = jax.jit(write_pages, donate_argnums=(0,))

@@ -1501,6 +1501,10 @@ class Metrics(BaseModel):
     """
     Prompt tokens found in the prefix cache.
     """
+    prefix_cache_disk_hits_total: Annotated[StrictInt | None, Field(ge=0)] = None
+    """
+    Of the prefix cache's hits, the tokens whose pages were read back from its disk tier (`--prefix-cache-dir`: a prompt prefilled before the last restart).
+    """
     preemptions_total: Annotated[StrictInt | None, Field(ge=0)] = None
     """
     Rows preempted (to be recomputed) when KV pages ran out.

@@ -32,6 +32,7 @@ COUNTERS = {
     "generation_tokens_total": "Tokens generated.",
     "prefix_cache_queries_total": "Prompt tokens looked up in the prefix cache.",
     "prefix_cache_hits_total": "Prompt tokens found in the prefix cache.",
+    "prefix_cache_disk_hits_total": "Of those, tokens whose pages were read back from the disk tier.",
     "preemptions_total": "Rows preempted when KV pages ran out.",
     "compiles_after_startup_total": "XLA compilations after the compile plan finished.",
 }
@@ -62,6 +63,7 @@ def _engine_fields(stats: EngineStats) -> dict[str, object]:
         "generation_tokens_total": stats.generation_tokens,
         "prefix_cache_queries_total": stats.prefix_cache_queries,
         "prefix_cache_hits_total": stats.prefix_cache_hits,
+        "prefix_cache_disk_hits_total": stats.prefix_cache_disk_hits,
         "preemptions_total": stats.preemptions,
         "kv_cache_usage_perc": stats.kv_cache_usage,
         "compiles_after_startup_total": stats.compiles_after_startup,

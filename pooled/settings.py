@@ -130,6 +130,20 @@ class Settings:
         "Prompt tokens prefilled per step; a long prompt holds running streams back one chunk at most "
         "(on the CPU 512 prefilled a 3k-token prompt ~8 % faster than 256, and 1024 slower).",
     )
+    prefix_cache_dir: str = setting(
+        "~/.cache/pooled/prefix",
+        str,
+        "Folder of the prefix cache's disk tier: the KV pages of prompts prefilled before, kept across "
+        "restarts (one subfolder per model, dtype, quantization and every setting that changes the numbers; "
+        "each entry checksummed, a damaged or foreign one ignored), so an agent's tools and system prompt "
+        "are read back instead of prefilled again after a restart. Empty: no disk tier.",
+    )
+    prefix_cache_disk: int = setting(
+        4 << 30,
+        int,
+        "Bytes the prefix cache's disk tier may hold; the least recently used pages go first "
+        "(the default model's pages take 368 KiB each, 23 KiB a token, in bfloat16). 0: no disk tier.",
+    )
     devices: int | None = setting(None, _optional_int, "How many accelerator devices to shard over; default: all.")
     stored_responses: int = setting(
         256,

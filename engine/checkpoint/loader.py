@@ -56,6 +56,7 @@ class LoadedModel:
     chat_template: str | None
     from_cache: bool  # parameters were restored from the prepared cache
     quantization: str  # one of QUANTIZATIONS, "auto" resolved
+    fingerprint: str  # of the checkpoint files and dtype (the prepared cache's key)
 
     @overload
     def forward(self, tokens: jax.Array, positions: jax.Array) -> tuple[jax.Array, None]: ...
@@ -101,7 +102,8 @@ def load_model(
     is_gguf = path.suffix == ".gguf"
     if not is_gguf and not path.is_dir():
         raise CheckpointError(f"{path} is neither a model directory nor a .gguf file")
-    cache = PreparedCache(cache_root(cache_dir), fingerprint([path] if is_gguf else checkpoint_files(path), dtype))
+    files_fingerprint = fingerprint([path] if is_gguf else checkpoint_files(path), dtype)
+    cache = PreparedCache(cache_root(cache_dir), files_fingerprint)
     mesh = make_mesh(devices)
 
     meta = cache.lookup()
@@ -153,6 +155,7 @@ def load_model(
         chat_template=meta["chat_template"],
         from_cache=raw is None,
         quantization=quantization,
+        fingerprint=files_fingerprint,
     )
 
 

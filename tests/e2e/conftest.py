@@ -18,7 +18,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from tests.http.test_serve_process import CONTEXT, DECODE_LANES, SMALL_ENGINE, free_port
+from tests.http.test_serve_process import CONTEXT, DECODE_LANES, SMALL_ENGINE, free_port, fresh_prefix_cache
 
 __all__ = ["CONTEXT", "DECODE_LANES"]  # the e2e server's shape, for tests that probe its limits
 
@@ -39,7 +39,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         cwd=tmp_path_factory.mktemp("cwd"),
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **fresh_prefix_cache(tmp_path_factory)},
     )
     base = f"http://127.0.0.1:{port}"
     try:

@@ -63,6 +63,7 @@ class FakeRunner:
         self.page_size = config.page_size
         self.max_context = max_context
         self.batched_chunk = config.prefill_chunk // PREFILL_ROWS
+        self.page_bytes = config.page_size * 8  # a page's tokens as int64, -1 for an empty slot
         self.gate = threading.Event()
         self.gate.set()
         self.held = threading.Event()
@@ -120,6 +121,13 @@ class FakeRunner:
 
     def copy_page(self, source: int, target: int) -> None:
         self._kv[target] = list(self._kv[source])
+
+    def read_pages(self, pages: Sequence[int]) -> list[bytes]:
+        return [np.array([-1 if t is None else t for t in self._kv[p]], np.int64).tobytes() for p in pages]
+
+    def write_pages(self, pages: Sequence[int], contents: Sequence[bytes]) -> None:
+        for page, content in zip(pages, contents, strict=True):
+            self._kv[page] = [None if t < 0 else int(t) for t in np.frombuffer(content, np.int64)]
 
     def first_tokens(self, logits: PromptLogits, index: int, rows: Sequence[DecodeRow]) -> Drawn:
         self._step("first", len(rows))

@@ -21,6 +21,7 @@ from engine.checkpoint.loader import LoadedModel, load_model
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.kv_sizing import pool_pages
+from engine.prefix_disk import namespace_digest
 from engine.runner import DeviceRunner
 from engine.runner_api import PrefillChunk
 from engine.tokenizer import Tokenizer
@@ -54,14 +55,16 @@ def runner(model: LoadedModel) -> Iterator[tuple[DeviceRunner, int]]:
 
 @pytest.fixture
 def fresh(runner: tuple[DeviceRunner, int], model: LoadedModel) -> Iterator[Callable[..., Engine]]:
-    """chunk → a new Engine (empty prefix cache) on the shared runner, prefilling `chunk` tokens a step."""
+    """chunk → a new Engine (empty prefix cache) on the shared runner, prefilling `chunk` tokens a
+    step; with `disk`, its prefix cache has a disk tier there."""
     built: list[Engine] = []
 
-    def make(chunk: int = CONFIG.prefill_chunk) -> Engine:
+    def make(chunk: int = CONFIG.prefill_chunk, disk: Path | None = None) -> Engine:
         if built:
             built.pop().shutdown()
-        config = dataclasses.replace(CONFIG, prefill_chunk=chunk)
-        built.append(Engine(runner[0], runner[1], config, frozenset(model.config.eos_token_ids), lambda *_: None))
+        config = dataclasses.replace(CONFIG, prefill_chunk=chunk, prefix_disk_dir=str(disk or ""))
+        eos = frozenset(model.config.eos_token_ids)
+        built.append(Engine(runner[0], runner[1], config, eos, lambda *_: None, namespace_digest({"model": "tiny"})))
         return built[-1]
 
     yield make
@@ -110,6 +113,22 @@ def test_the_same_request_draws_the_same_tokens_and_logprobs_however_it_is_serve
     assert drawn(together[2].wait()) == cold, "batched beside three other streams"
     for collected in together:
         collected.wait()
+
+
+@pytest.mark.parametrize("kind", SAMPLINGS)
+def test_a_prompt_read_back_from_the_disk_tier_after_a_restart_draws_the_same(
+    fresh: Callable[..., Engine], runner: tuple[DeviceRunner, int], kind: str, tmp_path: Path
+) -> None:
+    sampling = SAMPLINGS[kind]
+    cold = drawn(generate(fresh(disk=tmp_path), request_for(sampling)))
+    device, pages = runner
+    # What the pool held must not stand in for what the disk holds: every page to zeros.
+    device.write_pages(list(range(1, pages)), [bytes(device.page_bytes)] * (pages - 1))
+    restarted = fresh(disk=tmp_path)
+    again = generate(restarted, request_for(sampling))
+    assert again.finished[0].usage.cached_prompt_tokens == 5 * PAGE
+    assert restarted.stats().prefix_cache_disk_hits == 5 * PAGE
+    assert drawn(again) == cold
 
 
 CHAT = (

@@ -6,11 +6,13 @@ here means the scheduler gave each row the right pages, positions and draw count
 behaviours on a real tiny model are in test_engine.py and test_engine_pressure.py.
 """
 
+import dataclasses
 import math
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,18 +28,20 @@ from engine.api import (
 )
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
+from engine.prefix_disk import namespace_digest
 from tests.engine.engine_harness import Collected, generate, start
 from tests.engine.fake_runner import VOCAB, FakeDeviceError, FakeRunner, reference
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 CONTEXT = 64
 CONFIG = EngineConfig(decode_lanes=4, max_queue=4, page_size=4, prefill_chunk=16)
+DISK_NAMESPACE = namespace_digest({"model": "fake"})  # used where a config names a disk tier
 
 
 def build(config: EngineConfig = CONFIG, pages: int | None = None, eos: frozenset[int] = frozenset()) -> Engine:
     per_row = math.ceil(CONTEXT / config.page_size)
     pages = pages or per_row * config.decode_lanes + config.decode_lanes + 1
-    return Engine(FakeRunner(config, pages, CONTEXT), pages, config, eos, lambda *_: None)
+    return Engine(FakeRunner(config, pages, CONTEXT), pages, config, eos, lambda *_: None, DISK_NAMESPACE)
 
 
 def fake(engine: Engine) -> FakeRunner:
@@ -131,6 +135,29 @@ def test_a_resent_conversation_prefills_only_what_no_cached_page_holds(engine: E
     stats = engine.stats()
     assert stats.prefix_cache_hits == cached and stats.prefix_cache_queries == len(first_prompt) + len(resent)
     assert_idle(engine)
+
+
+def test_a_restart_reads_a_prompts_pages_back_from_the_disk_tier(tmp_path: Path) -> None:
+    config = dataclasses.replace(CONFIG, prefix_disk_dir=str(tmp_path))
+    tokens = prompt(30, 41)  # ten full pages and one token
+    first = build(config)
+    try:
+        before = generate(first, request(tokens, 5))
+    finally:
+        first.shutdown()  # the queued page writes finish first
+    second = build(config)  # a new runner: its pool holds nothing
+    try:
+        again = generate(second, request(tokens, 5))
+        assert again.tokens == before.tokens == [reference(tokens, 5, GREEDY)]
+        assert again.finished[0].usage.cached_prompt_tokens == 40
+        assert fake(second).prefilled_tokens == 1  # the last token, whose logits start the answer
+        assert second.stats().prefix_cache_disk_hits == 40
+        longer = tokens + prompt(31, 12)  # the same prefix, then new tokens: only those prefilled
+        assert generate(second, request(longer, 3)).tokens == [reference(longer, 3, GREEDY)]
+        assert fake(second).prefilled_tokens == 1 + 13
+        assert_idle(second)
+    finally:
+        second.shutdown()
 
 
 def test_rows_preempted_by_a_tiny_pool_are_recomputed_not_dropped() -> None:

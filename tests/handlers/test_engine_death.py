@@ -44,7 +44,7 @@ def served(smollm2: tuple[Tokenizer, ChatTemplate]) -> Iterator[tuple[TestClient
     engine = Engine(runner, pages, config, frozenset(), lambda *_: None)
     settings = Settings(decode_lanes=4)
     host = ModelHost(
-        settings, Path("fake.gguf"), lambda *_: Loaded(CONTEXT, CONTEXT, None, tokenizer, template, engine)
+        settings, Path("fake.gguf"), lambda *_: Loaded(CONTEXT, CONTEXT, None, "none", tokenizer, template, engine)
     )
     host.start()
     deadline = time.monotonic() + 10

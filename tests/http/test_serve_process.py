@@ -33,6 +33,11 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def fresh_prefix_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A server's environment for an empty prefix-cache disk tier of its own (none from earlier runs)."""
+    return {"POOLED_PREFIX_CACHE_DIR": str(tmp_path_factory.mktemp("prefix"))}
+
+
 @dataclass
 class Served:
     base: str
@@ -50,7 +55,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         cwd=tmp_path_factory.mktemp("cwd"),
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **fresh_prefix_cache(tmp_path_factory)},
     )
     base = f"http://127.0.0.1:{port}"
     try:
