@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_FLAGS ?=
 
-.PHONY: setup generate serve test bench soak lint reference
+.PHONY: setup generate serve test bench soak agents lint reference
 
 setup: $(STAMP)
 
@@ -29,6 +29,11 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py $(ARGS)
+
+# One turn of Claude Code, Codex and opencode (three providers) against `pooled serve` with its
+# defaults; the clients come from the npm registry (pinned, ~/.cache/pooled/agents).
+agents: generate
+	$(BIN)/python tools/agents.py $(ARGS)
 
 # Minutes of mixed requests against one server; figures in docs/RELIABILITY.md.
 soak: $(STAMP)

@@ -17,6 +17,11 @@ so both servers do the same work:
 - TTFT of a resent ~1k conversation plus one turn (prefix reuse);
 - single-stream decode tokens/s;
 - aggregate output tokens/s and p50/p99 request latency at 1/4/16/32 streams;
+- long contexts (skipped with --no-long), each server restarted with a 32768-token context
+  (llama-server with YaRN from the trained 8192, one slot): TTFT at ~8k, ~16k and ~21k prompt
+  tokens (filler text; Claude Code's first request is ~21k tokens of the default model), decode
+  tokens/s at ~16k tokens of context, and, for pooled only, an agent's second turn after a
+  restart: the ~21k prompt plus a new turn, its pages on the prefix cache's disk tier;
 - peak RSS of the server process;
 - a roofline: the decode step's bytes moved over the machine's measured memory
   bandwidth gives the ceiling a batch-1 step can reach.
@@ -33,6 +38,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,6 +56,9 @@ from engine.tokenizer import Tokenizer  # noqa: E402
 from pooled.model_host import default_model_path  # noqa: E402
 
 PROMPT_SIZES = (128, 1024, 3072)
+LONG_SIZES = (8192, 16384, 21000)
+LONG_CONTEXT = 32768
+LONG_DECODE_TOKENS = 64  # decoded after the ~16k prompt
 CONCURRENCY = (1, 4, 16, 32)
 DECODE_TOKENS = 128
 CONCURRENT_TOKENS = 64
@@ -79,6 +88,9 @@ class Report:
     latency_p99_s: dict[int, float] = field(default_factory=dict)
     peak_rss_mib: float = 0.0
     bytes_per_step: int = 0
+    long_ttft_s: dict[int, float] = field(default_factory=dict)
+    long_decode_tps: float = 0.0
+    restart_ttft_s: float = 0.0  # 0: not measured (llama-server keeps no prefix across a restart)
 
 
 def make_prompt(tokenizer: Tokenizer, size: int, salt: str) -> str:
@@ -168,9 +180,39 @@ async def measure(name: str, base_url: str, tokenizer: Tokenizer, pid: int | Non
     return report
 
 
+def agent_prompt(tokenizer: Tokenizer) -> str:
+    return make_prompt(tokenizer, LONG_SIZES[-1], "agent")
+
+
+AGENT_NEXT_TURN = "\n\nUser: The tests pass now. What should we change next?\nAssistant:"
+
+
+async def measure_long(report: Report, base_url: str, tokenizer: Tokenizer) -> None:
+    """TTFT at each long size (the largest is the agent prompt, for the restart that may follow),
+    and decode speed after the ~16k prompt."""
+    async with httpx.AsyncClient(
+        base_url=base_url, timeout=1800, limits=httpx.Limits(max_keepalive_connections=0)
+    ) as client:
+        for size in LONG_SIZES:
+            prompt = agent_prompt(tokenizer) if size == LONG_SIZES[-1] else make_prompt(tokenizer, size, f"long-{size}")
+            tokens = LONG_DECODE_TOKENS if size == 16384 else 4
+            result = await stream_completion(client, prompt, tokens)
+            report.long_ttft_s[size] = result.ttft_s
+            if size == 16384:
+                report.long_decode_tps = (result.tokens - 1) / (result.total_s - result.ttft_s)
+
+
+async def measure_second_turn(base_url: str, tokenizer: Tokenizer) -> float:
+    async with httpx.AsyncClient(base_url=base_url, timeout=1800) as client:
+        return (await stream_completion(client, agent_prompt(tokenizer) + AGENT_NEXT_TURN, 4)).ttft_s
+
+
 @contextmanager
-def running(command: list[str], base_url: str, ready_path: str) -> Iterator[subprocess.Popen[bytes]]:
-    log = open(REPO / ".cache" / f"bench-{Path(command[0]).name}.log", "wb")  # noqa: SIM115
+def running(
+    command: list[str], base_url: str, ready_path: str, log_path: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`command` started, its output in `log_path` (default .cache/bench-NAME.log), once `ready_path` says ready."""
+    log = open(log_path or REPO / ".cache" / f"bench-{Path(command[0]).name}.log", "wb")  # noqa: SIM115
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -222,6 +264,9 @@ def median_report(rounds: list[Report]) -> Report:
         latency_p99_s={n: median([r.latency_p99_s[n] for r in rounds]) for n in first.latency_p99_s},
         peak_rss_mib=median([r.peak_rss_mib for r in rounds]),
         bytes_per_step=first.bytes_per_step,
+        long_ttft_s={size: median([r.long_ttft_s[size] for r in rounds]) for size in first.long_ttft_s},
+        long_decode_tps=median([r.long_decode_tps for r in rounds]),
+        restart_ttft_s=median([r.restart_ttft_s for r in rounds]),
     )
 
 
@@ -282,6 +327,11 @@ def markdown(runs: list[list[Report]], bandwidth: float, command: str) -> str:
         row(f"aggregate decode, {n} streams (tokens/s)", entry(lambda r: r.aggregate_tps, n), ".1f", True)
         row(f"p50 latency, {n} streams (s)", entry(lambda r: r.latency_p50_s, n), ".2f", False)
         row(f"p99 latency, {n} streams (s)", entry(lambda r: r.latency_p99_s, n), ".2f", False)
+    if all(r.long_ttft_s for r in reports):
+        for size in LONG_SIZES:
+            row(f"TTFT, {size}-token prompt, 32k context (s)", entry(lambda r: r.long_ttft_s, size), ".2f", False)
+        row("decode at ~16k tokens of context (tokens/s)", lambda r: r.long_decode_tps, ".1f", True)
+        row("TTFT, agent second turn after a restart (s)", lambda r: r.restart_ttft_s, ".2f", False)
     row("peak RSS (MiB)", lambda r: r.peak_rss_mib, ".0f", False)
     lines += ["", "Ratios are speed-ups (above 1× means pooled is better), for latencies and TTFT too.", ""]
     lines += ["### Roofline (batch-1 decode)", ""]
@@ -360,19 +410,32 @@ def pooled_bytes_per_step(model: Path, pooled_args: list[str]) -> int:
     return int(sum(int(t.n_elements) * element_bytes(t.name, len(t.shape)) for t in tensors))
 
 
-def measure_pooled(model: Path, tokenizer: Tokenizer, pooled_args: list[str]) -> Report:
+def measure_pooled(model: Path, tokenizer: Tokenizer, pooled_args: list[str], long: bool) -> Report:
     url = "http://127.0.0.1:8091"
-    with running(pooled_command(model, 8091, pooled_args), url, "/health") as process:
-        report = asyncio.run(measure("pooled", url, tokenizer, process.pid))
+    with tempfile.TemporaryDirectory(prefix="bench-prefix-") as prefix:
+        # A prefix-cache disk tier of the run's own: cold at the first start, warm after the restart.
+        args = ["--prefix-cache-dir", prefix, *pooled_args]
+        with running(pooled_command(model, 8091, args), url, "/health") as process:
+            report = asyncio.run(measure("pooled", url, tokenizer, process.pid))
+        if long:
+            long_args = ["--ctx", str(LONG_CONTEXT), *args]
+            with running(pooled_command(model, 8091, long_args), url, "/health"):
+                asyncio.run(measure_long(report, url, tokenizer))
+            with running(pooled_command(model, 8091, long_args), url, "/health"):
+                report.restart_ttft_s = asyncio.run(measure_second_turn(url, tokenizer))
     report.bytes_per_step = pooled_bytes_per_step(model, pooled_args)
     return report
 
 
-def measure_llama_server(model: Path, tokenizer: Tokenizer, threads: int, slots: int) -> Report:
+def measure_llama_server(model: Path, tokenizer: Tokenizer, threads: int, slots: int, long: bool) -> Report:
     binary = Path(subprocess.check_output([str(REPO / "tools" / "build_llama_server.sh")], text=True).strip())
     url = "http://127.0.0.1:8092"
     with running(llama_command(binary, model, 8092, threads, slots, 4096), url, "/health") as process:
         report = asyncio.run(measure("llama-server", url, tokenizer, process.pid))
+    if long:
+        yarn = ["--rope-scaling", "yarn", "--yarn-orig-ctx", "8192"]
+        with running([*llama_command(binary, model, 8092, threads, 1, LONG_CONTEXT), *yarn], url, "/health"):
+            asyncio.run(measure_long(report, url, tokenizer))
     report.bytes_per_step = model.stat().st_size
     return report
 
@@ -386,6 +449,7 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=32, help="llama-server parallel slots")
     parser.add_argument("--pooled-args", default="", help="extra flags for pooled serve")
     parser.add_argument("--rounds", type=int, default=3, help="turns each server takes (figures: medians)")
+    parser.add_argument("--no-long", dest="long", action="store_false", help="skip the long-context figures")
     parser.add_argument("--write", type=Path, default=REPO / "docs" / "BENCHMARKS.md")
     parser.add_argument("--section", default="main", help="which marked section of --write this run replaces")
     args = parser.parse_args()
@@ -405,10 +469,10 @@ def main() -> int:
         # Every other round the other server goes first, so a steady drift reaches both alike.
         for server in list(runs) if round_index % 2 == 0 else list(runs)[::-1]:
             if server == "pooled":
-                runs[server].append(measure_pooled(model, tokenizer, args.pooled_args.split()))
+                runs[server].append(measure_pooled(model, tokenizer, args.pooled_args.split(), args.long))
             elif not llama_server_failed:
                 try:
-                    runs[server].append(measure_llama_server(model, tokenizer, args.threads, args.slots))
+                    runs[server].append(measure_llama_server(model, tokenizer, args.threads, args.slots, args.long))
                 except (RuntimeError, subprocess.CalledProcessError) as error:
                     # Keep what was measured: a failed baseline must not throw away pooled's figures.
                     print(f"bench: llama-server could not be measured: {error}", file=sys.stderr)
