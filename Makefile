@@ -20,8 +20,14 @@ $(STAMP): pyproject.toml
 generate: $(STAMP)
 	$(BIN)/python tools/generate.py
 
+# The default model (SmolLM2-135M) rarely ends a coding agent's turn by itself, and Claude Code
+# takes a max_tokens stop for an error: with no --model, answers end as finished turns at 512
+# tokens (docs/connect-your-tools.md). Flags in ARGS come later and win.
+SMALL_MODEL_ARGS := --max-output-tokens 512 --max-output-tokens-finish stop
+SERVE_DEFAULTS := $(if $(findstring --model,$(ARGS)),,$(SMALL_MODEL_ARGS))
+
 serve: generate
-	$(BIN)/pooled serve $(ARGS)
+	$(BIN)/pooled serve $(SERVE_DEFAULTS) $(ARGS)
 
 # No `generate` here: the tests check that the committed generated/ matches spec/.
 test: $(STAMP)
@@ -30,10 +36,10 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py $(ARGS)
 
-# One turn of Claude Code, Codex and opencode (three providers) against `pooled serve` with its
-# defaults; the clients come from the npm registry (pinned, ~/.cache/pooled/agents).
+# One turn of Claude Code, Codex and opencode (three providers) against `pooled serve` with
+# `make serve`'s defaults; the clients come from the npm registry (pinned, ~/.cache/pooled/agents).
 agents: generate
-	$(BIN)/python tools/agents.py $(ARGS)
+	$(BIN)/python tools/agents.py --pooled-args "$(SMALL_MODEL_ARGS)" $(ARGS)
 
 # Minutes of mixed requests against one server; figures in docs/RELIABILITY.md.
 soak: $(STAMP)

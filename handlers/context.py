@@ -81,6 +81,8 @@ class GenerationLimits:
 
     request_timeout_s: float = 300.0  # a request this long without progress answers 504 and frees its lanes
     max_output_tokens: int | None = None  # a cap on every request's output, besides the engine's own
+    # How an answer that cap ended finishes: "length" (as a request's own max_tokens), or "stop".
+    max_output_tokens_finish: str = "length"
     keepalive_interval_s: float = 10.0  # an SSE comment this often while a stream waits
 
 

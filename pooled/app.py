@@ -23,6 +23,7 @@ def server_context(settings: Settings, model: ModelService) -> ServerContext:
     limits = GenerationLimits(
         request_timeout_s=settings.request_timeout,
         max_output_tokens=settings.max_output_tokens,
+        max_output_tokens_finish=settings.max_output_tokens_finish,
         keepalive_interval_s=settings.keepalive_interval,
     )
     return ServerContext(

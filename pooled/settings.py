@@ -171,6 +171,14 @@ class Settings:
         "(the default model's 32768 tokens, at ~110 tokens/s on 2 cores and slower as the context fills: "
         "minutes of output).",
     )
+    max_output_tokens_finish: str = setting(
+        "length",
+        _one_of("length", "stop"),
+        "How an answer that --max-output-tokens cut finishes. length: as a request's own limit "
+        "(`length`, `max_tokens`, an incomplete response). stop: as the end of the turn (`stop`, "
+        "`end_turn`, a completed response), for a small model that never ends an agent's turn itself: "
+        "Claude Code treats a `max_tokens` stop as an error and sends the request again.",
+    )
     keepalive_interval: float = setting(
         10.0, float, "Seconds between SSE keep-alive comments while a stream waits (queued, prefilling)."
     )

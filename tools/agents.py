@@ -1,14 +1,15 @@
-"""`make agents`: the real coding agents, one turn each, against `pooled serve` with its defaults.
+"""`make agents`: the real coding agents, one turn each, against `pooled serve` as `make serve` runs it.
 
 Installs pinned Claude Code, Codex and opencode from the npm registry into
-~/.cache/pooled/agents (once), starts `pooled serve` with no flags but a free port, and runs one
-turn of each: `claude -p`, `codex exec`, and `opencode run` over Chat Completions, Responses and
+~/.cache/pooled/agents (once), starts `pooled serve` on a free port with `--pooled-args` (`make
+agents` passes `make serve`'s small-model settings), and runs one turn of each: `claude -p`,
+`codex exec`, and `opencode run` over Chat Completions, Responses and
 Anthropic Messages. Every client runs with a throwaway HOME and its telemetry and update checks
 off. Per turn it prints PASS or FAIL with the turn's time, the model requests it made, and their
 prompt and cached tokens (from the server's /metrics). A PASS means the client exited 0 and
-printed an answer, and the server answered each of its requests 2xx, once (a request sent again
-is a retry, and a FAIL); a FAIL that a small model explains (its answer ran to the output cap)
-says "model".
+printed an answer, and the server answered each of its requests 2xx (a client retries after an
+error status or a max_tokens stop, both FAILs); a FAIL that a small model explains (its answer ran to the output cap,
+or it was still writing when the turn's time ran out) says "model".
 
 python tools/agents.py [--only claude,codex,opencode-chat,...] [--pooled-args '...'] [--turn-timeout S]
 """
@@ -40,6 +41,7 @@ AGENTS_DIR = Path.home() / ".cache" / "pooled" / "agents"
 PACKAGES = {"@anthropic-ai/claude-code": "2.1.332", "@openai/codex": "0.171.0", "opencode-ai": "1.18.33"}
 QUESTION = "What is 2+2? Answer in one word."
 MODEL_ROUTES = ("/v1/messages", "/v1/responses", "/v1/chat/completions")
+TIMED_OUT = -1
 ACCESS_LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3})')
 
 
@@ -153,7 +155,8 @@ TURNS: dict[str, Callable[[Path, str, str, Path], Turn]] = {
 
 def counters(base: str) -> dict[str, int]:
     metrics = httpx.get(f"{base}/metrics", timeout=10).json()
-    return {key: int(metrics.get(key) or 0) for key in ("prompt_tokens_total", "prefix_cache_hits_total")}
+    keys = ("prompt_tokens_total", "prefix_cache_hits_total", "requests_running")
+    return {key: int(metrics.get(key) or 0) for key in keys}
 
 
 def model_requests(log: Path, start: int) -> list[tuple[str, int]]:
@@ -166,10 +169,12 @@ def model_requests(log: Path, start: int) -> list[tuple[str, int]]:
     return found
 
 
-def verdict(returncode: int, output: str, requests: list[tuple[str, int]]) -> tuple[str, str]:
+def verdict(returncode: int, output: str, requests: list[tuple[str, int]], generating: bool) -> tuple[str, str]:
     failed = [status for _, status in requests if status >= 300]
     if "exceeded the 32000 output token maximum" in output or "max_tokens" in output.lower():
         return "FAIL (model)", "the answer ran to the output cap; the client treats that as an error"
+    if returncode == TIMED_OUT and generating:
+        return "FAIL (model)", "still writing its answer when the turn's time ran out (it never wrote an end token)"
     if returncode != 0:
         return "FAIL", f"exit {returncode}: {output.strip()[-300:]}"
     if failed:
@@ -188,11 +193,12 @@ def run_turn(turn: Turn, base: str, log: Path, timeout_s: float) -> Outcome:
         )
         returncode, output = done.returncode, done.stdout + ("\n" + done.stderr if done.returncode else "")
     except subprocess.TimeoutExpired as expired:
-        returncode, output = -1, f"timed out after {timeout_s:.0f} s: {(expired.stdout or b'')[-300:]!r}"
+        returncode, output = TIMED_OUT, f"timed out after {timeout_s:.0f} s: {(expired.stdout or b'')[-300:]!r}"
     seconds = time.monotonic() - started
+    generating = counters(base)["requests_running"] > 0
     time.sleep(0.5)  # the access log line of the last request
     after, requests = counters(base), model_requests(log, start)
-    verdict_text, detail = verdict(returncode, output, requests)
+    verdict_text, detail = verdict(returncode, output, requests, generating)
     return Outcome(
         turn.name,
         verdict_text,
@@ -208,7 +214,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=",".join(TURNS), help="comma-separated turns: " + ", ".join(TURNS))
     parser.add_argument("--pooled-args", default="", help="extra flags for pooled serve (default: none)")
-    parser.add_argument("--turn-timeout", type=float, default=900.0, help="seconds one turn may take")
+    parser.add_argument("--turn-timeout", type=float, default=600.0, help="seconds one turn may take")
     args = parser.parse_args()
     names = [name.strip() for name in args.only.split(",") if name.strip()]
     if unknown := [name for name in names if name not in TURNS]:

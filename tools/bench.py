@@ -309,7 +309,7 @@ def markdown(runs: list[list[Report]], bandwidth: float, command: str) -> str:
     ]
 
     def row(label: str, figure: Callable[[Report], float], fmt: str, higher_is_better: bool) -> None:
-        cells = " | ".join(format(figure(r), fmt) for r in reports)
+        cells = " | ".join(format(figure(r), fmt) if figure(r) else "n/a" for r in reports)  # 0: not measured
         extra = ""
         if compared:
             ours, theirs = ([figure(r) for r in server] for server in runs)

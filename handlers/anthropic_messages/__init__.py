@@ -28,12 +28,10 @@ async def create_message(
     server, model, tokenizer, limits = ready.server, ready.model, ready.tokenizer, ready.server.limits
     plan = plan_message(body, model.chat_template, tokenizer, ready.ctx, limits, server.volatile_lines)
     if body.stream:
-        (generation,), close = await open_generations(
-            model, [plan.generation], limits.request_timeout_s, ANTHROPIC_BUSY
-        )
+        (generation,), close = await open_generations(model, [plan.generation], limits, ANTHROPIC_BUSY)
         stream = MessageStream(plan, generation, model.model_id, tokenizer)
         return EventStream(stream.lines(), limits.keepalive_interval_s, close, keepalive=PING)
-    return await unless_disconnected(request, message(plan, model, tokenizer, limits.request_timeout_s))
+    return await unless_disconnected(request, message(plan, model, tokenizer, limits))
 
 
 async def count_message_tokens(

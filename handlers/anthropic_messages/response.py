@@ -20,7 +20,7 @@ from engine.tokenizer import Tokenizer
 from generated import models
 from handlers.anthropic_messages.blocks import ContentBlocks
 from handlers.anthropic_messages.request import MessagesPlan
-from handlers.context import ModelService
+from handlers.context import GenerationLimits, ModelService
 from handlers.errors import ApiError, anthropic_error_body
 from handlers.generation.engine_bridge import ANTHROPIC_BUSY, Generation, start_generation
 from handlers.generation.identity import AnswerIdentity
@@ -70,13 +70,13 @@ def _message(
 
 
 async def message(
-    plan: MessagesPlan, model: ModelService, tokenizer: Tokenizer, timeout_s: float
+    plan: MessagesPlan, model: ModelService, tokenizer: Tokenizer, limits: GenerationLimits
 ) -> models.AnthropicMessage:
     row = _row(plan, tokenizer)
     blocks = ContentBlocks()
     usage = UsageCount(prompt_tokens=len(plan.generation.prompt_ids))
     finish: FinishReason | None = None
-    async with start_generation(model, plan.generation, timeout_s, ANTHROPIC_BUSY) as generation:
+    async with start_generation(model, plan.generation, limits, ANTHROPIC_BUSY) as generation:
         async for event in row_events(generation, [row], usage):
             blocks.add(event.piece)
             finish = event.finish or finish

@@ -35,7 +35,7 @@ from engine.api import (
     Tokens,
 )
 from handlers.availability import not_serving
-from handlers.context import ModelService
+from handlers.context import GenerationLimits, ModelService
 from handlers.errors import ApiError
 
 # How long past the stall timeout the engine may stay silent before the handler gives up on it
@@ -67,12 +67,14 @@ class Generation:
         queue: asyncio.Queue[EngineEvent],
         rows: int,
         stall_timeout_s: float,
+        length_ends_turn: bool = False,
     ) -> None:
         self._engine = engine
         self._request_id = request_id
         self._queue = queue
         self._unfinished = rows
         self._silence_limit_s = stall_timeout_s + ENGINE_GRACE_S
+        self._length_ends_turn = length_ends_turn
 
     @property
     def done(self) -> bool:
@@ -90,6 +92,8 @@ class Generation:
                 self._unfinished -= 1
                 if event.reason == "timeout":
                     raise timeout_error()
+                if event.reason == "length" and self._length_ends_turn:
+                    event = replace(event, reason="stop")
             yield event
 
     def cancel(self) -> None:
@@ -116,9 +120,13 @@ def timeout_error() -> ApiError:
 
 @asynccontextmanager
 async def start_generation(
-    model: ModelService, request: GenerationRequest, timeout_s: float, busy: BusyStatuses
+    model: ModelService, request: GenerationRequest, limits: GenerationLimits, busy: BusyStatuses
 ) -> AsyncIterator[Generation]:
-    """Submit `request` (its stall timeout set from `timeout_s`); on exit, cancel whatever is unfinished."""
+    """Submit `request` (its stall timeout from `limits`); on exit, cancel whatever is unfinished.
+
+    An answer that the server's own output cap (`--max-output-tokens`) ended is reported as the end
+    of the turn when `--max-output-tokens-finish stop` says so: clients such as Claude Code treat
+    a length finish as an error and send the request again."""
     engine = model.engine
     if engine is None:
         raise not_serving(model, busy.unavailable)
@@ -132,7 +140,7 @@ async def start_generation(
             loop.call_soon_threadsafe(queue.put_nowait, event)
 
     try:
-        request_id = engine.submit(replace(request, stall_timeout=timeout_s), sink)
+        request_id = engine.submit(replace(request, stall_timeout=limits.request_timeout_s), sink)
     except QueueFull as full:
         raise ApiError(
             busy.queue_full,
@@ -144,7 +152,9 @@ async def start_generation(
         raise ApiError(400, refused.message, code=refused.code) from None
     except EngineUnavailable:
         raise not_serving(model, busy.unavailable) from None
-    generation = Generation(engine, request_id, queue, request.n, timeout_s)
+    capped = limits.max_output_tokens is not None and request.max_tokens >= limits.max_output_tokens
+    ends_turn = capped and limits.max_output_tokens_finish == "stop"
+    generation = Generation(engine, request_id, queue, request.n, limits.request_timeout_s, ends_turn)
     try:
         yield generation
     finally:
@@ -152,14 +162,14 @@ async def start_generation(
 
 
 async def open_generations(
-    model: ModelService, requests: Sequence[GenerationRequest], timeout_s: float, busy: BusyStatuses
+    model: ModelService, requests: Sequence[GenerationRequest], limits: GenerationLimits, busy: BusyStatuses
 ) -> tuple[list[Generation], Callable[[], Awaitable[None]]]:
     """Submit every request now, so that a refusal is still a plain HTTP error (before a stream's
     200); the caller awaits the returned closer when its answer ends, however it ends."""
     stack = AsyncExitStack()
     try:
         generations = [
-            await stack.enter_async_context(start_generation(model, request, timeout_s, busy)) for request in requests
+            await stack.enter_async_context(start_generation(model, request, limits, busy)) for request in requests
         ]
     except BaseException:
         await stack.aclose()

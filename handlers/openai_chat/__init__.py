@@ -21,7 +21,7 @@ async def create_chat_completion(
     model, tokenizer, limits = ready.model, ready.tokenizer, ready.server.limits
     plan = plan_chat(body, model.chat_template, tokenizer, ready.ctx, model.decode_lanes, limits)
     if body.stream:
-        (generation,), close = await open_generations(model, [plan.generation], limits.request_timeout_s, OPENAI_BUSY)
+        (generation,), close = await open_generations(model, [plan.generation], limits, OPENAI_BUSY)
         stream = ChatStream(plan, generation, model.model_id, tokenizer)
         return EventStream(stream.lines(), limits.keepalive_interval_s, close)
-    return await unless_disconnected(request, chat_completion(plan, model, tokenizer, limits.request_timeout_s))
+    return await unless_disconnected(request, chat_completion(plan, model, tokenizer, limits))

@@ -14,7 +14,7 @@ from typing import Literal
 from engine.api import TokenLogprob
 from engine.tokenizer import Tokenizer
 from generated import models
-from handlers.context import ModelService
+from handlers.context import GenerationLimits, ModelService
 from handlers.errors import ApiError, openai_error_body
 from handlers.generation.engine_bridge import OPENAI_BUSY, Generation, start_generation
 from handlers.generation.identity import AnswerIdentity
@@ -54,13 +54,13 @@ def chat_logprobs(logprobs: Sequence[TokenLogprob], tokenizer: Tokenizer) -> mod
 
 
 async def chat_completion(
-    plan: ChatPlan, model: ModelService, tokenizer: Tokenizer, timeout_s: float
+    plan: ChatPlan, model: ModelService, tokenizer: Tokenizer, limits: GenerationLimits
 ) -> models.ChatCompletion:
     rows = _rows(plan, tokenizer)
     answers = [Piece() for _ in rows]
     finishes: list[ChatFinish] = ["stop"] * len(rows)
     usage = UsageCount(prompt_tokens=len(plan.generation.prompt_ids))
-    async with start_generation(model, plan.generation, timeout_s, OPENAI_BUSY) as generation:
+    async with start_generation(model, plan.generation, limits, OPENAI_BUSY) as generation:
         async for event in row_events(generation, rows, usage):
             answers[event.row].extend(event.piece)
             if event.finish:

@@ -18,7 +18,7 @@ async def create_completion(request: Request, body: models.CompletionRequest) ->
     ready = serving(request, OPENAI_BUSY.unavailable)
     model, tokenizer, limits = ready.model, ready.tokenizer, ready.server.limits
     plan = plan_completion(body, tokenizer, ready.ctx, model.decode_lanes, limits)
-    generations, close = await open_generations(model, plan.requests, limits.request_timeout_s, OPENAI_BUSY)
+    generations, close = await open_generations(model, plan.requests, limits, OPENAI_BUSY)
     run = CompletionRun(plan, generations, tokenizer)
     if body.stream:
         return EventStream(completion_stream(run, model.model_id), limits.keepalive_interval_s, close)

@@ -23,9 +23,9 @@ async def create_response(request: Request, body: models.CreateResponseRequest) 
     store = server.responses if body.store is not False else None
     run = ResponseRun(plan, echoed_fields(body, model.model_id), store, tokenizer)
     if body.stream:
-        (generation,), close = await open_generations(model, [plan.generation], limits.request_timeout_s, OPENAI_BUSY)
+        (generation,), close = await open_generations(model, [plan.generation], limits, OPENAI_BUSY)
         return EventStream(response_stream(run, generation), limits.keepalive_interval_s, close)
-    return await unless_disconnected(request, response_answer(run, model, limits.request_timeout_s))
+    return await unless_disconnected(request, response_answer(run, model, limits))
 
 
 async def count_response_input_tokens(

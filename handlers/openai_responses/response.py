@@ -18,7 +18,7 @@ from typing import Any, Literal
 from engine.api import TokenLogprob
 from engine.tokenizer import Tokenizer
 from generated import models
-from handlers.context import ModelService
+from handlers.context import GenerationLimits, ModelService
 from handlers.errors import ApiError
 from handlers.generation.engine_bridge import OPENAI_BUSY, Generation, start_generation
 from handlers.generation.rows import FinishReason, UsageCount, row_events
@@ -102,8 +102,8 @@ def _usage(usage: UsageCount) -> dict[str, Any]:
     }
 
 
-async def response_answer(run: ResponseRun, model: ModelService, timeout_s: float) -> models.ResponseObject:
-    async with start_generation(model, run.plan.generation, timeout_s, OPENAI_BUSY) as generation:
+async def response_answer(run: ResponseRun, model: ModelService, limits: GenerationLimits) -> models.ResponseObject:
+    async with start_generation(model, run.plan.generation, limits, OPENAI_BUSY) as generation:
         async for _ in run.events(generation):
             pass
     return models.ResponseObject.model_validate(run.conclude())

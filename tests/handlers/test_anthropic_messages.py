@@ -223,6 +223,32 @@ def test_server_output_cap_ends_with_max_tokens(api: TestClient) -> None:
 
 
 @pytest.mark.parametrize(
+    "serving_settings", [Settings(decode_lanes=4, max_output_tokens=3, max_output_tokens_finish="stop")]
+)
+def test_a_cut_at_the_server_cap_can_end_the_turn_on_every_api(api: TestClient) -> None:
+    """--max-output-tokens-finish stop: what the cap cut ends as a finished turn; a request's own
+    smaller limit still ends as a length finish."""
+    message = api.post(MESSAGES, json={"model": "m", "max_tokens": 32000, "messages": HI}).json()
+    assert message["stop_reason"] == "end_turn" and message["usage"]["output_tokens"] == 3
+    streamed = [
+        data
+        for name, data in events(
+            api.post(MESSAGES, json={"model": "m", "max_tokens": 32000, "messages": HI, "stream": True})
+        )
+        if name == "message_delta"
+    ]
+    assert streamed[0]["delta"]["stop_reason"] == "end_turn"
+    own = api.post(MESSAGES, json={"model": "m", "max_tokens": 2, "messages": HI}).json()
+    assert own["stop_reason"] == "max_tokens"
+    chat = api.post("/v1/chat/completions", json={"messages": HI}).json()
+    assert chat["choices"][0]["finish_reason"] == "stop" and chat["usage"]["completion_tokens"] == 3
+    response = api.post("/v1/responses", json={"input": "Hi"}).json()
+    assert response["status"] == "completed" and response["incomplete_details"] is None
+    completion = api.post("/v1/completions", json={"prompt": "Hi"}).json()
+    assert completion["choices"][0]["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize(
     ("body", "words"),
     [
         ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, ["web_search", "web_search_20250305"]),

@@ -60,6 +60,21 @@ def test_the_page_says_how_many_rounds_and_compares_the_medians(rounds: int) -> 
     assert row == f"| single-stream decode (tokens/s) | {3 * median:.1f} | {median:.1f} | {ratio} |"
 
 
+def test_long_context_figures_and_the_restart_only_pooled_has() -> None:
+    pooled, llama = _report("pooled", 3.0), _report("llama-server", 1.0)
+    for report, speed in ((pooled, 3.0), (llama, 1.0)):
+        report.long_ttft_s = {size: 1 / speed for size in bench.LONG_SIZES}
+        report.long_decode_tps = speed
+    pooled.restart_ttft_s = 0.5
+    page = bench.markdown([[pooled], [llama]], bandwidth=10.0, command="make bench")
+    rows = {line.split(" | ")[0]: line for line in page.splitlines() if line.startswith("| ")}
+    assert rows["| TTFT, 21000-token prompt, 32k context (s)"].endswith("| 0.33 | 1.00 | 3.00× |")
+    assert rows["| decode at ~16k tokens of context (tokens/s)"].endswith("| 3.0 | 1.0 | 3.00× |")
+    assert rows["| TTFT, agent second turn after a restart (s)"].endswith("| 0.50 | n/a | n/a |")
+    without = bench.markdown([[_report("pooled", 1.0)]], bandwidth=10.0, command="make bench --no-long")
+    assert "32k context" not in without
+
+
 def test_one_servers_page_has_its_medians_and_no_ratios() -> None:
     page = bench.markdown([[_report("pooled", s) for s in (1.0, 4.0, 2.0)]], bandwidth=10.0, command="make bench")
     assert "- Rounds: 3; each figure is the median of the rounds" in page
