@@ -131,7 +131,7 @@ class Engine:
         self._intake.stop()
         self._scheduler.thread.join()
         if self._disk is not None:
-            self._disk.close()  # after the queued saves
+            self._disk.close()  # after the queued saves (seconds for a long prompt's pages)
         self.runner.close()
 
     def stats(self) -> EngineStats:

@@ -39,6 +39,7 @@ def serve(settings: settings_module.Settings) -> int:
     host.start()
     log.info("listening on http://%s:%d (model %s loading)", settings.host, settings.port, host.model_id)
     DrainingServer(config, host, context.counters, settings.drain_grace).run()
+    host.close()
     if host.state == "dead":
         # It kept answering (503, /health with the cause) until told to stop; a supervisor must
         # still see that it did not serve.

@@ -147,6 +147,12 @@ class ModelHost:
         if self._loaded is not None:
             self._loaded.engine.drain()
 
+    def close(self) -> None:
+        """Stops the engine, if one was built, once the server has stopped: its prefix-cache disk
+        tier writes the pages still queued before the process exits."""
+        if self._loaded is not None:
+            self._loaded.engine.shutdown()
+
     def _report(self, stage: str, done: int, total: int) -> None:
         self._progress = {"stage": stage, "done": done, "total": total}
 

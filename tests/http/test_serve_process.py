@@ -43,6 +43,7 @@ class Served:
     base: str
     process: subprocess.Popen[bytes]
     log: Path
+    prefix_cache: Path
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         cwd=tmp_path_factory.mktemp("cwd"),
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **fresh_prefix_cache(tmp_path_factory)},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(prefix := fresh_prefix_cache(tmp_path_factory))},
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -69,7 +70,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
                 pass
             assert time.monotonic() < deadline, "the server did not become ready"
             time.sleep(0.5)
-        yield Served(base, process, log)
+        yield Served(base, process, log, Path(prefix["POOLED_PREFIX_CACHE_DIR"]))
     finally:
         if process.poll() is None:
             process.kill()
@@ -146,6 +147,9 @@ def test_sigterm_drains_and_exits_zero(served: Served) -> None:
     assert [status for status, _ in results] == [200] * STREAMS
     assert all(events[-1] == "data: [DONE]" for _, events in results)
     assert served.process.wait(timeout=30) == 0
+    # The engine stopped before the process exited: the prompts' pages are on the disk tier.
+    assert list(served.prefix_cache.rglob("*.kv")), "no prefix page was written to disk"
+    assert not list(served.prefix_cache.rglob("*.tmp"))
 
 
 def test_a_dead_model_answers_until_sigterm_then_exits_non_zero(tmp_path: Path) -> None:
