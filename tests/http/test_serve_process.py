@@ -121,7 +121,9 @@ def test_models_list_the_loaded_model(server: str) -> None:
 
 
 def _stream(base: str, index: int, started: threading.Event, results: list[tuple[int, list[str]]]) -> None:
-    body = {"model": "m", "prompt": f"Count to ten, take {index}:", "max_tokens": 12, "stream": True}
+    # Long enough for full KV pages (16 tokens each), which the disk tier keeps.
+    prompt = f"Count to ten, take {index}: " + "one two three four five six seven eight nine ten, " * 3
+    body = {"model": "m", "prompt": prompt, "max_tokens": 12, "stream": True}
     with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=120) as response:
         started.set()
         results[index] = (response.status_code, [line for line in response.iter_lines() if line.startswith("data:")])
