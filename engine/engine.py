@@ -153,6 +153,8 @@ class Engine:
                 generation_tokens=counters["generation_tokens"],
                 preemptions=counters["preemptions"],
                 refusals=counters["refusals"],
+                draft_tokens=counters["draft_tokens"],
+                draft_tokens_accepted=counters["draft_accepted"],
                 time_to_first_token=intake.ttft.snapshot(),
                 inter_token_latency=intake.itl.snapshot(),
                 e2e_latency=intake.e2e.snapshot(),

@@ -31,6 +31,8 @@ COUNTERS = (
     "generation_tokens",
     "preemptions",
     "refusals",
+    "draft_tokens",
+    "draft_accepted",
 )
 
 
@@ -165,6 +167,12 @@ class Intake:
     def restored(self, tokens: int) -> None:
         with self.lock:
             self.counters["prefix_disk_hits"] += tokens
+
+    def drafted(self, proposed: int, accepted: int) -> None:
+        """Counts a step's draft tokens and those its rows' draws agreed with."""
+        with self.lock:
+            self.counters["draft_tokens"] += proposed
+            self.counters["draft_accepted"] += accepted
 
     def preempted(self) -> None:
         with self.lock:

@@ -61,6 +61,8 @@ class EngineStats:
     generation_tokens: int
     preemptions: int
     refusals: int  # QueueFull raised by submit
+    draft_tokens: int  # prompt-lookup draft tokens brought to decode steps
+    draft_tokens_accepted: int  # of those, tokens the rows' draws agreed with (taken without a step of their own)
     time_to_first_token: Histogram
     inter_token_latency: Histogram
     e2e_latency: Histogram

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.api import Constraint, EngineEvent, GenerationRequest
+from engine.drafts import PromptLookup
 
 Sink = Callable[[EngineEvent], None]
 
@@ -60,6 +61,7 @@ class Row:
     admitted_seq: int = 0  # admission order, for choosing preemption victims
     last_token_at: float = 0.0
     done: bool = False
+    drafts: PromptLookup | None = None  # while it decodes, when its sampling lets drafts be checked
 
 
 @dataclass(eq=False)

@@ -11,6 +11,7 @@ tokens are placed there, so their keys and values never land in a real page. Pad
 decode step use the spare lane, `lanes`.
 """
 
+import bisect
 import math
 import threading
 from collections.abc import Sequence
@@ -57,10 +58,13 @@ def geometric_buckets(smallest: int, largest: int, growth: int) -> list[int]:
 
 @dataclass(frozen=True)
 class _Step:
-    """A dispatched decode step: its sampled tokens on the device, and whether any row wants logprobs."""
+    """A dispatched decode step: its sampled tokens on the device (`width` per row, row-major),
+    how many of each row's a verify step takes (None: one each), and whether any row wants logprobs."""
 
     sampled: Sampled
     logprobs: bool
+    width: int = 1
+    taken: jax.Array | None = None
 
 
 class DeviceRunner:
@@ -89,6 +93,12 @@ class DeviceRunner:
         )
         pages_per_row = math.ceil(self.max_context / config.page_size)
         self._row_buckets = geometric_buckets(1, self.lanes, config.bucket_growth)
+        self.draft_tokens = config.draft_tokens
+        self.draft_rows = min(config.draft_rows, self.lanes) if config.draft_tokens > 0 else 0
+        # Steps with drafts take the row buckets up to the first that holds draft_rows.
+        self._verify_buckets = self._row_buckets[: bisect.bisect_left(self._row_buckets, self.draft_rows) + 1]
+        if self.draft_rows == 0:
+            self._verify_buckets = []
         self._chunk_buckets = geometric_buckets(
             min(SMALLEST_PREFILL_CHUNK, config.prefill_chunk), config.prefill_chunk, 2
         )
@@ -120,6 +130,7 @@ class DeviceRunner:
         ]
         plan += [Bucket("first_tokens", b, 1, 0) for b in self._row_buckets]
         plan += [Bucket("decode", b, 1, width) for b in self._row_buckets]
+        plan += [Bucket("verify", b, self.draft_tokens + 1, width) for b in self._verify_buckets]
         plan += [Bucket("reset_lane", 1, self.max_context, 0), Bucket("copy_page", 1, self.page_size, 0)]
         plan += [Bucket("read_pages", PAGE_TRANSFER_GROUP, self.page_size, 0)]
         plan += [Bucket("write_pages", PAGE_TRANSFER_GROUP, self.page_size, 0)]
@@ -159,6 +170,12 @@ class DeviceRunner:
             lane_ids = np.full(bucket.rows, self.lanes, np.int32)
             tokens = jax.device_put(np.zeros(bucket.rows, np.int32), self._replicated)
             self._decode(tokens, np.ones(bucket.rows, np.int32), lane_ids, self._rows(lane_ids))
+        elif bucket.kind == "verify":
+            lane_ids = np.full(bucket.rows, self.lanes, np.int32)
+            shape = (bucket.rows, bucket.tokens)
+            tokens, positions = np.zeros(shape, np.int32), np.ones(shape, np.int32)
+            drafts = np.full(bucket.rows, self.draft_tokens, np.int32)
+            self._verify(tokens, positions, drafts, lane_ids, self._rows(lane_ids))
         elif bucket.kind == "reset_lane":
             self._reset_lane(self.lanes, [], [])
         elif bucket.kind == "read_pages":
@@ -274,6 +291,9 @@ class DeviceRunner:
     # --- decode -----------------------------------------------------------------------------
 
     def generate(self, rows: Sequence[DecodeRow], chained: Pending | None = None) -> Pending:
+        if any(row.draft for row in rows):
+            assert chained is None, "a step with drafts chained on a pending step"
+            return self._generate_verifying(rows)
         lane_ids = self._lane_ids(rows)
         positions = np.zeros(len(lane_ids), np.int32)
         positions[: len(rows)] = [row.position for row in rows]
@@ -286,13 +306,57 @@ class DeviceRunner:
         params = self._rows(lane_ids)
         return Pending(_Step(self._decode(tokens, positions, lane_ids, params), bool(params.logprobs.any())))
 
+    def _generate_verifying(self, rows: Sequence[DecodeRow]) -> Pending:
+        """A step over each row's token and its draft (positions after it); padding tokens sit in
+        the null page's column, padding rows at position 0 of the spare lane's null pages."""
+        lane_ids = self._lane_ids(rows, self._verify_buckets)
+        width = self.draft_tokens + 1
+        tokens = np.zeros((len(lane_ids), width), np.int32)
+        positions = np.zeros((len(lane_ids), width), np.int32)
+        drafts = np.zeros(len(lane_ids), np.int32)
+        for i, row in enumerate(rows):
+            assert len(row.draft) <= self.draft_tokens, "a draft longer than the runner takes"
+            length = 1 + len(row.draft)
+            tokens[i, 0], tokens[i, 1:length] = row.token, row.draft
+            positions[i] = self._padding_position
+            positions[i, :length] = np.arange(row.position, row.position + length)
+            drafts[i] = len(row.draft)
+        params = self._rows(lane_ids)
+        sampled, taken = self._verify(tokens, positions, drafts, lane_ids, params)
+        return Pending(_Step(sampled, bool(params.logprobs.any()), width, taken))
+
+    def _verify(
+        self, tokens: np.ndarray, positions: np.ndarray, drafts: np.ndarray, lane_ids: np.ndarray, params: RowParams
+    ) -> tuple[Sampled, jax.Array]:
+        written, self._lane_state, sampled, taken = self.steps.verify(
+            self._param_leaves,
+            self._kv,
+            self._lane_state,
+            tokens,
+            positions,
+            self._block_tables[lane_ids],
+            lane_ids,
+            params,
+            drafts,
+        )
+        self._kv = self.steps.write(self._kv, written)
+        return sampled, taken
+
     def take(self, step: Pending) -> Drawn:
-        sampled, logprobs = _step(step).sampled, _step(step).logprobs
-        chosen = np.asarray(sampled.token)
-        if not logprobs:
-            return Drawn(chosen, None)
+        sampled, width = _step(step).sampled, _step(step).width
+        chosen = np.asarray(sampled.token).reshape(-1, width)
+        taken = np.ones(len(chosen), np.int32) if _step(step).taken is None else np.asarray(_step(step).taken)
+        if not _step(step).logprobs:
+            return Drawn(chosen, taken, None)
+        top = sampled.top_ids.shape[-1]
         return Drawn(
-            chosen, (np.asarray(sampled.logprob), np.asarray(sampled.top_ids), np.asarray(sampled.top_logprobs))
+            chosen,
+            taken,
+            (
+                np.asarray(sampled.logprob).reshape(-1, width),
+                np.asarray(sampled.top_ids).reshape(-1, width, top),
+                np.asarray(sampled.top_logprobs).reshape(-1, width, top),
+            ),
         )
 
     def _decode(self, tokens: jax.Array, positions: np.ndarray, lane_ids: np.ndarray, params: RowParams) -> Sampled:
@@ -313,10 +377,11 @@ class DeviceRunner:
 
     # --- lane tables ------------------------------------------------------------------------
 
-    def _lane_ids(self, rows: Sequence[DecodeRow]) -> np.ndarray:
+    def _lane_ids(self, rows: Sequence[DecodeRow], buckets: Sequence[int] | None = None) -> np.ndarray:
         """The rows' lanes padded to a row bucket (padding rows use the spare lane), after writing
         each row's draw counter and grammar mask into its lane's parameters."""
-        lane_ids = np.full(next(b for b in self._row_buckets if b >= len(rows)), self.lanes, np.int32)
+        bucket = next(b for b in (buckets or self._row_buckets) if b >= len(rows))
+        lane_ids = np.full(bucket, self.lanes, np.int32)
         for i, row in enumerate(rows):
             lane_ids[i] = row.lane
             self._row_params.counter[row.lane] = row.draws

@@ -52,7 +52,9 @@ class DecodeRow:
     """One row of a decode (or first-token) step: the token at `position` is the step's input.
 
     `draws` counts the tokens this row has drawn before this step (its sampling counter, so a
-    seeded row draws the same alone or batched); `constraint` fills its grammar mask.
+    seeded row draws the same alone or batched); `constraint` fills its grammar mask. `draft`
+    holds the tokens guessed to follow `token` (engine/drafts.py), at the positions after it: the
+    step checks them and the row takes each guess its own draw agrees with, then one token more.
     """
 
     lane: int
@@ -60,6 +62,7 @@ class DecodeRow:
     token: int  # ignored when the step chains on a pending step's sampled tokens
     draws: int
     constraint: Constraint | None
+    draft: Sequence[int] = ()
 
 
 @dataclass(frozen=True)
@@ -76,10 +79,12 @@ class InsertedRow:
 
 @dataclass(frozen=True)
 class Drawn:
-    """Sampled tokens on the host, one per row; with logprobs, each row's chosen token's logprob
-    and its best alternatives (ids and logprobs, best first)."""
+    """Sampled tokens on the host, [rows, step tokens]: a row takes its first `taken` (one, plus
+    the draft tokens its draws agreed with). With logprobs, each token's logprob and its best
+    alternatives (ids and logprobs, best first), indexed alike."""
 
     tokens: np.ndarray
+    taken: np.ndarray
     logprobs: tuple[np.ndarray, np.ndarray, np.ndarray] | None
 
 
@@ -93,6 +98,10 @@ class Runner(Protocol):
     batched_chunk: int
     # The bytes of one page's keys and values over every layer, as read_pages returns them.
     page_bytes: int
+    # The most draft tokens a row may bring to a step, and the most rows of a step with drafts
+    # (0: steps take no drafts).
+    draft_tokens: int
+    draft_rows: int
 
     def compile(self, report: Report) -> None:
         """Compiles every shape the steps will meet, on padding (changes nothing real)."""
@@ -143,8 +152,10 @@ class Runner(Protocol):
 
     def generate(self, rows: Sequence[DecodeRow], chained: Pending | None = None) -> Pending:
         """Dispatches one decode step and returns without waiting for it. With `chained` (the
-        pending step of the same rows, in the same order), each row's input is that step's
-        sampled token, still on the device; every row's KV is in its pages up to its position."""
+        pending step of the same rows, in the same order, none of them with a draft), each row's
+        input is that step's sampled token, still on the device; every row's KV is in its pages up
+        to its position. A step with drafts (at most `draft_rows` rows, each draft at most
+        `draft_tokens` long, its positions in the row's pages) is never chained on."""
         ...
 
     def take(self, step: Pending) -> Drawn:

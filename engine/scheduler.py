@@ -37,9 +37,11 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.api import EngineEvent, Failed, Finished, Prefilled, TokenLogprob, Tokens, Usage
+from engine.drafts import PromptLookup
 from engine.intake import FinishReason, Intake
 from engine.kv_pages import PagePool, extend_page_hashes, page_hashes
 from engine.prefix_disk import Loaded, PrefixDisk
@@ -61,10 +63,12 @@ class _Fetch:
 
 @dataclass(frozen=True)
 class _Flight:
-    """A decode step dispatched to the device whose tokens the host has not taken yet."""
+    """A decode step dispatched to the device whose tokens the host has not taken yet, and the
+    draft tokens its rows brought (a step with drafts is never chained on)."""
 
     rows: list[Row]
     step: Pending
+    drafted: int = 0
 
 
 class Scheduler:
@@ -245,6 +249,7 @@ class Scheduler:
                     self._runner.copy_page(pages[-1], copy)
                     pages[-1] = copy
             row.pages = pages
+            row.drafts = PromptLookup(row.tokens) if self._may_draft(row) else None
             self._insert(row)
             self._decoding.append(row)
             starting.append(row)
@@ -284,14 +289,55 @@ class Scheduler:
         row.pages.append(page)
 
     @staticmethod
-    def _step_rows(rows: list[Row], ahead: int = 0) -> list[DecodeRow]:
-        """The rows as a step sees them; `ahead` tokens of each are still in flight (not in `tokens`)."""
+    def _step_rows(rows: list[Row], ahead: int = 0, drafts: list[Sequence[int]] | None = None) -> list[DecodeRow]:
+        """The rows as a step sees them, with their `drafts`; `ahead` tokens of each are still in
+        flight (not in `tokens`)."""
         step_rows = []
-        for row in rows:
+        for i, row in enumerate(rows):
             assert row.lane is not None
             position = len(row.tokens) - 1 + ahead
-            step_rows.append(DecodeRow(row.lane, position, row.tokens[-1], row.generated + ahead, row.constraint))
+            draft = drafts[i] if drafts else ()
+            draws = row.generated + ahead
+            step_rows.append(DecodeRow(row.lane, position, row.tokens[-1], draws, row.constraint, draft))
         return step_rows
+
+    # --- drafts -----------------------------------------------------------------------------
+
+    def _may_draft(self, row: Row) -> bool:
+        """Whether a step can check drafts for the row: its grammar's mask and its penalties
+        depend on each token before the one drawn, which a step over a draft does not know."""
+        sampling = row.request.request.sampling
+        penalised = (sampling.repetition_penalty, sampling.presence_penalty, sampling.frequency_penalty) != (
+            1.0,
+            0.0,
+            0.0,
+        )
+        return self._runner.draft_tokens > 0 and row.constraint is None and not penalised
+
+    def _drafts(self, rows: list[Row]) -> list[Sequence[int]]:
+        """Each row's draft for the next step (empty for most rows: no match, or too many rows),
+        cut to the tokens it may still draw and to the pages it holds or can get without preempting."""
+        if len(rows) > self._runner.draft_rows:
+            return [() for _ in rows]
+        drafts: list[Sequence[int]] = []
+        for row in rows:
+            limit = min(self._runner.draft_tokens, row.request.max_tokens - row.generated - 1)
+            draft = row.drafts.draft(limit) if row.drafts is not None else ()
+            while draft and len(row.pages) * self._page_size < len(row.tokens) + len(draft):
+                page = self._pool.allocate()
+                if page is None:
+                    draft = draft[: len(row.pages) * self._page_size - len(row.tokens)]
+                    break
+                self._add_page(row, page)
+            drafts.append(draft)
+        return drafts
+
+    def _drafting(self, rows: list[Row]) -> bool:
+        """Whether any row has a draft now: then the next step should not chain (a step with
+        drafts starts from the host's tokens)."""
+        if len(rows) > self._runner.draft_rows:
+            return False
+        return any(row.drafts is not None and row.drafts.draft(1) for row in rows)
 
     def _decode_step(self) -> None:
         """Runs one decode step for every decoding row. When the rows are the same as the step in
@@ -304,19 +350,21 @@ class Scheduler:
             self._take_tokens(flight.rows, self._runner.take(flight.step))
             return
         if flight is not None:
-            self._take_tokens(flight.rows, self._runner.take(flight.step))
+            self._take_tokens(flight.rows, self._runner.take(flight.step), flight.drafted)
         self._grow_pages()
         rows = list(self._decoding)
         if rows:
-            self._flight = _Flight(rows, self._runner.generate(self._step_rows(rows)))
+            drafts = self._drafts(rows)
+            step = self._runner.generate(self._step_rows(rows, drafts=drafts))
+            self._flight = _Flight(rows, step, sum(len(draft) for draft in drafts))
 
     def _chains(self, flight: _Flight) -> bool:
         """Whether the next step can start from `flight`'s tokens before they reach the host: the
-        same rows still decode, none has a grammar (its mask needs the token), none ends on its
-        length with that token, and each has a page for the position after it (allocated here,
+        same rows still decode, with no drafts then or now, none has a grammar (its mask needs the
+        token), none ends on its length with that token, and each has a page for the position after it (allocated here,
         never by preempting: preemption needs the tokens settled; a page allocated before the
         answer turns out False is one the row needs next step anyway)."""
-        if flight.rows != self._decoding:
+        if flight.drafted or flight.rows != self._decoding or self._drafting(flight.rows):
             return False
         for row in flight.rows:
             if row.constraint is not None or row.generated + 1 >= row.request.max_tokens:
@@ -328,16 +376,20 @@ class Scheduler:
                 self._add_page(row, page)
         return True
 
-    def _take_tokens(self, rows: list[Row], drawn: Drawn) -> None:
-        """Hands each row its sampled token; every row's KV is written up to its last token."""
+    def _take_tokens(self, rows: list[Row], drawn: Drawn, drafted: int = 0) -> None:
+        """Hands each row the tokens it takes from the step (one, or more where its draft held);
+        every row's KV is written up to its last token, and a taken draft token's at its position."""
         now = time.monotonic()
         for i, row in enumerate(rows):
-            if row.lane is None:  # ended (cancel, stall timeout, a stop token) while this token was in flight
-                continue
-            self._name_full_pages(row, len(row.tokens))
-            self._take_token(row, int(drawn.tokens[i]), drawn, i, now)
+            for j in range(int(drawn.taken[i])):
+                if row.lane is None:  # ended (cancel, stall timeout, a stop token) while this token was in flight
+                    break
+                self._name_full_pages(row, len(row.tokens))
+                self._take_token(row, int(drawn.tokens[i, j]), drawn, (i, j), now)
+        if drafted:
+            self._intake.drafted(drafted, int(drawn.taken[: len(rows)].sum()) - len(rows))
 
-    def _take_token(self, row: Row, token: int, drawn: Drawn, i: int, now: float) -> None:
+    def _take_token(self, row: Row, token: int, drawn: Drawn, at: tuple[int, int], now: float) -> None:
         entry = row.request
         if token in entry.stop_ids:
             self._finish_row(row, "stop", token)
@@ -350,8 +402,8 @@ class Scheduler:
         token_logprobs = None
         if drawn.logprobs is not None and top_n is not None:
             chosen, top_ids, top_values = drawn.logprobs
-            top = tuple((int(t), float(v)) for t, v in zip(top_ids[i, :top_n], top_values[i, :top_n], strict=True))
-            token_logprobs = (TokenLogprob(token, float(chosen[i]), top),)
+            top = tuple((int(t), float(v)) for t, v in zip(top_ids[at][:top_n], top_values[at][:top_n], strict=True))
+            token_logprobs = (TokenLogprob(token, float(chosen[at]), top),)
         self._send(entry, Tokens(row.index, (token,), token_logprobs))
         if row.constraint is not None:
             row.constraint.accept(token)

@@ -1,5 +1,5 @@
-"""The runner's compiled device functions: prefill chunk, first-token sampling, decode step, page
-write, and helpers.
+"""The runner's compiled device functions: prefill chunk, first-token sampling, decode step, a
+decode step that checks drafts (`verify`), page write, and helpers.
 
 Prefill and decode only read the KV pages and return the step's new keys and values (`Written`);
 `write` then stores them into the donated pool. Kept apart, XLA updates the pool in place; in one
@@ -10,6 +10,7 @@ tables carry one more column than any row uses, always the null page: padded pro
 placed there, so their keys and values never land in a real page.
 """
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -86,12 +87,12 @@ class StepFunctions:
     for a tree of nested dicts with hundreds of leaves is a cost every step pays."""
 
     def __init__(self, model: nn.Module, params_tree: PyTreeDef, page_size: int, prefill_rows: int) -> None:
-        def forward(params: list[Array], *inputs: Array | KVPages) -> tuple[Array, Any]:
-            return model.apply({"params": jax.tree.unflatten(params_tree, params)}, *inputs)
+        def forward(
+            params: list[Array], *inputs: Array | KVPages | None, draft_step: bool = False
+        ) -> tuple[Array, Any]:
+            return model.apply({"params": jax.tree.unflatten(params_tree, params)}, *inputs, draft_step=draft_step)
 
-        def sampled_rows(
-            logits: Array, lanes: LaneState, lane_ids: Array, rows: RowParams
-        ) -> tuple[LaneState, Sampled]:
+        def chosen(logits: Array, lanes: LaneState, lane_ids: Array, rows: RowParams) -> Sampled:
             def drawn(logits: Array, lanes: LaneState, lane_ids: Array, rows: RowParams) -> Sampled:
                 seen, counts = lanes.seen[lane_ids], lanes.output_counts[lane_ids]
                 return sample(logits, SamplerInputs(**vars(rows), seen=seen, output_counts=counts))
@@ -109,12 +110,19 @@ class StepFunctions:
                 rows.allowed,
                 rows.logprobs,
             )
-            sampled = jax.lax.cond(is_plain, greedy_only, drawn, logits, lanes, lane_ids, rows)
-            lanes = LaneState(
-                lanes.seen.at[lane_ids, sampled.token].set(True),
-                lanes.output_counts.at[lane_ids, sampled.token].add(1),
+            return jax.lax.cond(is_plain, greedy_only, drawn, logits, lanes, lane_ids, rows)
+
+        def counted(lanes: LaneState, lane_ids: Array, token: Array) -> LaneState:
+            return LaneState(
+                lanes.seen.at[lane_ids, token].set(True),
+                lanes.output_counts.at[lane_ids, token].add(1),
             )
-            return lanes, sampled
+
+        def sampled_rows(
+            logits: Array, lanes: LaneState, lane_ids: Array, rows: RowParams
+        ) -> tuple[LaneState, Sampled]:
+            sampled = chosen(logits, lanes, lane_ids, rows)
+            return counted(lanes, lane_ids, sampled.token), sampled
 
         def prefill(
             params: list[Array], kv: KVPages, tokens: Array, positions: Array, block_tables: Array, last: Array
@@ -148,6 +156,39 @@ class StepFunctions:
             logits, new = forward(params, tokens[:, None], positions[:, None], kv, block_tables, logits_at)
             lanes, sampled = sampled_rows(logits[:, 0], lanes, lane_ids, rows)
             return _written(new, positions[:, None], block_tables, page_size), lanes, sampled
+
+        def verify(
+            params: list[Array],
+            kv: KVPages,
+            lanes: LaneState,
+            tokens: Array,
+            positions: Array,
+            block_tables: Array,
+            lane_ids: Array,
+            rows: RowParams,
+            drafts: Array,
+        ) -> tuple[Written, LaneState, Sampled, Array]:
+            """A decode step whose rows bring drafts: tokens [B, T] are each row's input token, then
+            its `drafts` [B] draft tokens, then padding. Every position draws as decode would there
+            (the row's parameters, its counter advanced by the position's offset), so a row takes
+            the draft tokens its own draws reproduce and the draw after them: the tokens a decode
+            step at a time would have drawn, the same for greedy and seeded rows. Returns the draws
+            [B*T], row-major, and how many of each row's draws it takes [B].
+
+            Penalty state follows each row's first token only: a row with penalties brings no draft
+            (its later draws would need the state after each guess)."""
+            B, T = tokens.shape
+            # logits_at None: every position's logits
+            logits, new = forward(params, tokens, positions, kv, block_tables, None, draft_step=True)
+            offsets = jnp.tile(jnp.arange(T, dtype=rows.counter.dtype), B)
+            per_position = jax.tree.map(lambda value: jnp.repeat(value, T, axis=0), rows)
+            per_position = dataclasses.replace(per_position, counter=per_position.counter + offsets)
+            sampled = chosen(logits.reshape(B * T, -1), lanes, jnp.repeat(lane_ids, T), per_position)
+            drawn = sampled.token.reshape(B, T)
+            agrees = (drawn[:, :-1] == tokens[:, 1:]) & (jnp.arange(T - 1)[None, :] < drafts[:, None])
+            taken = 1 + jnp.sum(jnp.cumprod(agrees.astype(jnp.int32), axis=1), axis=1)
+            lanes = counted(lanes, lane_ids, drawn[:, 0])
+            return _written(new, positions, block_tables, page_size), lanes, sampled, taken
 
         def write(kv: KVPages, written: Written) -> KVPages:
             pages, slots = written.pages, written.slots
@@ -192,6 +233,7 @@ class StepFunctions:
 
         self.prefill = jax.jit(prefill)
         self.decode = jax.jit(decode, donate_argnums=(2,))
+        self.verify = jax.jit(verify, donate_argnums=(2,))
         self.first_tokens = jax.jit(first_tokens, donate_argnums=(0,))
         self.write = jax.jit(write, donate_argnums=(0,))
         self.reset_lane = jax.jit(reset_lane, donate_argnums=(0,))

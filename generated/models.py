@@ -1505,6 +1505,14 @@ class Metrics(BaseModel):
     """
     Of the prefix cache's hits, the tokens whose pages were read back from its disk tier (`--prefix-cache-dir`: a prompt prefilled before the last restart).
     """
+    draft_tokens_total: Annotated[StrictInt | None, Field(ge=0)] = None
+    """
+    Prompt-lookup draft tokens brought to decode steps (`--draft-tokens`): tokens guessed from text the row's prompt or output already holds.
+    """
+    draft_tokens_accepted_total: Annotated[StrictInt | None, Field(ge=0)] = None
+    """
+    Of the draft tokens, those the rows' own draws agreed with, each taken without a decode step of its own; over draft_tokens_total it is the drafts' acceptance rate.
+    """
     preemptions_total: Annotated[StrictInt | None, Field(ge=0)] = None
     """
     Rows preempted (to be recomputed) when KV pages ran out.

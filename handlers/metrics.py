@@ -33,6 +33,8 @@ COUNTERS = {
     "prefix_cache_queries_total": "Prompt tokens looked up in the prefix cache.",
     "prefix_cache_hits_total": "Prompt tokens found in the prefix cache.",
     "prefix_cache_disk_hits_total": "Of those, tokens whose pages were read back from the disk tier.",
+    "draft_tokens_total": "Prompt-lookup draft tokens brought to decode steps.",
+    "draft_tokens_accepted_total": "Of those, tokens the rows' draws agreed with.",
     "preemptions_total": "Rows preempted when KV pages ran out.",
     "compiles_after_startup_total": "XLA compilations after the compile plan finished.",
 }
@@ -64,6 +66,8 @@ def _engine_fields(stats: EngineStats) -> dict[str, object]:
         "prefix_cache_queries_total": stats.prefix_cache_queries,
         "prefix_cache_hits_total": stats.prefix_cache_hits,
         "prefix_cache_disk_hits_total": stats.prefix_cache_disk_hits,
+        "draft_tokens_total": stats.draft_tokens,
+        "draft_tokens_accepted_total": stats.draft_tokens_accepted,
         "preemptions_total": stats.preemptions,
         "kv_cache_usage_perc": stats.kv_cache_usage,
         "compiles_after_startup_total": stats.compiles_after_startup,

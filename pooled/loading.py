@@ -57,6 +57,8 @@ def engine_config(settings: Settings, checkpoint: Checkpoint) -> EngineConfig:
         prefill_chunk=settings.prefill_chunk,
         kv_memory_bytes=settings.kv_memory or 0,  # 0: the engine sizes the pool (engine/kv_sizing.py)
         stop_token_ids=checkpoint.tokenizer.stop_token_ids,
+        draft_tokens=settings.draft_tokens,
+        draft_rows=settings.draft_rows,
         prefix_disk_dir=settings.prefix_cache_dir,
         prefix_disk_bytes=settings.prefix_cache_disk,
     )

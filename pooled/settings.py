@@ -39,6 +39,16 @@ def _one_of(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+def _count(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise ValueError("a count of 0 or more")
+    return number
+
+
+_count.__name__ = "count"  # argparse says "invalid count value"
+
+
 def _regex(value: str) -> str | None:
     if not value:
         return None
@@ -129,6 +139,19 @@ class Settings:
         int,
         "Prompt tokens prefilled per step; a long prompt holds running streams back one chunk at most "
         "(on the CPU 512 prefilled a 3k-token prompt ~8 % faster than 256, and 1024 slower).",
+    )
+    draft_tokens: int = setting(
+        4,
+        _count,
+        "Prompt-lookup drafts: the most tokens a decoding row guesses from text its prompt or output "
+        "already holds (what followed the latest earlier occurrence of its last tokens), checked in one "
+        "step, so copied text costs fewer steps; the output is what decoding without them gives. 0: off.",
+    )
+    draft_rows: int = setting(
+        1,
+        _count,
+        "Prompt-lookup drafts are made only while at most this many rows decode (one: an agent's turn); "
+        "a step over several rows' drafts costs more per position, so it pays only where most guesses hold.",
     )
     prefix_cache_dir: str = setting(
         "~/.cache/pooled/prefix",

@@ -8,7 +8,7 @@ weights at a fraction of the memory's bandwidth with one or two rows of activati
 (`int8_matmul.cc`: AVX-512 VNNI or AVX2, with software prefetch; used by engine/int8.py); it has
 no Q4 weights at all (`q4_matmul.cc`, every matmul of `--quantization w4a8`, AVX2); and
 its attention over a paged cache has to gather each row's keys into blocks and loop over them in
-small matmuls (`paged_attention.cc` reads the pages in place for one-token steps,
+small matmuls (`paged_attention.cc` reads the pages in place for one-token steps and steps over drafts,
 `paged_prefill_attention.cc` runs a tiled flash attention for prompt steps; used by
 engine/layers/paged_attention.py). All split their work over XLA's own thread pool
 (`parallel.h`); each has portable loops for CPUs without those instructions.
@@ -50,12 +50,14 @@ INT8_MATMUL = "pooled_int8_matmul"
 Q4_MATMUL = "pooled_q4_matmul"
 PAGED_DECODE_ATTENTION = "pooled_paged_decode_attention"
 PAGED_PREFILL_ATTENTION = "pooled_paged_prefill_attention"
+PAGED_DRAFT_ATTENTION = "pooled_paged_draft_attention"
 _TARGETS = {
     F32_MATMUL: "PooledF32Matmul",
     INT8_MATMUL: "PooledInt8Matmul",
     Q4_MATMUL: "PooledQ4Matmul",
     PAGED_DECODE_ATTENTION: "PooledPagedDecodeAttention",
     PAGED_PREFILL_ATTENTION: "PooledPagedPrefillAttention",
+    PAGED_DRAFT_ATTENTION: "PooledPagedDraftAttention",
 }
 
 
@@ -155,3 +157,23 @@ def paged_prefill_attention(
     B, T, K, G, H = q.shape
     result = jax.ShapeDtypeStruct((B, T, K * G * H), jnp.float32)
     return jax.ffi.ffi_call(PAGED_PREFILL_ATTENTION, result)(q, k, v, k_pool, v_pool, tables, positions)
+
+
+def paged_draft_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    k_step: Array,
+    v_step: Array,
+    k_pool: Array,
+    v_pool: Array,
+    tables: Array,
+    positions: Array,
+) -> Array:
+    """A decode step over drafts (see `paged_attention.cc`): q f32 [B, T, K, G, H], the step's own
+    k, v f32 [B, T, K, H] and the same in the pools' stored form (k_step, v_step), pools [K, P, S, H],
+    tables int32 [B, C], positions int32 [B, T] → f32 [B, T, K*G*H], each token's output that of a
+    decode step at its position, bit for bit. CPU only, after `available()`."""
+    B, T, K, G, H = q.shape
+    result = jax.ShapeDtypeStruct((B, T, K * G * H), jnp.float32)
+    return jax.ffi.ffi_call(PAGED_DRAFT_ATTENTION, result)(q, k, v, k_step, v_step, k_pool, v_pool, tables, positions)

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -308,7 +309,164 @@ ffi::Error PagedDecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, f
   });
 }
 
+// --- pooled_paged_draft_attention ---------------------------------------------------------------
+//
+// A decode step over drafts: each row brings T tokens at consecutive positions (its input token,
+// then its draft), and each token attends exactly as a one-token decode step at its position would
+// (AttendOne): its own key first, then the positions below it in the same blocks of whole pages,
+// where the positions from the row's first step token on come from the step's own keys as the pool
+// will store them. The same floats in the same order, so a token's output is the decode step's bit
+// for bit, and a draft the row takes leaves its tokens as decoding them one at a time would.
+//
+//   q              f32 [B, T, K, G, H]
+//   k, v           f32 [B, T, K, H]     the step's own keys and values
+//   k_step, v_step [B, T, K, H]         the same in the pools' type (bfloat16 bits or f32)
+//   pools          [K, P, S, H]
+//   tables         s32 [B, C]
+//   positions      s32 [B, T]           a row's tokens from its first position on, one apart; a token
+//                                       anywhere else is padding, and its output is zeros
+//   out            f32 [B, T, K*G*H]
+//
+// A unit is one row's KV head: its tokens take each block of keys in turn (read from memory once,
+// from cache for the next token), each up to its own position. The pages that hold step positions
+// are read from copies with the step's keys written in.
+
+struct DraftShape {
+  int64_t rows, tokens, kv_heads, group, head_dim, pages, page_size, columns;
+};
+
+template <typename T>
+void AttendDraftRow(const DraftShape& s, const float* q, const float* k_new, const float* v_new, const T* k_step,
+                    const T* v_step, const T* k_pool, const T* v_pool, const int32_t* tables, const int32_t* positions,
+                    float* out, int64_t unit) {
+  const int64_t b = unit / s.kv_heads, kh = unit % s.kv_heads;
+  const int64_t G = s.group, H = s.head_dim, S = s.page_size, K = s.kv_heads;
+  const int32_t* row_positions = positions + b * s.tokens;
+  const int64_t first = row_positions[0];
+  int64_t live = 1;  // tokens at first, first + 1, ...: the rest are padding
+  while (live < s.tokens && row_positions[live] == first + live) ++live;
+
+  const int64_t queries_count = live * G;
+  std::vector<float> query_rows(queries_count * kMaxHeadDim), acc_rows(queries_count * kMaxHeadDim);
+  std::vector<float> score_rows(queries_count * kMaxKeys), peak(queries_count), total(queries_count);
+  auto* queries = reinterpret_cast<float (*)[kMaxHeadDim]>(query_rows.data());
+  auto* acc = reinterpret_cast<float (*)[kMaxHeadDim]>(acc_rows.data());
+  auto* scores = reinterpret_cast<float (*)[kMaxKeys]>(score_rows.data());
+  const float inv_sqrt = 1.0f / std::sqrt(static_cast<float>(H));
+  for (int64_t t = 0; t < live; ++t) {
+    const float* own_k = k_new + ((b * s.tokens + t) * K + kh) * H;
+    const float* own_v = v_new + ((b * s.tokens + t) * K + kh) * H;
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t i = t * G + g;
+      const float* row = q + (((b * s.tokens + t) * K + kh) * G + g) * H;
+      for (int64_t h = 0; h < H; ++h) queries[i][h] = row[h] * inv_sqrt;
+      peak[i] = Dot(queries[i], own_k, H);
+      total[i] = 1.0f;
+      std::memcpy(acc[i], own_v, H * sizeof(float));
+    }
+  }
+
+  // Copies of the pages holding positions first .. first + live - 2 (the step keys some token sees).
+  const int64_t limit = s.columns * S;
+  const int64_t seen_end = std::clamp<int64_t>(first + live - 1, 0, limit);
+  const int64_t first_page = std::clamp<int64_t>(first, 0, limit) / S;
+  const int64_t patched_pages = seen_end > first ? (seen_end - 1) / S - first_page + 1 : 0;
+  std::vector<T> patched_k(patched_pages * S * H), patched_v(patched_pages * S * H);
+  for (int64_t p = 0; p < patched_pages; ++p) {
+    const int64_t column = first_page + p;
+    const int64_t page = std::clamp<int64_t>(tables[b * s.columns + column], 0, s.pages - 1);
+    std::memcpy(&patched_k[p * S * H], k_pool + (kh * s.pages + page) * S * H, S * H * sizeof(T));
+    std::memcpy(&patched_v[p * S * H], v_pool + (kh * s.pages + page) * S * H, S * H * sizeof(T));
+    for (int64_t position = std::max(first, column * S); position < std::min(seen_end, (column + 1) * S); ++position) {
+      const int64_t from = ((b * s.tokens + (position - first)) * K + kh) * H;
+      std::memcpy(&patched_k[(p * S + position % S) * H], k_step + from, H * sizeof(T));
+      std::memcpy(&patched_v[(p * S + position % S) * H], v_step + from, H * sizeof(T));
+    }
+  }
+
+  const int64_t block_keys = std::max<int64_t>(1, kMaxKeys / S) * S;
+  KeyBlock<T> block;
+  block.page_size = S;
+  for (int64_t start = 0; start < seen_end; start += block_keys) {
+    const int64_t block_pages = (std::min(block_keys, seen_end - start) + S - 1) / S;
+    for (int64_t p = 0; p < block_pages; ++p) {
+      const int64_t column = start / S + p;
+      if (column >= first_page && column < first_page + patched_pages) {
+        block.keys[p] = &patched_k[(column - first_page) * S * H];
+        block.values[p] = &patched_v[(column - first_page) * S * H];
+      } else {
+        const int64_t page = std::clamp<int64_t>(tables[b * s.columns + column], 0, s.pages - 1);
+        block.keys[p] = k_pool + (kh * s.pages + page) * S * H;
+        block.values[p] = v_pool + (kh * s.pages + page) * S * H;
+      }
+    }
+    // Token t sees the keys below first + t; its G queries go in threes, as a decode step's do
+    // (one block's keys stay in cache from one token to the next).
+    for (int64_t t = 0; t < live; ++t) {
+      const int64_t count = std::min(block_keys, std::clamp<int64_t>(first + t, 0, limit) - start);
+      if (count <= 0) continue;
+      block.count = count;
+      block.pages = (count + S - 1) / S;
+      for (int64_t g0 = 0; g0 < G; g0 += 3) {
+        const int64_t i = t * G + g0;
+        AttendBlockGroup(std::min<int64_t>(3, G - g0), queries + i, block, H, &peak[i], &total[i], scores + i,
+                         acc + i);
+      }
+    }
+  }
+  for (int64_t t = 0; t < s.tokens; ++t) {
+    float* result = out + ((b * s.tokens + t) * K + kh) * G * H;
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t i = t * G + g;
+      const float norm = t < live ? 1.0f / total[i] : 0.0f;
+      for (int64_t h = 0; h < H; ++h) result[g * H + h] = t < live ? acc[i][h] * norm : 0.0f;
+    }
+  }
+}
+
+ffi::Error PagedDraftAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k_new,
+                               ffi::Buffer<ffi::F32> v_new, ffi::AnyBuffer k_step, ffi::AnyBuffer v_step,
+                               ffi::AnyBuffer k_pool, ffi::AnyBuffer v_pool, ffi::Buffer<ffi::S32> tables,
+                               ffi::Buffer<ffi::S32> positions, ffi::ResultBuffer<ffi::F32> out) {
+  const auto qd = q.dimensions();
+  const auto pd = k_pool.dimensions();
+  if (qd.size() != 5 || pd.size() != 4 || tables.dimensions().size() != 2 || positions.dimensions().size() != 2) {
+    return ffi::Error::InvalidArgument("pooled_paged_draft_attention: unexpected ranks");
+  }
+  const DraftShape s{qd[0], qd[1], qd[2], qd[3], qd[4], pd[1], pd[2], tables.dimensions()[1]};
+  if (pd[0] != s.kv_heads || pd[3] != s.head_dim || s.head_dim > kMaxHeadDim || s.group > kMaxGroup ||
+      s.page_size > kMaxPage || s.head_dim % kLanes != 0 || k_step.element_type() != k_pool.element_type() ||
+      v_step.element_type() != v_pool.element_type()) {
+    return ffi::Error::InvalidArgument("pooled_paged_draft_attention: unsupported shapes");
+  }
+  return pooled::WithPoolValues(k_pool, v_pool, "pooled_paged_draft_attention", [&](const auto* k, const auto* v) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(k)>>;
+    const T* ks = k_step.reinterpret_data<T>();
+    const T* vs = v_step.reinterpret_data<T>();
+    int64_t keys = 0;
+    for (int64_t b = 0; b < s.rows; ++b) keys += std::max<int32_t>(positions.typed_data()[b * s.tokens], 0);
+    pooled::ForEachUnit(pool, s.rows * s.kv_heads, keys * s.kv_heads >= kParallelKeys, [&](int64_t unit) {
+      AttendDraftRow(s, q.typed_data(), k_new.typed_data(), v_new.typed_data(), ks, vs, k, v, tables.typed_data(),
+                     positions.typed_data(), out->typed_data(), unit);
+    });
+  });
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PooledPagedDecodeAttention, PagedDecodeAttention,
                               pooled::AttentionBinding());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PooledPagedDraftAttention, PagedDraftAttention,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());

@@ -19,7 +19,8 @@ class Attention(nn.Module):
     """Grouped-query causal self-attention over `cache` when given.
 
     A contiguous cache is written at `positions` and returned. A paged cache (with the rows' block
-    tables [B,M]) is only read; the step's keys and values come back as `NewKV`.
+    tables [B,M]) is only read; the step's keys and values come back as `NewKV`. A `draft_step` is a
+    decode step over drafts (engine/layers/paged_attention.py).
     """
 
     config: ModelConfig
@@ -33,6 +34,7 @@ class Attention(nn.Module):
         rotation: Rotation,
         cache: AnyCache | None,
         block_tables: Array | None = None,
+        draft_step: bool = False,
     ) -> tuple[Array, CacheOut | None]:
         c = self.config
         D, N, K, H, G = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.queries_per_kv_head
@@ -61,7 +63,7 @@ class Attention(nn.Module):
         B, T = x.shape[:2]
         if isinstance(cache, PagedLayerCache):
             assert block_tables is not None, "a paged cache needs block tables"
-            attended = paged_attention(q.reshape(B, T, K, G, H), k, v, positions, cache, block_tables)
+            attended = paged_attention(q.reshape(B, T, K, G, H), k, v, positions, cache, block_tables, draft_step)
             returned_cache: CacheOut | None = NewKV(k, v)
         else:
             returned_cache = None

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from engine import kernels
 from engine.layers import head_major
-from engine.layers.kv_cache import PagedLayerCache, pool_values, value_dtype
+from engine.layers.kv_cache import PagedLayerCache, pool_values, to_pool, value_dtype
 
 Array = jax.Array
 
@@ -43,11 +43,20 @@ NATIVE_DECODE_HEAD_DIM_MULTIPLE = 8  # the decode kernel's vectors of eight floa
 
 
 def paged_attention(
-    q: Array, k: Array, v: Array, positions: Array, cache: PagedLayerCache, block_tables: Array
+    q: Array,
+    k: Array,
+    v: Array,
+    positions: Array,
+    cache: PagedLayerCache,
+    block_tables: Array,
+    draft_step: bool = False,
 ) -> Array:
     """Causal attention of the step's queries q [B,T,K,G,H] over their rows' pages and the step's
     own keys and values k, v [B,T,K,H]; returns [B, T, K*G*H] float32. The native kernels on CPU
-    where they take the shapes; everything else `xla_paged_attention`."""
+    where they take the shapes; everything else `xla_paged_attention`. A `draft_step` (a decode
+    step over drafts: each row's tokens at consecutive positions, padding elsewhere) takes the
+    decode kernel's arithmetic for every token, so a taken draft token's numbers are those of a
+    decode step; XLA's path gives them up to rounding."""
     B, T, K, G, H = q.shape
     native = (
         H <= NATIVE_MAX_HEAD_DIM
@@ -56,9 +65,12 @@ def paged_attention(
         and value_dtype(cache.k) in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
         and kernels.available()
     )
-    if not native or (T == 1 and H % NATIVE_DECODE_HEAD_DIM_MULTIPLE != 0):
+    one_token_kernel = T == 1 or draft_step
+    if not native or (one_token_kernel and H % NATIVE_DECODE_HEAD_DIM_MULTIPLE != 0):
         return xla_paged_attention(q, k, v, positions, cache, block_tables)
-    kernel = _native_decode_attention if T == 1 else _native_prefill_attention
+    kernel = _native_prefill_attention
+    if one_token_kernel:
+        kernel = _native_decode_attention if T == 1 else _native_draft_attention
     return jax.lax.platform_dependent(q, k, v, positions, cache, block_tables, cpu=kernel, default=xla_paged_attention)
 
 
@@ -76,6 +88,23 @@ def _native_decode_attention(
         positions[:, 0].astype(jnp.int32),
     )
     return attended[:, None]
+
+
+def _native_draft_attention(
+    q: Array, k: Array, v: Array, positions: Array, cache: PagedLayerCache, block_tables: Array
+) -> Array:
+    f32, i32 = jnp.float32, jnp.int32
+    return kernels.paged_draft_attention(
+        q.astype(f32),
+        k.astype(f32),
+        v.astype(f32),
+        to_pool(k, cache.k),  # as `write` will store them: what a later decode step reads
+        to_pool(v, cache.v),
+        cache.k,
+        cache.v,
+        block_tables.astype(i32),
+        positions.astype(i32),
+    )
 
 
 def _native_prefill_attention(

@@ -33,6 +33,7 @@ class DecoderLayer(nn.Module):
         rotation: Rotation,
         cache: AnyCache | None,
         block_tables: Array | None = None,
+        draft_step: bool = False,
     ) -> tuple[Array, CacheOut | None]:
         c = self.config
         attended, cache_out = Attention(c, self.dtype, name="attn")(
@@ -41,6 +42,7 @@ class DecoderLayer(nn.Module):
             rotation,
             cache,
             block_tables,
+            draft_step,
         )
         x = x + attended
         normed = RMSNorm(c.hidden_size, c.rms_norm_eps, "embed", self.dtype, name="mlp_norm")(x)
@@ -57,7 +59,8 @@ class Transformer(nn.Module):
     per layer the updated contiguous cache or, for a paged cache, the step's `NewKV`.
 
     With `logits_at` [B] only that query index of each row goes through the output head (logits
-    [B,1,V]): a prefill chunk or decode step needs one row of logits, not T.
+    [B,1,V]): a prefill chunk or decode step needs one row of logits, not T. A `draft_step` is a
+    decode step over drafts, whose attention takes the decode kernel's arithmetic for every token.
     """
 
     config: ModelConfig
@@ -71,6 +74,7 @@ class Transformer(nn.Module):
         caches: Sequence[AnyCache] | None = None,
         block_tables: Array | None = None,
         logits_at: Array | None = None,
+        draft_step: bool = False,
     ) -> tuple[Array, tuple[CacheOut, ...] | None]:
         c = self.config
         # The embedding (often also the output head) stays int8 under "int4": it is the matrix most
@@ -86,7 +90,7 @@ class Transformer(nn.Module):
         new_caches = []
         for i in range(c.num_layers):
             x, layer_cache = DecoderLayer(c, c.is_moe_layer(i), self.dtype, name=f"layer_{i}")(
-                x, positions, rotation, None if caches is None else caches[i], block_tables
+                x, positions, rotation, None if caches is None else caches[i], block_tables, draft_step
             )
             new_caches.append(layer_cache)
         if logits_at is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -36,17 +36,35 @@ class FakeDeviceError(RuntimeError):
     """What the fake raises as a device fault."""
 
 
+Model = Callable[[Sequence[int], SamplingParams, int, int], int]  # (context, sampling, seed, draws) -> token
+
+
 def next_token(context: Sequence[int], sampling: SamplingParams, seed: int, draws: int) -> int:
     if sampling.temperature == 0:
         return hash(tuple(context)) % VOCAB
     return hash((tuple(context), seed, draws)) % VOCAB
 
 
-def reference(prompt: Sequence[int], count: int, sampling: SamplingParams, seed: int = 0) -> list[int]:
+def copying_token(context: Sequence[int], sampling: SamplingParams, seed: int, draws: int) -> int:
+    """A model that mostly copies: the token after the latest earlier occurrence of the context's
+    last token (or, when it has none, the context's first token), except where `next_token` falls
+    on a multiple of 4 (then that token). Drafts from the context hold for a while, then miss."""
+    token = next_token(context, sampling, seed, draws)
+    if token % 4 == 0:
+        return token
+    for start in range(len(context) - 2, -1, -1):
+        if context[start] == context[-1]:
+            return context[start + 1]
+    return context[0]
+
+
+def reference(
+    prompt: Sequence[int], count: int, sampling: SamplingParams, seed: int = 0, model: Model = next_token
+) -> list[int]:
     """The tokens a row of `prompt` draws, computed without any scheduler (no stop tokens)."""
     tokens = list(prompt)
     for draws in range(count):
-        tokens.append(next_token(tokens, sampling, seed, draws))
+        tokens.append(model(tokens, sampling, seed, draws))
     return tokens[len(prompt) :]
 
 
@@ -64,13 +82,16 @@ class FakeRunner:
         self.max_context = max_context
         self.batched_chunk = config.prefill_chunk // PREFILL_ROWS
         self.page_bytes = config.page_size * 8  # a page's tokens as int64, -1 for an empty slot
+        self.draft_tokens = config.draft_tokens
+        self.draft_rows = config.draft_rows if config.draft_tokens > 0 else 0
+        self.model: Model = next_token
         self.gate = threading.Event()
         self.gate.set()
         self.held = threading.Event()
         self.delay_s = 0.0
         self.fail_with: BaseException | None = None
         self.fail_after = 0
-        self.log: list[tuple[str, int]] = []  # (kind, rows): "prefill", "first", "decode", "chained"
+        self.log: list[tuple[str, int]] = []  # (kind, rows): "prefill", "first", "decode", "chained", "verify"
         self.prefilled_tokens = 0
         self._kv: list[list[int | None]] = [[None] * config.page_size for _ in range(pages)]
         self._lanes = [_Lane() for _ in range(config.decode_lanes + 1)]
@@ -132,18 +153,31 @@ class FakeRunner:
     def first_tokens(self, logits: PromptLogits, index: int, rows: Sequence[DecodeRow]) -> Drawn:
         self._step("first", len(rows))
         context = logits[index]  # type: ignore[index]
-        return self._drawn(rows, [self._draw(row, context) for row in rows])
+        return self._drawn(rows, [[self._draw(row, context)] for row in rows], [1] * len(rows))
 
     def generate(self, rows: Sequence[DecodeRow], chained: Pending | None = None) -> Pending:
-        self._step("decode" if chained is None else "chained", len(rows))
-        inputs = [row.token for row in rows] if chained is None else list(chained.tokens)  # type: ignore[attr-defined]
+        drafting = any(row.draft for row in rows)
+        assert not (drafting and chained is not None), "a step with drafts chained on a pending step"
+        assert not drafting or (
+            len(rows) <= self.draft_rows and all(len(row.draft) <= self.draft_tokens for row in rows)
+        )
+        self._step("verify" if drafting else "decode" if chained is None else "chained", len(rows))
+        inputs = [row.token for row in rows] if chained is None else list(chained.tokens[:, 0])  # type: ignore[attr-defined]
         assert len(inputs) == len(rows)
-        drawn = []
+        drawn, taken = [], []
         for row, token in zip(rows, inputs, strict=True):
+            # As the device does: every position of the step is written and drawn at, and the row
+            # takes the draws up to the first that disagrees with its draft, that one included.
             table = self._lanes[row.lane].table
-            self._write(table, row.position, token)
-            drawn.append(self._draw(row, self._read(table, row.position + 1)))
-        return Pending(self._drawn(rows, drawn))
+            steps = [token, *row.draft]
+            draws = []
+            for offset, step_token in enumerate(steps):
+                self._write(table, row.position + offset, step_token)
+                draws.append(self._draw(row, self._read(table, row.position + offset + 1), offset))
+            agreed = next((j for j, draft in enumerate(row.draft) if draws[j] != draft), len(row.draft))
+            drawn.append(draws + [0] * (self.draft_tokens + 1 - len(draws)) if drafting else draws)
+            taken.append(agreed + 1)
+        return Pending(self._drawn(rows, drawn, taken))
 
     def take(self, step: Pending) -> Drawn:
         assert isinstance(step, Drawn)
@@ -176,9 +210,9 @@ class FakeRunner:
             context.append(token)
         return context
 
-    def _draw(self, row: DecodeRow, context: list[int]) -> int:
+    def _draw(self, row: DecodeRow, context: list[int], offset: int = 0) -> int:
         lane = self._lanes[row.lane]
-        token = next_token(context, lane.sampling, lane.seed, row.draws)
+        token = self.model(context, lane.sampling, lane.seed, row.draws + offset)
         if row.constraint is None:
             return token
         mask = np.zeros(-(-VOCAB // 32), np.int32)
@@ -187,10 +221,11 @@ class FakeRunner:
         allowed = np.flatnonzero(bits)
         return int(allowed[token % len(allowed)])
 
-    def _drawn(self, rows: Sequence[DecodeRow], tokens: list[int]) -> Drawn:
+    def _drawn(self, rows: Sequence[DecodeRow], tokens: list[list[int]], taken: list[int]) -> Drawn:
         chosen = np.asarray(tokens, np.int64)
+        counts = np.asarray(taken, np.int32)
         if all(self._lanes[row.lane].sampling.logprobs is None for row in rows):
-            return Drawn(chosen, None)
+            return Drawn(chosen, counts, None)
         logprobs = -chosen / VOCAB
-        top_ids = np.stack([chosen, (chosen + 1) % VOCAB], axis=1)
-        return Drawn(chosen, (logprobs, top_ids, np.stack([logprobs, logprobs - 1], axis=1)))
+        top_ids = np.stack([chosen, (chosen + 1) % VOCAB], axis=2)
+        return Drawn(chosen, counts, (logprobs, top_ids, np.stack([logprobs, logprobs - 1], axis=2)))

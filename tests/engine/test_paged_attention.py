@@ -6,6 +6,7 @@ ones, prefill); whichever it is, each row must attend exactly as dense attention
 holds for what `paged_attention` dispatches to (the native kernel for one-token steps on CPU).
 """
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -14,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from engine.kernels import available as kernels_available
 from engine.layers.kv_cache import PagedLayerCache, empty_pool, to_pool
 from engine.layers.paged_attention import (
     WIDE_DECODE_ROWS,
@@ -160,3 +162,50 @@ def test_a_prompt_attends_the_same_however_it_is_split(dtype: jnp.dtype) -> None
         )
         tail = attend(q[:, split:], k[:, split:], v[:, split:], positions[:, split:], cached, tables)
         assert np.array_equal(np.asarray(tail), whole[:, split:]), split
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize(("group", "page", "in_pool"), [(3, 16, (0, 13, 125)), (4, 4, (7, 130, 1)), (2, 1, (3, 9, 0))])
+def test_a_step_over_drafts_attends_as_decode_steps_one_token_at_a_time(
+    dtype: jnp.dtype, group: int, page: int, in_pool: tuple[int, ...]
+) -> None:
+    """Each token of a draft step (a row's tokens at consecutive positions, padding after its last)
+    gets, bit for bit, what a one-token decode step at its position gives once the tokens before it
+    are in the pool: the same kernel arithmetic, keys crossing page and 128-key block boundaries."""
+    if not kernels_available():
+        pytest.skip("no C++ compiler: the draft step takes XLA's path, equal up to rounding")
+    rng = np.random.default_rng(5)
+    kv_heads, head_dim, tokens = 2, 16, 5
+    rows, live = len(in_pool), (5, 3, 1)  # tokens each row brings; the rest are padding
+    pages_per_row = -(-(max(in_pool) + tokens) // page) + 1
+    pool_pages = 1 + rows * pages_per_row
+    tables = 1 + rng.permutation(rows * pages_per_row).reshape(rows, pages_per_row).astype(np.int32)
+    tables[:, -1] = 0  # the null page's column, where padding tokens sit
+    template = empty_pool(kv_heads, pool_pages, page, head_dim, dtype)
+    pool_k, pool_v = (
+        to_pool(jnp.asarray(rng.standard_normal((kv_heads, pool_pages, page, head_dim)), jnp.float32), template)
+        for _ in range(2)
+    )
+    q = jnp.asarray(rng.standard_normal((rows, tokens, kv_heads, group, head_dim)), jnp.float32)
+    k, v = (jnp.asarray(rng.standard_normal((rows, tokens, kv_heads, head_dim)), jnp.float32) for _ in range(2))
+    padding = (pages_per_row - 1) * page
+    positions = np.full((rows, tokens), padding, np.int32)
+    for row, (start, count) in enumerate(zip(in_pool, live, strict=True)):
+        positions[row, :count] = np.arange(start, start + count)
+
+    cache = PagedLayerCache(pool_k, pool_v)
+    drafted = jax.jit(functools.partial(paged_attention, draft_step=True))(q, k, v, positions, cache, tables)
+    for row, (start, count) in enumerate(zip(in_pool, live, strict=True)):
+        written = cache
+        for t in range(count):  # decode steps, each writing its key and value as the engine's `write` does
+            one = slice(row, row + 1)
+            decoded = jax.jit(paged_attention)(
+                q[one, t : t + 1], k[one, t : t + 1], v[one, t : t + 1], positions[one, t : t + 1], written, tables[one]
+            )
+            assert np.array_equal(np.asarray(drafted[row, t]), np.asarray(decoded[0, 0])), (row, t)
+            page_id, slot = tables[row, (start + t) // page], (start + t) % page
+            written = PagedLayerCache(
+                written.k.at[:, page_id, slot].set(to_pool(k[row, t], written.k)),
+                written.v.at[:, page_id, slot].set(to_pool(v[row, t], written.v)),
+            )
+        assert not np.asarray(drafted[row, count:]).any(), "padding tokens' outputs are zeros"
