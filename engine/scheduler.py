@@ -15,6 +15,11 @@ so the host's share of a step (the dispatch, the sinks, the HTTP side's work the
 the device's. A change of rows, a grammar (its mask needs the token) or a row's last token
 settles the step in flight first; a token in flight for a row that ended meanwhile is dropped.
 
+While few rows decode (the runner's `draft_rows`), a row whose last tokens occurred earlier in
+its context brings a prompt-lookup draft (engine/drafts.py) to the step, and takes as many tokens
+as the step's draws agreed with; such a step starts from host tokens and is not chained on, and a
+row that has a draft keeps the step before it from chaining too.
+
 With a disk tier (engine/prefix_disk.py), a new request whose prompt continues past the pages
 cached on the device with pages the disk holds waits, unadmitted, while the disk's IO thread
 reads them; the engine thread then writes them into free pages, named like prefilled ones, and

@@ -22,6 +22,10 @@ so both servers do the same work:
   tokens (filler text; Claude Code's first request is ~21k tokens of the default model), decode
   tokens/s at ~16k tokens of context, and, for pooled only, an agent's second turn after a
   restart: the ~21k prompt plus a new turn, its pages on the prefix cache's disk tier;
+- a code-editing replay: greedy tokens/s while the model rewrites a ~940-token Python method it
+  was given (the standard library's `textwrap.TextWrapper._wrap_chunks`, one name changed), and
+  for pooled the same with prompt-lookup drafts off (`--draft-tokens 0`) and the drafts'
+  acceptance rate (`/metrics`);
 - peak RSS of the server process;
 - a roofline: the decode step's bytes moved over the machine's measured memory
   bandwidth gives the ceiling a batch-1 step can reach.
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import os
 import platform
@@ -39,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -63,6 +69,7 @@ CONCURRENCY = (1, 4, 16, 32)
 DECODE_TOKENS = 128
 CONCURRENT_TOKENS = 64
 READY_TIMEOUT_S = 900
+REPLAY_TOKENS = 256  # of the rewritten method (the whole is ~940 tokens), greedy
 FILLER = (
     "The history of computing is a story of abstractions layered on abstractions, each one hiding "
     "the details below it so that people can think about bigger problems. "
@@ -91,6 +98,9 @@ class Report:
     long_ttft_s: dict[int, float] = field(default_factory=dict)
     long_decode_tps: float = 0.0
     restart_ttft_s: float = 0.0  # 0: not measured (llama-server keeps no prefix across a restart)
+    replay_tps: float = 0.0
+    replay_no_drafts_tps: float = 0.0  # pooled only: the replay with --draft-tokens 0
+    replay_acceptance: float = 0.0  # pooled only: draft tokens accepted / proposed in the replay
 
 
 def make_prompt(tokenizer: Tokenizer, size: int, salt: str) -> str:
@@ -175,9 +185,35 @@ async def measure(name: str, base_url: str, tokenizer: Tokenizer, pid: int | Non
             report.aggregate_tps[streams] = sum(r.tokens for r in results) / wall
             report.latency_p50_s[streams] = statistics.median(latencies)
             report.latency_p99_s[streams] = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+    report.replay_tps = await measure_replay(base_url)
     if pid is not None:
         report.peak_rss_mib = peak_rss_mib(pid)
     return report
+
+
+def replay_prompt() -> str:
+    """A coding agent's edit: the model is shown a method and writes it back with one name changed,
+    so most of its answer copies text its prompt holds."""
+    source = inspect.getsource(textwrap.TextWrapper._wrap_chunks)
+    return (
+        "Below is a Python method, then the same method with the variable `chunks` renamed to `pieces`; "
+        f"nothing else changes.\n\n```python\n{source}```\n\n"
+        "The method with `chunks` renamed to `pieces`:\n\n```python\n"
+    )
+
+
+async def measure_replay(base_url: str) -> float:
+    """Greedy decode tokens/s of the code-editing replay (its prompt prefilled by a first request)."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=600) as client:
+        await stream_completion(client, replay_prompt(), 4)
+        result = await stream_completion(client, replay_prompt(), REPLAY_TOKENS)
+        # ignore_eos: exactly REPLAY_TOKENS tokens, however the server groups them into chunks
+        return (REPLAY_TOKENS - 1) / (result.total_s - result.ttft_s)
+
+
+def draft_counts(base_url: str) -> tuple[int, int]:
+    metrics = httpx.get(base_url + "/metrics", timeout=10).json()
+    return metrics.get("draft_tokens_total", 0), metrics.get("draft_tokens_accepted_total", 0)
 
 
 def agent_prompt(tokenizer: Tokenizer) -> str:
@@ -269,6 +305,9 @@ def median_report(rounds: list[Report]) -> Report:
         long_ttft_s={size: median([r.long_ttft_s[size] for r in rounds]) for size in first.long_ttft_s},
         long_decode_tps=median([r.long_decode_tps for r in rounds]),
         restart_ttft_s=median([r.restart_ttft_s for r in rounds]),
+        replay_tps=median([r.replay_tps for r in rounds]),
+        replay_no_drafts_tps=median([r.replay_no_drafts_tps for r in rounds]),
+        replay_acceptance=median([r.replay_acceptance for r in rounds]),
     )
 
 
@@ -334,6 +373,9 @@ def markdown(runs: list[list[Report]], bandwidth: float, command: str) -> str:
             row(f"TTFT, {size}-token prompt, 32k context (s)", entry(lambda r: r.long_ttft_s, size), ".2f", False)
         row("decode at ~16k tokens of context (tokens/s)", lambda r: r.long_decode_tps, ".1f", True)
         row("TTFT, agent second turn after a restart (s)", lambda r: r.restart_ttft_s, ".2f", False)
+    row("code-editing replay, greedy (tokens/s)", lambda r: r.replay_tps, ".1f", True)
+    row("code-editing replay, drafts off (tokens/s)", lambda r: r.replay_no_drafts_tps, ".1f", True)
+    row("code-editing replay, drafts accepted (share)", lambda r: r.replay_acceptance, ".2f", True)
     row("peak RSS (MiB)", lambda r: r.peak_rss_mib, ".0f", False)
     lines += ["", "Ratios are speed-ups (above 1× means pooled is better), for latencies and TTFT too.", ""]
     lines += ["### Roofline (batch-1 decode)", ""]
@@ -415,11 +457,17 @@ def measure_pooled(model: Path, tokenizer: Tokenizer, pooled_args: list[str], lo
         with running(pooled_command(model, 8091, args), url, "/health") as process:
             quantization = httpx.get(url + "/health", timeout=10).json()["quantization"]
             report = asyncio.run(measure("pooled", url, tokenizer, process.pid))
+            before = draft_counts(url)
+            asyncio.run(measure_replay(url))
+            proposed, accepted = (after - first for after, first in zip(draft_counts(url), before, strict=True))
+            report.replay_acceptance = accepted / proposed if proposed else 0.0
             if long:
                 asyncio.run(measure_long(report, url, tokenizer))
         if long:
             with running(pooled_command(model, 8091, args), url, "/health"):
                 report.restart_ttft_s = asyncio.run(measure_second_turn(url, tokenizer))
+        with running(pooled_command(model, 8091, [*args, "--draft-tokens", "0"]), url, "/health"):
+            report.replay_no_drafts_tps = asyncio.run(measure_replay(url))
     report.bytes_per_step = pooled_bytes_per_step(model, quantization)
     return report
 
