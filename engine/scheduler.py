@@ -382,41 +382,60 @@ class Scheduler:
         return True
 
     def _take_tokens(self, rows: list[Row], drawn: Drawn, drafted: int = 0) -> None:
-        """Hands each row the tokens it takes from the step (one, or more where its draft held);
-        every row's KV is written up to its last token, and a taken draft token's at its position."""
+        """Hands each row the tokens it takes from the step (one, or more where its draft held), in
+        one event; every row's KV is written up to its last token, and a taken draft token's at
+        its position."""
         now = time.monotonic()
         for i, row in enumerate(rows):
+            if row.lane is None:  # ended (cancel, stall timeout, a stop token) while this token was in flight
+                continue
+            taken: list[int] = []
+            logprobs: list[TokenLogprob] = []
+            ending: tuple[FinishReason, int | None] | None = None
             for j in range(int(drawn.taken[i])):
-                if row.lane is None:  # ended (cancel, stall timeout, a stop token) while this token was in flight
-                    break
                 self._name_full_pages(row, len(row.tokens))
-                self._take_token(row, int(drawn.tokens[i, j]), drawn, (i, j), now)
+                ending = self._take_token(row, int(drawn.tokens[i, j]), drawn, (i, j), now, taken, logprobs)
+                if ending is not None:
+                    break
+            if taken:
+                self._send(row.request, Tokens(row.index, tuple(taken), tuple(logprobs) if logprobs else None))
+            if ending is not None:
+                self._finish_row(row, *ending)
         if drafted:
             self._intake.drafted(drafted, int(drawn.taken[: len(rows)].sum()) - len(rows))
 
-    def _take_token(self, row: Row, token: int, drawn: Drawn, at: tuple[int, int], now: float) -> None:
+    def _take_token(
+        self,
+        row: Row,
+        token: int,
+        drawn: Drawn,
+        at: tuple[int, int],
+        now: float,
+        taken: list[int],
+        logprobs: list[TokenLogprob],
+    ) -> tuple[FinishReason, int | None] | None:
+        """Adds a drawn token to the row (and to `taken`, with its logprobs to `logprobs`), unless it
+        is a stop token; returns how the row ends, if it does with this token."""
         entry = row.request
         if token in entry.stop_ids:
-            self._finish_row(row, "stop", token)
-            return
+            return "stop", token
         row.tokens.append(token)
         row.generated += 1
+        taken.append(token)
         self._intake.token(row, now)
         row.last_token_at = entry.progress_at = now
         top_n = entry.request.sampling.logprobs
-        token_logprobs = None
         if drawn.logprobs is not None and top_n is not None:
             chosen, top_ids, top_values = drawn.logprobs
             top = tuple((int(t), float(v)) for t, v in zip(top_ids[at][:top_n], top_values[at][:top_n], strict=True))
-            token_logprobs = (TokenLogprob(token, float(chosen[at]), top),)
-        self._send(entry, Tokens(row.index, (token,), token_logprobs))
+            logprobs.append(TokenLogprob(token, float(chosen[at]), top))
         if row.constraint is not None:
             row.constraint.accept(token)
             if row.constraint.is_finished():
-                self._finish_row(row, "stop", None)
-                return
+                return "stop", None
         if row.generated >= entry.max_tokens:
-            self._finish_row(row, "length", None)
+            return "length", None
+        return None
 
     def _send(self, entry: Request, event: EngineEvent) -> None:
         """Calls the request's sink; a sink that raises costs its own request (cancelled), not the engine."""

@@ -119,11 +119,13 @@ async def stream_completion(client: httpx.AsyncClient, prompt: str, max_tokens: 
         "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
+        "stream_options": {"include_usage": True},
         "ignore_eos": True,
     }
     start = time.perf_counter()
     first: float | None = None
     tokens = 0
+    usage_tokens: int | None = None
     pieces: list[str] = []
     async with client.stream("POST", "/v1/completions", json=body) as response:
         response.raise_for_status()
@@ -131,6 +133,8 @@ async def stream_completion(client: httpx.AsyncClient, prompt: str, max_tokens: 
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                usage_tokens = chunk["usage"].get("completion_tokens")
             if not chunk.get("choices"):
                 continue
             text = chunk["choices"][0].get("text", "")
@@ -139,7 +143,8 @@ async def stream_completion(client: httpx.AsyncClient, prompt: str, max_tokens: 
                 tokens += 1
                 pieces.append(text)
     end = time.perf_counter()
-    return StreamResult((first or end) - start, end - start, tokens, "".join(pieces))
+    # A chunk may carry several tokens (pooled's steps over drafts): the usage counts them.
+    return StreamResult((first or end) - start, end - start, usage_tokens or tokens, "".join(pieces))
 
 
 def peak_rss_mib(pid: int) -> float:
