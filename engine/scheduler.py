@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from engine.api import EngineEvent, Failed, Finished, Prefilled, TokenLogprob, Tokens, Usage
 from engine.drafts import PromptLookup
 from engine.intake import FinishReason, Intake
-from engine.kv_pages import PagePool, extend_page_hashes, page_hashes
+from engine.kv_pages import PagePool, extend_page_hashes
 from engine.prefix_disk import Loaded, PrefixDisk
 from engine.rows import Prefill, Request, Row
 from engine.runner_api import PREFILL_ROWS, DecodeRow, Drawn, InsertedRow, Pending, PrefillChunk, PromptLogits, Runner
@@ -148,7 +148,7 @@ class Scheduler:
         disk tier, if it holds any; the unit waits for them (True) or is not fetching (False)."""
         if self._disk is None:
             return False
-        hashes = page_hashes(unit[0].tokens[:-1], self._page_size)
+        hashes = self._prompt_hashes(unit[0], unit[0].tokens[:-1])
         start = self._pool.cached_run(hashes)
         found = self._disk.has_run(hashes[start:])
         if found == 0:
@@ -191,7 +191,7 @@ class Scheduler:
         while len(self._prefills) < PREFILL_ROWS and self._waiting and len(self._free_lanes) >= len(self._waiting[0]):
             unit = self._waiting[0]
             tokens = unit[0].tokens
-            pages = self._pool.lookup(page_hashes(tokens[:-1], self._page_size))
+            pages = self._pool.lookup(self._prompt_hashes(unit[0], tokens[:-1]))
             needed = math.ceil(len(tokens) / self._page_size) - len(pages)
             fresh = [p for p in (self._pool.allocate() for _ in range(needed)) if p is not None]
             if len(fresh) < needed:
@@ -235,7 +235,7 @@ class Scheduler:
         """Gives each row the shared prompt pages (rows after the first copy a partial last page)
         and its first token, drawn from the prompt's last logits (chunk `index` of the step's)."""
         full_pages = len(prefill.tokens) // self._page_size
-        hashes = page_hashes(prefill.tokens, self._page_size)
+        hashes = list(self._prompt_hashes(prefill.rows[0], prefill.tokens))
         if self._disk is not None:
             self._save_prompt(prefill, hashes)
         starting = []
@@ -260,6 +260,12 @@ class Scheduler:
             starting.append(row)
         if starting:
             self._take_tokens(starting, self._runner.first_tokens(logits, index, self._step_rows(starting)))
+
+    def _prompt_hashes(self, row: Row, tokens: list[int]) -> list[bytes]:
+        """The hashes of the full pages of `tokens` (the row's own, or their start), kept on the row
+        so that a long prompt is hashed once from its fetch to its decode."""
+        # The row may hold more (a row preempted before its first token hashed its whole prompt).
+        return extend_page_hashes(row.page_hashes, tokens, self._page_size)[: len(tokens) // self._page_size]
 
     def _insert(self, row: Row) -> None:
         assert row.lane is not None
