@@ -14,9 +14,9 @@ decode step use the spare lane, `lanes`.
 import bisect
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -328,18 +328,7 @@ class DeviceRunner:
     def _verify(
         self, tokens: np.ndarray, positions: np.ndarray, drafts: np.ndarray, lane_ids: np.ndarray, params: RowParams
     ) -> tuple[Sampled, jax.Array]:
-        written, self._lane_state, sampled, taken = self.steps.verify(
-            self._param_leaves,
-            self._kv,
-            self._lane_state,
-            tokens,
-            positions,
-            self._block_tables[lane_ids],
-            lane_ids,
-            params,
-            drafts,
-        )
-        self._kv = self.steps.write(self._kv, written)
+        sampled, taken = self._run_step(self.steps.verify, tokens, positions, lane_ids, params, drafts)
         return sampled, taken
 
     def take(self, step: Pending) -> Drawn:
@@ -362,7 +351,21 @@ class DeviceRunner:
     def _decode(self, tokens: jax.Array, positions: np.ndarray, lane_ids: np.ndarray, params: RowParams) -> Sampled:
         """`tokens` are on the device, placed like a step's sampled tokens: a step started from host
         tokens and one chained on the last step's run the same compiled program."""
-        written, self._lane_state, sampled = self.steps.decode(
+        (sampled,) = self._run_step(self.steps.decode, tokens, positions, lane_ids, params)
+        return sampled
+
+    def _run_step(
+        self,
+        step: Callable[..., tuple[Any, ...]],
+        tokens: jax.Array | np.ndarray,
+        positions: np.ndarray,
+        lane_ids: np.ndarray,
+        params: RowParams,
+        *extra: np.ndarray,
+    ) -> list[Any]:
+        """Runs a decode-like step function over the lanes' block tables and writes its keys and
+        values into the pool; returns what it returns after them and the lanes' penalty state."""
+        written, self._lane_state, *results = step(
             self._param_leaves,
             self._kv,
             self._lane_state,
@@ -371,9 +374,10 @@ class DeviceRunner:
             self._block_tables[lane_ids],
             lane_ids,
             params,
+            *extra,
         )
         self._kv = self.steps.write(self._kv, written)
-        return sampled
+        return results
 
     # --- lane tables ------------------------------------------------------------------------
 
