@@ -93,11 +93,11 @@ def test_each_row_attends_as_dense_attention(
 
 
 # The native decode kernel's own blocking: queries three at a time (1; 3; 4 = 3 + 1; 7 = 3 + 3 + 1),
-# head sizes in pairs of vectors of eight (16, 64) or pairs and one more (24), and 12 (not a
-# multiple of eight: XLA's path), pages that divide its 128-key blocks or not (48: blocks of 96),
-# contexts of 0 to 301 keys (past two blocks, and not a multiple of the four keys it scores at a
-# time).
-KERNEL_SHAPES = [(1, 64, 16), (3, 64, 16), (4, 24, 48), (7, 16, 16), (3, 12, 16)]
+# head sizes in pairs of vectors of eight (16) or pairs and one more (24), 64 and 128 (sixteen
+# lanes with AVX-512), and 12 (not a multiple of eight: XLA's path), pages that divide its 128-key
+# blocks or not (48: blocks of 96), contexts of 0 to 301 keys (past two blocks, and not a multiple
+# of the four keys it scores at a time) and of 2,100 (three chunks of 1,024 keys, merged).
+KERNEL_SHAPES = [(1, 64, 16), (3, 64, 16), (3, 128, 16), (4, 24, 48), (7, 16, 16), (3, 12, 16)]
 
 
 @pytest.mark.parametrize(("group", "head_dim", "page"), KERNEL_SHAPES)
@@ -106,7 +106,7 @@ def test_decode_steps_attend_as_dense_attention_at_the_kernels_shapes(
     group: int, head_dim: int, page: int, dtype: jnp.dtype
 ) -> None:
     rng = np.random.default_rng(group * 100 + head_dim)
-    in_pool = np.array([301, 0, 1, 127, 128, 130, 47])
+    in_pool = np.array([301, 0, 1, 127, 128, 130, 47, 2100])
     _attends_as_dense_attention(paged_attention, in_pool, 1, dtype, rng, (3, group, head_dim, page))
 
 
@@ -165,17 +165,21 @@ def test_a_prompt_attends_the_same_however_it_is_split(dtype: jnp.dtype) -> None
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-@pytest.mark.parametrize(("group", "page", "in_pool"), [(3, 16, (0, 13, 125)), (4, 4, (7, 130, 1)), (2, 1, (3, 9, 0))])
+@pytest.mark.parametrize(
+    ("group", "page", "in_pool", "head_dim"),
+    [(3, 16, (0, 13, 125), 16), (4, 4, (7, 130, 1), 16), (2, 1, (3, 9, 0), 16), (3, 16, (1022, 2046, 5), 64)],
+)
 def test_a_step_over_drafts_attends_as_decode_steps_one_token_at_a_time(
-    dtype: jnp.dtype, group: int, page: int, in_pool: tuple[int, ...]
+    dtype: jnp.dtype, group: int, page: int, in_pool: tuple[int, ...], head_dim: int
 ) -> None:
     """Each token of a draft step (a row's tokens at consecutive positions, padding after its last)
     gets, bit for bit, what a one-token decode step at its position gives once the tokens before it
-    are in the pool: the same kernel arithmetic, keys crossing page and 128-key block boundaries."""
+    are in the pool: the same kernel arithmetic, keys crossing page and 128-key block boundaries
+    and 1,024-key chunk boundaries (head size 64: sixteen lanes with AVX-512)."""
     if not kernels_available():
         pytest.skip("no C++ compiler: the draft step takes XLA's path, equal up to rounding")
     rng = np.random.default_rng(5)
-    kv_heads, head_dim, tokens = 2, 16, 5
+    kv_heads, tokens = 2, 5
     rows, live = len(in_pool), (5, 3, 1)  # tokens each row brings; the rest are padding
     pages_per_row = -(-(max(in_pool) + tokens) // page) + 1
     pool_pages = 1 + rows * pages_per_row
