@@ -1,0 +1,89 @@
+"""Encoder families against sentence-transformers (goldens by tools/reference/tiny_encoders.py), an
+input's embedding alone and inside a batch, and checkpoints the loader refuses."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from engine.encoder import EncoderRunner, LoadedEncoder, length_buckets, load_encoder
+from engine.errors import CheckpointError
+from tests.engine.tiny_encoders import QUERY, SENTENCES, TINY_ENCODERS, build_tiny_encoder
+
+GOLDENS = Path(__file__).parent.parent / "goldens" / "tiny_encoders"
+
+
+@pytest.fixture(scope="module")
+def encoders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, LoadedEncoder]:
+    root = tmp_path_factory.mktemp("encoders")
+    return {name: load_encoder(build_tiny_encoder(name, root / name)) for name in TINY_ENCODERS}
+
+
+@pytest.mark.parametrize("name", [n for n, (_, pooling, _) in TINY_ENCODERS.items() if pooling is not None])
+def test_embeddings_match_sentence_transformers(encoders: dict[str, LoadedEncoder], name: str) -> None:
+    encoder = encoders[name]
+    got = EncoderRunner(encoder, 1024).run([encoder.encode_text(s) for s in SENTENCES])
+    expected = np.array(json.loads((GOLDENS / f"{name}.json").read_text())["embeddings"], np.float32)
+    cosine = (got * expected).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(expected, axis=-1)
+    assert np.all(1 - cosine < 1e-4), 1 - cosine
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", [n for n, (_, pooling, _) in TINY_ENCODERS.items() if pooling is None])
+def test_cross_encoder_scores_match_sentence_transformers(encoders: dict[str, LoadedEncoder], name: str) -> None:
+    encoder = encoders[name]
+    assert encoder.kind == "rerank"
+    logits = EncoderRunner(encoder, 1024).run([encoder.encode_pair(QUERY, s) for s in SENTENCES])
+    expected = np.array(json.loads((GOLDENS / f"{name}.json").read_text())["scores"], np.float32)
+    np.testing.assert_allclose(1 / (1 + np.exp(-logits)), expected, atol=1e-5)
+
+
+def test_declared_pooling_and_limits_are_read(encoders: dict[str, LoadedEncoder]) -> None:
+    assert (encoders["bert_mean"].pooling, encoders["bert_mean"].normalize) == ("mean", True)
+    assert (encoders["bert_cls"].pooling, encoders["bert_cls"].normalize) == ("cls", False)
+    assert encoders["bert_mean"].max_tokens == 48  # sentence_bert_config.json's max_seq_length
+    assert encoders["xlm_roberta"].config.position_offset == 2
+    assert length_buckets(48) == (16, 32, 48)
+
+
+def test_an_input_embeds_the_same_alone_and_in_a_batch_of_64_mixed_lengths(
+    encoders: dict[str, LoadedEncoder],
+) -> None:
+    encoder = encoders["bert_mean"]
+    runner = EncoderRunner(encoder, 64 * 48)
+    rng = np.random.default_rng(0)
+    inputs = [encoder.encode_text(" ".join(rng.choice(SENTENCES, rng.integers(1, 4)))[:150]) for _ in range(63)]
+    inputs = [encoder.encode_text(SENTENCES[2]), *[i for i in inputs if len(i.token_ids) <= 48]][:64]
+    alone = runner.run(inputs[:1])[0]
+    batched = runner.run(inputs)[0]
+    assert len({len(i.token_ids) for i in inputs}) > 5
+    np.testing.assert_allclose(batched, alone, atol=1e-6)
+
+
+def test_a_pipeline_module_it_cannot_run_is_refused_by_name(tmp_path: Path) -> None:
+    directory = build_tiny_encoder("bert_mean", tmp_path / "m")
+    modules = json.loads((directory / "modules.json").read_text())
+    modules.append({"idx": 3, "name": "3", "path": "3_Dense", "type": "sentence_transformers.models.Dense"})
+    (directory / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(CheckpointError, match="sentence_transformers.models.Dense"):
+        load_encoder(directory)
+
+
+def test_a_classifier_with_several_labels_is_not_a_cross_encoder(tmp_path: Path) -> None:
+    directory = build_tiny_encoder("bert_cross_encoder", tmp_path / "m")
+    config = json.loads((directory / "config.json").read_text())
+    config["id2label"] = {"0": "no", "1": "yes"}
+    (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="2 labels"):
+        load_encoder(directory)
+
+
+def test_a_missing_tensor_is_named(tmp_path: Path) -> None:
+    directory = build_tiny_encoder("bert_mean", tmp_path / "m")
+    tensors = load_file(str(directory / "model.safetensors"))
+    del tensors["encoder.layer.1.output.dense.bias"]
+    save_file(tensors, str(directory / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="encoder.layer.1.output.dense.bias"):
+        load_encoder(directory)

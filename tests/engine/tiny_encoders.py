@@ -1,0 +1,248 @@
+"""Tiny random encoder checkpoints (BERT, XLM-RoBERTa, a BERT cross-encoder) in sentence-transformers'
+layout, rebuilt bit for bit from a fixed seed with numpy and `tokenizers` (no torch).
+
+`tools/reference/tiny_encoders.py` builds these, runs them in sentence-transformers and stores the
+embeddings and scores as goldens; the engine tests rebuild the same directories and compare.
+"""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+SEED = 4321
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+WORDS = (
+    "the",
+    "a",
+    "of",
+    "to",
+    "and",
+    "in",
+    "is",
+    "it",
+    "that",
+    "for",
+    "on",
+    "with",
+    "as",
+    "was",
+    "at",
+    "by",
+    "an",
+    "be",
+    "this",
+    "are",
+    "from",
+    "or",
+    "have",
+    "not",
+    "but",
+    "cat",
+    "dog",
+    "sat",
+    "mat",
+    "ran",
+    "fast",
+    "slow",
+    "red",
+    "blue",
+    "green",
+    "sun",
+    "moon",
+    "star",
+    "sky",
+    "sea",
+    "river",
+    "tree",
+    "road",
+    "house",
+    "city",
+    "what",
+    "where",
+    "who",
+    "how",
+    "why",
+    "when",
+    "paris",
+    "france",
+    "capital",
+    "london",
+    "rome",
+    "book",
+    "read",
+    "write",
+    "code",
+    "run",
+    "test",
+)
+SENTENCES = (
+    "The cat sat on the mat.",
+    "A dog ran fast in the city",
+    "What is the capital of France?",
+    "Paris is the capital of France.",
+    "the sun and the moon and the stars in the sky",
+    "Read a book, write some code, run the test.",
+    "blue",
+    "Where is the red house by the river? It is on the green road, by the tree.",
+)
+QUERY = "What is the capital of France?"
+
+_BERT: dict[str, Any] = {
+    "architectures": ["BertModel"],
+    "model_type": "bert",
+    "vocab_size": len(SPECIALS) + 26 + len(WORDS) + 26,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 64,
+    "hidden_act": "gelu",
+    "max_position_embeddings": 64,
+    "type_vocab_size": 2,
+    "layer_norm_eps": 1e-12,
+    "pad_token_id": 0,
+    "torch_dtype": "float32",
+}
+
+_XLM_ROBERTA: dict[str, Any] = {
+    **_BERT,
+    "architectures": ["XLMRobertaModel"],
+    "model_type": "xlm-roberta",
+    "type_vocab_size": 1,
+    "pad_token_id": 1,
+    "max_position_embeddings": 66,
+    "layer_norm_eps": 1e-5,
+}
+
+# name → (config.json, pooling mode or None for a cross-encoder, normalized)
+TINY_ENCODERS: dict[str, tuple[dict[str, Any], str | None, bool]] = {
+    "bert_mean": (_BERT, "mean_tokens", True),
+    "bert_cls": ({**_BERT, "hidden_act": "gelu_new"}, "cls_token", False),
+    "xlm_roberta": (_XLM_ROBERTA, "mean_tokens", True),
+    "bert_cross_encoder": ({**_BERT, "architectures": ["BertForSequenceClassification"], "num_labels": 1}, None, False),
+    "xlm_roberta_cross_encoder": (
+        {**_XLM_ROBERTA, "architectures": ["XLMRobertaForSequenceClassification"], "num_labels": 1},
+        None,
+        False,
+    ),
+}
+
+
+def vocabulary() -> list[str]:
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    return [*SPECIALS, *letters, *WORDS, *(f"##{letter}" for letter in letters)]
+
+
+def tokenizer_json(pad_id: int) -> str:
+    """A lower-casing WordPiece tokenizer over `vocabulary()` that wraps inputs in [CLS] … [SEP]."""
+    vocab = {token: i for i, token in enumerate(vocabulary())}
+    if pad_id != vocab["[PAD]"]:  # XLM-RoBERTa's padding id is 1: swap the two specials' ids
+        other = next(t for t, i in vocab.items() if i == pad_id)
+        vocab[other], vocab["[PAD]"] = vocab["[PAD]"], pad_id
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    cls, sep = vocab["[CLS]"], vocab["[SEP]"]
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return tokenizer.to_str()
+
+
+def hf_tensor_shapes(config: dict[str, Any], cross_encoder: bool) -> dict[str, tuple[int, ...]]:
+    D, F, V = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    prefix = ("roberta." if config["model_type"] == "xlm-roberta" else "bert.") if cross_encoder else ""
+    e = f"{prefix}embeddings"
+    shapes = {
+        f"{e}.word_embeddings.weight": (V, D),
+        f"{e}.position_embeddings.weight": (config["max_position_embeddings"], D),
+        f"{e}.token_type_embeddings.weight": (config["type_vocab_size"], D),
+        f"{e}.LayerNorm.weight": (D,),
+        f"{e}.LayerNorm.bias": (D,),
+    }
+    for i in range(config["num_hidden_layers"]):
+        p = f"{prefix}encoder.layer.{i}"
+        for name, shape in (
+            ("attention.self.query", (D, D)),
+            ("attention.self.key", (D, D)),
+            ("attention.self.value", (D, D)),
+            ("attention.output.dense", (D, D)),
+            ("intermediate.dense", (F, D)),
+            ("output.dense", (D, F)),
+        ):
+            shapes[f"{p}.{name}.weight"] = shape
+            shapes[f"{p}.{name}.bias"] = (shape[0],)
+        for name in ("attention.output.LayerNorm", "output.LayerNorm"):
+            shapes[f"{p}.{name}.weight"] = (D,)
+            shapes[f"{p}.{name}.bias"] = (D,)
+    if cross_encoder and prefix == "bert.":
+        shapes |= {
+            "bert.pooler.dense.weight": (D, D),
+            "bert.pooler.dense.bias": (D,),
+            "classifier.weight": (1, D),
+            "classifier.bias": (1,),
+        }
+    elif cross_encoder:
+        shapes |= {
+            "classifier.dense.weight": (D, D),
+            "classifier.dense.bias": (D,),
+            "classifier.out_proj.weight": (1, D),
+            "classifier.out_proj.bias": (1,),
+        }
+    return shapes
+
+
+def _random_tensor(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    if "LayerNorm.weight" in name:
+        return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+    if name.endswith(".bias"):
+        return (0.1 * rng.standard_normal(shape)).astype(np.float32)
+    if "embeddings" in name:
+        return (0.5 * rng.standard_normal(shape)).astype(np.float32)
+    return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+
+
+def build_tiny_encoder(name: str, directory: Path) -> Path:
+    """Writes TINY_ENCODERS[name] into `directory`: config, weights, tokenizer and the
+    sentence-transformers files (modules, pooling, longest input)."""
+    config, pooling, normalize = TINY_ENCODERS[name]
+    cross_encoder = pooling is None
+    rng = np.random.default_rng(SEED)
+    shapes = hf_tensor_shapes(config, cross_encoder)
+    tensors = {n: _random_tensor(rng, n, shape) for n, shape in sorted(shapes.items())}
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    (directory / "tokenizer.json").write_text(tokenizer_json(config["pad_token_id"]))
+    tokenizer_config = {
+        # BERT's own class gives a pair's second segment token type 1, as real cross-encoders do.
+        "tokenizer_class": "BertTokenizerFast" if config["model_type"] == "bert" else "PreTrainedTokenizerFast",
+        "cls_token": "[CLS]",
+        "sep_token": "[SEP]",
+        "pad_token": "[PAD]",
+        "unk_token": "[UNK]",
+        "mask_token": "[MASK]",
+        "model_max_length": 48,
+    }
+    (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    if cross_encoder:
+        return directory
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        (directory / "2_Normalize").mkdir(exist_ok=True)
+    (directory / "modules.json").write_text(json.dumps(modules, indent=2))
+    (directory / "1_Pooling").mkdir(exist_ok=True)
+    modes = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")
+    pooling_config = {"word_embedding_dimension": config["hidden_size"]} | {
+        f"pooling_mode_{mode}": mode == pooling for mode in modes
+    }
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps(pooling_config, indent=2))
+    (directory / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48, "do_lower_case": False}))
+    return directory
