@@ -122,6 +122,33 @@ class Prefilled:
 EngineEvent = Tokens | Finished | Failed | Prefilled
 
 
+@dataclass(frozen=True)
+class EncoderInput:
+    """One input of an encoder: token ids and token types (a pair's second segment is type 1)."""
+
+    token_ids: tuple[int, ...]
+    type_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class EncodeRequest:
+    """Inputs for one of the engine's encoders, by its name; each holds 1..its max_tokens tokens."""
+
+    encoder: str
+    inputs: tuple[EncoderInput, ...]
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A finished encode request: embeddings [N, D] or relevance logits [N] (float32), in input order."""
+
+    values: np.ndarray
+    prompt_tokens: int
+
+
+EncodeEvent = Encoded | Failed
+
+
 class QueueFull(Exception):
     """Raised by submit(): the wait queue (max_queue) is full."""
 
@@ -152,6 +179,11 @@ class GenerationEngine(Protocol):
 
     def cancel(self, request_id: int) -> None:
         """Idempotent; unfinished rows end with Finished(reason="cancelled")."""
+        ...
+
+    def encode(self, request: EncodeRequest, sink: Callable[[EncodeEvent], None]) -> int:
+        """Queue an encode request; one `Encoded` or `Failed` arrives on `sink` (engine thread).
+        Raises like `submit`."""
         ...
 
     def stats(self) -> EngineStats:

@@ -13,7 +13,7 @@ on the loading thread before that starts).
 """
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -23,11 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 from tokenizers import Tokenizer as BackendTokenizer
 
+from engine.api import EncoderInput
 from engine.checkpoint.prepared_cache import fingerprint
 from engine.checkpoint.safetensors_dir import SafetensorsTensors, checkpoint_files, read_hf_config
 from engine.errors import CheckpointError
 from engine.families.bert import EncoderConfig, encoder_family_for_hf_config
 from engine.layers.encoder import Encoder, Pooling
+from engine.runner_api import Report
 
 EncoderKind = Literal["embedding", "rerank"]
 # sentence-transformers module types a checkpoint may list, and what each is here.
@@ -38,14 +40,6 @@ KNOWN_MODULES = {
 }
 BATCH_ROWS = (1, 8, 32, 64)  # compiled batch sizes; a batch pads its rows up to one of them
 MIN_BUCKET_TOKENS = 16
-
-
-@dataclass(frozen=True)
-class EncoderInput:
-    """One input's token ids and token types (the second segment of a pair is type 1)."""
-
-    token_ids: tuple[int, ...]
-    type_ids: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -215,6 +209,14 @@ class EncoderRunner:
             lambda params, tokens, types, mask: model.apply({"params": params}, tokens, types, mask)
         )
 
+    @property
+    def max_tokens(self) -> int:
+        return self.encoder.max_tokens
+
+    @property
+    def vocab_size(self) -> int:
+        return self.encoder.config.vocab_size
+
     def buckets(self) -> list[tuple[int, int]]:
         return [(rows, length) for length in self.lengths for rows in BATCH_ROWS if rows * length <= self.batch_tokens]
 
@@ -223,13 +225,13 @@ class EncoderRunner:
         bucket = self._length_bucket(length)
         return max(rows for rows in BATCH_ROWS if rows * bucket <= self.batch_tokens)
 
-    def compile(self, report: Callable[[int, int], None] | None = None) -> None:
+    def compile(self, report: Report, what: str) -> None:
+        """Compiles every bucket, reporting progress as `what`."""
         buckets = self.buckets()
         for done, (rows, length) in enumerate(buckets, 1):
             zeros = np.zeros((rows, length), np.int32)
             self._apply.lower(self.encoder.params, zeros, zeros, zeros.astype(bool)).compile()
-            if report is not None:
-                report(done, len(buckets))
+            report(what, done, len(buckets))
 
     def run(self, inputs: Sequence[EncoderInput]) -> np.ndarray:
         """Embeddings [len(inputs), D] or relevance logits [len(inputs)], float32. Each input holds

@@ -14,10 +14,13 @@ owns the engine (the load thread, the server's shutdown).
 """
 
 import math
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from engine.api import MAX_TOKENS_CAP, GenerationRequest, RequestRefused
+from engine.api import MAX_TOKENS_CAP, EncodeEvent, EncodeRequest, GenerationRequest, RequestRefused
 from engine.checkpoint.loader import LoadedModel
+from engine.encoder import EncoderRunner
+from engine.encoding import check_encode
 from engine.engine_config import EngineConfig
 from engine.intake import EngineState, Intake
 from engine.kv_pages import PagePool
@@ -41,10 +44,12 @@ class Engine:
         eos_token_ids: frozenset[int],
         report: Report,
         disk_namespace: bytes | None = None,
+        encoders: Mapping[str, EncoderRunner] | None = None,
     ) -> None:
         """Compiles the runner's shapes (reporting progress), then starts the engine thread.
         `pages` counts the runner's KV pages with the null page. With `config.prefix_disk_dir`,
-        the prefix cache keeps pages on disk under `disk_namespace` (what they depend on)."""
+        the prefix cache keeps pages on disk under `disk_namespace` (what they depend on).
+        `encoders`, by name, run on the same engine thread (engine/encoding.py)."""
         pages_per_row = math.ceil(runner.max_context / config.page_size)
         # Every lane may need a private copy of a shared partial page; one row must always fit alone.
         if pages < pages_per_row + config.decode_lanes + 1:
@@ -63,13 +68,22 @@ class Engine:
             root = Path(config.prefix_disk_dir).expanduser()
             cap = config.prefix_disk_bytes
             self._disk = PrefixDisk(root, disk_namespace, runner.page_bytes, cap, self._intake.fetched)
-        self._scheduler = Scheduler(runner, self._pool, self._intake, config.prefill_chunk, self._disk)
+        self.encoders: Mapping[str, EncoderRunner] = dict(encoders or {})
+        self._scheduler = Scheduler(runner, self._pool, self._intake, config.prefill_chunk, self._disk, self.encoders)
         runner.compile(report)
+        for name, encoder in self.encoders.items():
+            encoder.compile(report, f"compiling encoder {name}")
         runner.watch_compiles(self._scheduler.thread)
         self._scheduler.thread.start()
 
     @classmethod
-    def build(cls, model: LoadedModel, config: EngineConfig, report: Report) -> "Engine":
+    def build(
+        cls,
+        model: LoadedModel,
+        config: EngineConfig,
+        report: Report,
+        encoders: Mapping[str, EncoderRunner] | None = None,
+    ) -> "Engine":
         """Sizes and allocates the KV page pool on the model's devices, compiles every shape
         bucket and starts the engine thread."""
         pages = pool_pages(model, config)
@@ -86,7 +100,7 @@ class Engine:
             }
         )
         eos = frozenset(model.config.eos_token_ids)
-        return cls(runner, pages, config, eos, report, namespace)
+        return cls(runner, pages, config, eos, report, namespace, encoders)
 
     @property
     def state(self) -> EngineState:
@@ -114,6 +128,10 @@ class Engine:
         max_tokens = min(request.max_tokens, MAX_TOKENS_CAP, self.max_context - prompt_length)
         stop_ids = request.stop_token_ids | (frozenset() if request.sampling.ignore_eos else self.eos_token_ids)
         return self._intake.enqueue(request, sink, max_tokens, stop_ids)
+
+    def encode(self, request: EncodeRequest, sink: Callable[[EncodeEvent], None]) -> int:
+        check_encode(request, self.encoders)
+        return self._intake.enqueue_encode(request, sink)
 
     def cancel(self, request_id: int) -> None:
         self._intake.cancel(request_id)
@@ -155,6 +173,7 @@ class Engine:
                 refusals=counters["refusals"],
                 draft_tokens=counters["draft_tokens"],
                 draft_tokens_accepted=counters["draft_accepted"],
+                encode_requests=counters["encode_requests"],
                 time_to_first_token=intake.ttft.snapshot(),
                 inter_token_latency=intake.itl.snapshot(),
                 e2e_latency=intake.e2e.snapshot(),

@@ -13,10 +13,12 @@ until it closes. A full queue is refused with a `Retry-After` estimate (engine/a
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Literal
 
 from engine.admission import retry_after_seconds, smoothed_hold
-from engine.api import EngineUnavailable, GenerationRequest, QueueFull
+from engine.api import EncodeEvent, EncodeRequest, EngineUnavailable, GenerationRequest, QueueFull
+from engine.encoding import EncodeJob
 from engine.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, LatencyHistogram
 from engine.prefix_disk import Loaded
 from engine.rows import Request, Row, Sink
@@ -33,6 +35,7 @@ COUNTERS = (
     "refusals",
     "draft_tokens",
     "draft_accepted",
+    "encode_requests",
 )
 
 
@@ -46,6 +49,7 @@ class Intake:
         self._inbox: deque[Request] = deque()
         self._cancels: dict[int, FinishReason] = {}
         self._fetched: list[Loaded] = []
+        self._encodes: deque[EncodeJob] = deque()
         self._pending_requests = 0  # submitted, not yet holding lanes
         self._pending_rows = 0
         self._free_lane_count = lanes
@@ -76,6 +80,21 @@ class Intake:
             self._inbox.append(entry)
             self._wake.notify_all()  # wait_idle callers share the condition
             return entry.id
+
+    def enqueue_encode(self, request: EncodeRequest, sink: Callable[[EncodeEvent], None]) -> int:
+        """Queues an encode request already valid on its face; raises EngineUnavailable or QueueFull.
+        It counts as a pending request until its values are sent."""
+        with self.lock:
+            if self.state != "serving":
+                raise EngineUnavailable(f"the engine is {self.state}")
+            if self._pending_requests >= self.max_queue:
+                self.counters["refusals"] += 1
+                raise QueueFull(self._retry_after_locked())
+            self._next_id += 1
+            self._pending_requests += 1
+            self._encodes.append(EncodeJob(self._next_id, request, sink, time.monotonic()))
+            self._wake.notify_all()
+            return self._next_id
 
     def cancel(self, request_id: int) -> None:
         with self.lock:
@@ -126,7 +145,7 @@ class Intake:
         loads and whether the engine is stopping; waits while there is none of these and the
         engine is not `busy`."""
         with self.lock:
-            while not (self._inbox or self._cancels or self._fetched or self._stopping or busy):
+            while not (self._inbox or self._encodes or self._cancels or self._fetched or self._stopping or busy):
                 self._wake.wait()
             inbox, self._inbox = self._inbox, deque()
             cancels, self._cancels = self._cancels, {}
@@ -134,6 +153,33 @@ class Intake:
             if self._stopping:
                 cancels.update({entry.id: "cancelled" for entry in inbox})
             return inbox, cancels, fetched, self._stopping
+
+    def take_encodes(self) -> list[EncodeJob]:
+        """The new encode requests (none once stopping: they fail with the engine's end)."""
+        with self.lock:
+            if self._stopping:
+                return []
+            jobs, self._encodes = list(self._encodes), deque()
+            return jobs
+
+    def abandon_encodes(self) -> list[EncodeJob]:
+        """The encode requests not yet taken, removed (the engine is ending)."""
+        with self.lock:
+            jobs, self._encodes = list(self._encodes), deque()
+            self._pending_requests -= len(jobs)
+            self._wake.notify_all()
+            return jobs
+
+    def encoded(self, job: EncodeJob) -> None:
+        """An encode request ended (its values sent, or cancelled)."""
+        now = time.monotonic()
+        with self.lock:
+            self._pending_requests -= 1
+            if job.values is not None and job.done == len(job.request.inputs):
+                self.counters["prompt_tokens"] += job.prompt_tokens
+                self.counters["encode_requests"] += 1
+                self.e2e.observe(now - job.submitted)
+            self._wake.notify_all()
 
     def admitted(self, entry: Request, rows: int, prompt_tokens: int, cached_tokens: int, now: float) -> None:
         """`rows` rows of `entry` took lanes; the first time, the request starts running."""

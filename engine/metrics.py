@@ -63,6 +63,7 @@ class EngineStats:
     refusals: int  # QueueFull raised by submit
     draft_tokens: int  # prompt-lookup draft tokens brought to decode steps
     draft_tokens_accepted: int  # of those, tokens the rows' draws agreed with (taken without a step of their own)
+    encode_requests: int  # encode requests answered (embeddings, rerank); their tokens count in prompt_tokens
     time_to_first_token: Histogram
     inter_token_latency: Histogram
     e2e_latency: Histogram

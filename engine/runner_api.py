@@ -23,7 +23,7 @@ from typing import Literal, NewType, Protocol
 
 import numpy as np
 
-from engine.api import Constraint, SamplingParams
+from engine.api import Constraint, EncoderInput, SamplingParams
 from engine.metrics import Bucket
 
 # Prompts prefilled together in one step when each has a short chunk left (together at most
@@ -169,4 +169,25 @@ class Runner(Protocol):
 
     def close(self) -> None:
         """Stops watching compiles; called once the engine thread has ended."""
+        ...
+
+
+class EncodeRunner(Protocol):
+    """An encoder's verbs on the engine thread (engine/encoder.py's `EncoderRunner` on JAX):
+    a batch of inputs in, their embeddings or relevance logits out."""
+
+    @property
+    def max_tokens(self) -> int:
+        """The most tokens one input may hold."""
+        ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def rows_for(self, length: int) -> int:
+        """The most inputs of up to `length` tokens one batch holds."""
+        ...
+
+    def run(self, inputs: Sequence[EncoderInput]) -> np.ndarray:
+        """Embeddings [N, D] or relevance logits [N], float32, for len(inputs) <= rows_for(the longest)."""
         ...

@@ -42,16 +42,27 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from engine.api import EngineEvent, Failed, Finished, Prefilled, TokenLogprob, Tokens, Usage
 from engine.drafts import PromptLookup
+from engine.encoding import Encoding
 from engine.intake import FinishReason, Intake
 from engine.kv_pages import PagePool, extend_page_hashes
 from engine.prefix_disk import Loaded, PrefixDisk
 from engine.rows import Prefill, Request, Row
-from engine.runner_api import PREFILL_ROWS, DecodeRow, Drawn, InsertedRow, Pending, PrefillChunk, PromptLogits, Runner
+from engine.runner_api import (
+    PREFILL_ROWS,
+    DecodeRow,
+    Drawn,
+    EncodeRunner,
+    InsertedRow,
+    Pending,
+    PrefillChunk,
+    PromptLogits,
+    Runner,
+)
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +89,16 @@ class _Flight:
 
 class Scheduler:
     def __init__(
-        self, runner: Runner, pool: PagePool, intake: Intake, prefill_chunk: int, disk: PrefixDisk | None = None
+        self,
+        runner: Runner,
+        pool: PagePool,
+        intake: Intake,
+        prefill_chunk: int,
+        disk: PrefixDisk | None = None,
+        encoders: Mapping[str, EncodeRunner] | None = None,
     ) -> None:
         self._runner = runner
+        self._encoding = Encoding(encoders or {}, intake.encoded)
         self._disk = disk
         self._fetching: dict[int, _Fetch] = {}  # by request id
         self._pool = pool
@@ -99,8 +117,10 @@ class Scheduler:
         try:
             while True:
                 inbox, cancels, fetched, stopping = self._intake.next_work(self._busy())
+                self._encoding.add(self._intake.take_encodes())
                 if stopping:
                     cancels.update({entry.id: "cancelled" for entry in self._in_flight()})
+                    self._encoding.fail_all(Failed("unavailable", "the engine stopped"), self._intake.abandon_encodes())
                 self._iterate(inbox, cancels, fetched)
                 if stopping and not self._busy():
                     return
@@ -109,7 +129,9 @@ class Scheduler:
 
     def _busy(self) -> bool:
         """Whether there is work for the next iteration (a fetch in progress wakes the thread itself)."""
-        return bool(self._waiting or self._prefills or self._decoding or self._flight is not None)
+        return bool(
+            self._waiting or self._prefills or self._decoding or self._flight is not None or self._encoding.busy
+        )
 
     def _iterate(self, inbox: deque[Request], cancels: dict[int, FinishReason], fetched: list[Loaded]) -> None:
         for entry in inbox:
@@ -127,10 +149,13 @@ class Scheduler:
             if stall_timeout is not None and now - entry.progress_at >= stall_timeout:
                 cancels.setdefault(entry.id, "timeout")
         if cancels:
+            self._encoding.cancel(set(cancels))
             self._end_requests(cancels)
         self._admit()
         if self._prefills:
             self._prefill_step()
+        if self._encoding.busy:
+            self._encoding.run_batch()
         if self._decoding or self._flight is not None:
             self._decode_step()
 
@@ -500,6 +525,7 @@ class Scheduler:
         kind = self._runner.failure_kind(error)
         reason = f"{type(error).__name__}: {error}"
         log.error("engine thread died (%s): %s", kind, reason, exc_info=error)
+        self._encoding.fail_all(Failed("fault", f"the engine failed: {reason}"), self._intake.abandon_encodes())
         doomed = self._intake.died(kind, reason)
         doomed += [row.request for unit in self._waiting for row in unit if row.request.admitted is None]
         doomed += [fetch.unit[0].request for fetch in self._fetching.values()]
