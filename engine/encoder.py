@@ -62,15 +62,34 @@ class LoadedEncoder:
     def dimensions(self) -> int:
         return self.config.hidden_size
 
-    def encode_text(self, text: str) -> EncoderInput:
-        return self._input(self.tokenizer.encode(text))
+    def encode_text(self, text: str, truncate_to: int | None = None) -> EncoderInput:
+        """`text` as the model reads it; with `truncate_to`, cut to that many tokens (special ones kept)."""
+        if truncate_to is None:
+            return self._input(self.tokenizer.encode(text))
+        return self._truncated([text], truncate_to)
 
-    def encode_pair(self, first: str, second: str) -> EncoderInput:
-        return self._input(self.tokenizer.encode(first, second))
+    def encode_pair(self, first: str, second: str, truncate_to: int | None = None) -> EncoderInput:
+        """A (query, document) pair; with `truncate_to`, cut to that many tokens, the longer part first."""
+        if truncate_to is None:
+            return self._input(self.tokenizer.encode(first, second))
+        return self._truncated([first, second], truncate_to)
 
     def token_input(self, token_ids: Sequence[int]) -> EncoderInput:
         """Token ids a client sent, used as they are (no special tokens added)."""
         return EncoderInput(tuple(token_ids), (0,) * len(token_ids))
+
+    def _truncated(self, texts: list[str], limit: int) -> EncoderInput:
+        """One text or a pair cut to `limit` tokens with the special tokens, the longer part first
+        (Hugging Face's "longest_first"), then wrapped in the special tokens."""
+        parts = [self.tokenizer.encode(text, add_special_tokens=False) for text in texts]
+        budget = max(limit - self.tokenizer.num_special_tokens_to_add(len(parts) == 2), 1)
+        lengths = [len(part.ids) for part in parts]
+        while sum(lengths) > budget:
+            longest = lengths.index(max(lengths))
+            lengths[longest] -= 1
+        for part, length in zip(parts, lengths, strict=True):
+            part.truncate(length)
+        return self._input(self.tokenizer.post_process(parts[0], parts[1] if len(parts) == 2 else None))
 
     def _input(self, encoding: Any) -> EncoderInput:
         # A model with one token type (XLM-RoBERTa) gives a pair's second segment type 0 as well.

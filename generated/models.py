@@ -1278,7 +1278,7 @@ class EmbeddingObject(BaseModel):
 
 class EmbeddingRequest(BaseModel):
     """
-    An embeddings request. Served by an embedding encoder, or by a decoder whose family has an embedding pass.
+    An embeddings request, served by an embedding encoder.
     """
 
     model_config = ConfigDict(
@@ -1286,7 +1286,7 @@ class EmbeddingRequest(BaseModel):
     )
     model: str | None = None
     """
-    Any string is accepted; the loaded model answers.
+    An embedding model's name from /v1/models; any other string goes to the loaded embedding model.
     """
     input: str | list[str] | list[StrictInt] | list[list[StrictInt]]
     """
@@ -1298,7 +1298,11 @@ class EmbeddingRequest(BaseModel):
     """
     dimensions: Annotated[StrictInt | None, Field(ge=1)] = None
     """
-    Truncate each embedding to this many dimensions (then re-normalise). More than the model has is a 400.
+    Keep each embedding's first this many dimensions (then re-normalise, if the model normalises). Only a Matryoshka model (`is_matryoshka` or `matryoshka_dimensions` in its config.json) takes it; another model, or more than the model has, is a 400.
+    """
+    truncate_prompt_tokens: Annotated[StrictInt | None, Field(ge=-1)] = None
+    """
+    vLLM's field: cut each input to its first this many tokens (special tokens kept) instead of answering 400 for an input over the model's limit; -1 is the model's limit. 0 is a 400.
     """
     user: str | None = None
 
@@ -1513,6 +1517,10 @@ class Metrics(BaseModel):
     """
     Of the draft tokens, those the rows' own draws agreed with, each taken without a decode step of its own; over draft_tokens_total it is the drafts' acceptance rate.
     """
+    encode_requests_total: Annotated[StrictInt | None, Field(ge=0)] = None
+    """
+    Embedding and rerank requests answered by the encoders on the engine thread; their tokens count in prompt_tokens_total and their latency in e2e_request_latency_seconds.
+    """
     preemptions_total: Annotated[StrictInt | None, Field(ge=0)] = None
     """
     Rows preempted (to be recomputed) when KV pages ran out.
@@ -1609,6 +1617,10 @@ class OpenAIModel(BaseModel):
     """
     `pooled/<name>`
     """
+    kind: Literal["chat", "embedding", "rerank"]
+    """
+    Extension. What the model serves: `chat` (the generation routes), `embedding` (/v1/embeddings, and /v1/rerank by cosine similarity) or `rerank` (/v1/rerank).
+    """
     object: Literal["model"]
     created: StrictInt
     """
@@ -1617,11 +1629,11 @@ class OpenAIModel(BaseModel):
     owned_by: str
     max_model_len: Annotated[StrictInt, Field(ge=1)]
     """
-    Extension (vLLM). The context the server runs, in tokens.
+    Extension (vLLM). The context the server runs, in tokens (an encoder's longest input).
     """
-    decode_lanes: Annotated[StrictInt, Field(ge=1)]
+    decode_lanes: Annotated[StrictInt | None, Field(ge=1)] = None
     """
-    Extension. How many requests (or choices) the engine decodes at once.
+    Extension. How many requests (or choices) the engine decodes at once; the chat model only.
     """
 
 
@@ -1632,7 +1644,7 @@ class OpenAIModelList(BaseModel):
     object: Literal["list"]
     data: list[OpenAIModel]
     """
-    The loaded model; empty until it is ready.
+    The chat model, then the encoders served beside it; empty until they are ready.
     """
 
 
@@ -1672,7 +1684,7 @@ class RerankDocumentParam(BaseModel):
 
 class RerankRequest(BaseModel):
     """
-    A rerank request, in the vLLM/Jina/Cohere shape. Served by a cross-encoder, or a model whose family has a scoring pass.
+    A rerank request, in the vLLM/Jina/Cohere shape, served by a cross-encoder or an embedding model.
     """
 
     model_config = ConfigDict(
@@ -1680,7 +1692,7 @@ class RerankRequest(BaseModel):
     )
     model: str | None = None
     """
-    Any string is accepted; the loaded model answers.
+    A rerank or embedding model's name from /v1/models; any other string goes to the loaded one.
     """
     query: str
     documents: list[str | RerankDocumentParam]

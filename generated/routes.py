@@ -24,6 +24,8 @@ OPERATION_HANDLERS: dict[str, str] = {
     "listInputItems": "list_input_items",
     "createEmbedding": "create_embedding",
     "createRerank": "create_rerank",
+    "createRerankUnversioned": "create_rerank_unversioned",
+    "createRerankV2": "create_rerank_v2",
     "tokenize": "tokenize",
     "detokenize": "detokenize",
     "listModels": "list_models",
@@ -195,6 +197,36 @@ async def create_rerank(
 ) -> Response:
     """Rerank documents against a query."""
     result = await handlers.create_rerank(request, body=body)
+    return _respond(result, (models.RerankResponse,))
+
+
+@router.api_route(
+    "/rerank",
+    methods=["POST"],
+    operation_id="createRerankUnversioned",
+    include_in_schema=False,
+)
+async def create_rerank_unversioned(
+    request: Request,
+    body: Annotated[models.RerankRequest, Body()],
+) -> Response:
+    """Rerank documents against a query (the unversioned path of Jina and llama-server)."""
+    result = await handlers.create_rerank_unversioned(request, body=body)
+    return _respond(result, (models.RerankResponse,))
+
+
+@router.api_route(
+    "/v2/rerank",
+    methods=["POST"],
+    operation_id="createRerankV2",
+    include_in_schema=False,
+)
+async def create_rerank_v2(
+    request: Request,
+    body: Annotated[models.RerankRequest, Body()],
+) -> Response:
+    """Rerank documents against a query (Cohere's v2 path)."""
+    result = await handlers.create_rerank_v2(request, body=body)
     return _respond(result, (models.RerankResponse,))
 
 

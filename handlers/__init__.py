@@ -7,13 +7,14 @@ one is an error at generation and at import, never at request time.
 from handlers.anthropic_messages import count_message_tokens, create_message
 from handlers.banner import get_banner
 from handlers.docs import get_api_root, get_docs, get_docs_asset, get_openapi_document
+from handlers.embeddings import create_embedding
 from handlers.health import get_health
 from handlers.metrics import get_metrics, get_prometheus_metrics
 from handlers.models import list_models, retrieve_model
 from handlers.openai_chat import create_chat_completion
 from handlers.openai_completions import create_completion
 from handlers.openai_responses import count_response_input_tokens, create_response
-from handlers.pending import create_embedding, create_rerank
+from handlers.rerank import create_rerank, create_rerank_unversioned, create_rerank_v2
 from handlers.stored_responses import delete_response, get_response, list_input_items
 from handlers.tokens import detokenize, tokenize
 
@@ -25,6 +26,8 @@ __all__ = [
     "create_embedding",
     "create_message",
     "create_rerank",
+    "create_rerank_unversioned",
+    "create_rerank_v2",
     "create_response",
     "delete_response",
     "detokenize",

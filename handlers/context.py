@@ -8,17 +8,49 @@ depend on its shape only: they never import JAX or the engine's internals.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from fastapi import Request
 
-from engine.api import GenerationEngine
+from engine.api import EncoderInput, GenerationEngine
 from engine.tokenizer import ChatTemplate, Tokenizer
 from handlers.generation.volatile_lines import volatile_line_pattern
 from handlers.response_store import ResponseStore
 
 ModelState = Literal["loading", "serving", "draining", "dead"]
+EncoderKind = Literal["embedding", "rerank"]
+
+
+class EncoderService(Protocol):
+    """An encoder served beside the model (engine/encoder.py's `LoadedEncoder`), as the HTTP side
+    sees it: what it is and how its inputs are tokenized."""
+
+    @property
+    def kind(self) -> EncoderKind: ...
+
+    @property
+    def dimensions(self) -> int: ...
+
+    @property
+    def max_tokens(self) -> int:
+        """The most tokens one input may hold, special tokens included."""
+        ...
+
+    @property
+    def matryoshka(self) -> bool:
+        """Whether its embeddings may be cut to fewer dimensions."""
+        ...
+
+    @property
+    def normalize(self) -> bool: ...
+
+    def encode_text(self, text: str, truncate_to: int | None = None) -> EncoderInput: ...
+
+    def encode_pair(self, first: str, second: str, truncate_to: int | None = None) -> EncoderInput: ...
+
+    def token_input(self, token_ids: Sequence[int]) -> EncoderInput: ...
 
 
 class ModelService(Protocol):
@@ -70,6 +102,11 @@ class ModelService(Protocol):
         ...
 
     @property
+    def encoders(self) -> Mapping[str, EncoderService]:
+        """The encoders served beside the model, by the name requests use; empty until it serves."""
+        ...
+
+    @property
     def chat_template(self) -> ChatTemplate | None:
         """The checkpoint's chat template, or None when it ships none."""
         ...
@@ -84,6 +121,7 @@ class GenerationLimits:
     # How an answer that cap ended finishes: "length" (as a request's own max_tokens), or "stop".
     max_output_tokens_finish: str = "length"
     keepalive_interval_s: float = 10.0  # an SSE comment this often while a stream waits
+    max_embedding_inputs: int = 2048  # inputs of one embeddings request, documents of one rerank
 
 
 @dataclass

@@ -19,7 +19,6 @@ OPENAI_TYPES = {
     413: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",
-    501: "not_implemented_error",
     503: "service_unavailable_error",
     504: "timeout_error",
 }
@@ -32,7 +31,6 @@ ANTHROPIC_TYPES = {
     413: "request_too_large",
     429: "rate_limit_error",
     500: "api_error",
-    501: "api_error",
     503: "overloaded_error",
     504: "timeout_error",
     529: "overloaded_error",
@@ -51,11 +49,6 @@ class ApiError(Exception):
 
     def __str__(self) -> str:
         return f"{self.status}: {self.message}"
-
-
-def not_built(feature: str) -> ApiError:
-    """The answer of a route whose engine part has not landed yet: an honest 501, never a fake answer."""
-    return ApiError(501, f"{feature} is not built yet in this version of pooled.", code="not_implemented")
 
 
 def openai_error_body(error: ApiError) -> dict[str, object]:

@@ -35,6 +35,7 @@ COUNTERS = {
     "prefix_cache_disk_hits_total": "Of those, tokens whose pages were read back from the disk tier.",
     "draft_tokens_total": "Prompt-lookup draft tokens brought to decode steps.",
     "draft_tokens_accepted_total": "Of those, tokens the rows' draws agreed with.",
+    "encode_requests_total": "Embedding and rerank requests answered (their tokens count in prompt_tokens_total).",
     "preemptions_total": "Rows preempted when KV pages ran out.",
     "compiles_after_startup_total": "XLA compilations after the compile plan finished.",
 }
@@ -68,6 +69,7 @@ def _engine_fields(stats: EngineStats) -> dict[str, object]:
         "prefix_cache_disk_hits_total": stats.prefix_cache_disk_hits,
         "draft_tokens_total": stats.draft_tokens,
         "draft_tokens_accepted_total": stats.draft_tokens_accepted,
+        "encode_requests_total": stats.encode_requests,
         "preemptions_total": stats.preemptions,
         "kv_cache_usage_perc": stats.kv_cache_usage,
         "compiles_after_startup_total": stats.compiles_after_startup,

@@ -24,12 +24,27 @@ def wants_anthropic(request: Request) -> bool:
 def _openai_model(server: ServerContext) -> models.OpenAIModel:
     return models.OpenAIModel(
         id=server.model.model_id,
+        kind="chat",
         object="model",
         created=server.created,
         owned_by="pooled",
         max_model_len=server.model.ctx or 1,
         decode_lanes=server.model.decode_lanes,
     )
+
+
+def _openai_encoders(server: ServerContext) -> list[models.OpenAIModel]:
+    return [
+        models.OpenAIModel(
+            id=name,
+            kind=encoder.kind,
+            object="model",
+            created=server.created,
+            owned_by="pooled",
+            max_model_len=encoder.max_tokens,
+        )
+        for name, encoder in server.model.encoders.items()
+    ]
 
 
 def _anthropic_model(server: ServerContext) -> models.AnthropicModelInfo:
@@ -50,11 +65,17 @@ async def list_models(request: Request) -> models.OpenAIModelList | models.Anthr
         entries = [_anthropic_model(server)] if ready else []
         first = entries[0].id if entries else None
         return models.AnthropicModelList(data=entries, has_more=False, first_id=first, last_id=first)
-    return models.OpenAIModelList(object="list", data=[_openai_model(server)] if ready else [])
+    return models.OpenAIModelList(
+        object="list", data=[_openai_model(server), *_openai_encoders(server)] if ready else []
+    )
 
 
 async def retrieve_model(request: Request, model_id: str) -> models.OpenAIModel | models.AnthropicModelInfo:
     server = context(request)
+    if server.model.state == "serving" and not wants_anthropic(request):
+        encoder = next((m for m in _openai_encoders(server) if m.id == model_id), None)
+        if encoder is not None:
+            return encoder
     if server.model.state != "serving" or model_id != server.model.model_id:
         raise ApiError(
             404, f"No model '{model_id}'; this server serves '{server.model.model_id}'.", code="model_not_found"

@@ -25,6 +25,7 @@ def server_context(settings: Settings, model: ModelService) -> ServerContext:
         max_output_tokens=settings.max_output_tokens,
         max_output_tokens_finish=settings.max_output_tokens_finish,
         keepalive_interval_s=settings.keepalive_interval,
+        max_embedding_inputs=settings.max_embedding_inputs,
     )
     return ServerContext(
         model=model,

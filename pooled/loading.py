@@ -15,12 +15,13 @@ import jax
 
 from engine.cache_paths import cache_root
 from engine.checkpoint.loader import LoadedModel, load_model
+from engine.encoder import EncoderRunner, LoadedEncoder, is_encoder_checkpoint, load_encoder
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
 from engine.tokenizer import ChatTemplate, Tokenizer
 from pooled.context_policy import served_context
-from pooled.model_host import Loaded
+from pooled.model_host import Loaded, model_id_for
 from pooled.settings import Settings
 
 
@@ -84,13 +85,38 @@ def load_checkpoint(path: Path, settings: Settings) -> Checkpoint:
     return Checkpoint(model, tokenizer, template)
 
 
+def load_encoders(settings: Settings) -> dict[str, LoadedEncoder]:
+    """The encoders served beside the model (`--embedding-model`, `--rerank-model`), by the name
+    requests use; one of the wrong kind is a CheckpointError saying which flag takes it."""
+    encoders: dict[str, LoadedEncoder] = {}
+    for flag, kind, value in (
+        ("--embedding-model", "embedding", settings.embedding_model),
+        ("--rerank-model", "rerank", settings.rerank_model),
+    ):
+        if value is None:
+            continue
+        encoder = load_encoder(Path(value))
+        if encoder.kind != kind:
+            other = "--rerank-model" if encoder.kind == "rerank" else "--embedding-model"
+            raise CheckpointError(f"{flag} {value} is a {encoder.kind} model: give it as {other}")
+        encoders[model_id_for(encoder.source)] = encoder
+    return encoders
+
+
 def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int], None]) -> Loaded:
     use_compilation_cache()
     report("loading weights", 0, 1)
+    if is_encoder_checkpoint(path):
+        raise CheckpointError(
+            f"{path} is an encoder (embeddings or rerank): serve it beside a chat model with "
+            "--embedding-model or --rerank-model"
+        )
     checkpoint = load_checkpoint(path, settings)
+    encoders = load_encoders(settings)
     config = engine_config(settings, checkpoint)
     context = served_context(checkpoint.model, settings, config)
-    engine = Engine.build(context.model, config, report)
+    runners = {name: EncoderRunner(encoder, settings.encoder_batch_tokens) for name, encoder in encoders.items()}
+    engine = Engine.build(context.model, config, report, runners)
     return Loaded(
         engine.max_context,
         context.trained,
@@ -99,4 +125,5 @@ def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int
         checkpoint.tokenizer,
         checkpoint.chat_template,
         engine,
+        encoders,
     )

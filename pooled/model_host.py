@@ -14,11 +14,12 @@ from __future__ import annotations
 import importlib.util
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.encoder import LoadedEncoder
 from engine.engine import Engine
 from engine.tokenizer import ChatTemplate, Tokenizer
 from handlers.context import ModelState
@@ -67,6 +68,7 @@ class Loaded:
     tokenizer: Tokenizer
     chat_template: ChatTemplate | None
     engine: Engine
+    encoders: Mapping[str, LoadedEncoder] = field(default_factory=dict)  # served beside it, by name
 
 
 Loader = Callable[[Path, Settings, Callable[[str, int, int], None]], Loaded]
@@ -137,6 +139,10 @@ class ModelHost:
     @property
     def chat_template(self) -> ChatTemplate | None:
         return self._loaded.chat_template if self._loaded else None
+
+    @property
+    def encoders(self) -> Mapping[str, LoadedEncoder]:
+        return self._loaded.encoders if self._loaded else {}
 
     def start(self) -> None:
         threading.Thread(target=self._load, name="pooled-load", daemon=True).start()

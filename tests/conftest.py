@@ -8,7 +8,7 @@ reads.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -37,6 +37,7 @@ class StubModel:
     engine: Any = None
     tokenizer: Any = None
     chat_template: Any = None
+    encoders: dict[str, Any] = field(default_factory=dict)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""One real `pooled serve` (the default model, the real engine) for the whole e2e session.
+"""One real `pooled serve` (the default model, the real engine) for the whole e2e session, with a
+tiny random embedding encoder and cross-encoder beside it (tests/engine/tiny_encoders.py).
 
 A small context and few decode lanes keep the engine's start-up compile short on a CPU machine;
 every test asks for few tokens.
@@ -18,9 +19,12 @@ import httpx
 import pytest
 from openai import OpenAI
 
+from tests.engine.tiny_encoders import build_tiny_encoder
 from tests.http.test_serve_process import CONTEXT, DECODE_LANES, SMALL_ENGINE, free_port, fresh_prefix_cache
 
 __all__ = ["CONTEXT", "DECODE_LANES"]  # the e2e server's shape, for tests that probe its limits
+
+EMBEDDING_ENCODER, RERANK_ENCODER = "bert_mean", "bert_cross_encoder"  # served as pooled/<name>
 
 # Short, so that a test can show an answer that streams for longer is not cut by it (e2e requests
 # run one at a time: none waits in the queue).
@@ -33,7 +37,12 @@ STARTUP_TIMEOUT_S = 900  # loading plus compiling every engine shape bucket, on 
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
-    serve = [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *SMALL_ENGINE]
+    encoders = tmp_path_factory.mktemp("encoders")
+    embedding, rerank = (build_tiny_encoder(name, encoders / name) for name in (EMBEDDING_ENCODER, RERANK_ENCODER))
+    serve = [
+        *(str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *SMALL_ENGINE),
+        *("--embedding-model", str(embedding), "--rerank-model", str(rerank)),
+    ]
     process = subprocess.Popen(
         [*serve, "--request-timeout", str(REQUEST_TIMEOUT_S)],
         cwd=tmp_path_factory.mktemp("cwd"),

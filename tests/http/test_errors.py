@@ -81,12 +81,6 @@ def test_unknown_fields_are_accepted(client: TestClient) -> None:
     assert openai_error(response)["code"] == "model_not_ready"
 
 
-def test_unbuilt_route_is_501_saying_so(client: TestClient) -> None:
-    response = client.post("/v1/embeddings", json={"model": "x", "input": "Hi"})
-    assert response.status_code == 501
-    assert "not built yet" in str(openai_error(response)["message"])
-
-
 def test_loading_model_is_503_with_retry_after(client: TestClient, model: StubModel) -> None:
     model.state = "loading"
     response = client.post(CHAT, json=CHAT_BODY)
