@@ -1349,6 +1349,10 @@ class Health(BaseModel):
     """
     The id `/v1/models` lists, or null before the model is known.
     """
+    kind: Literal["chat", "embedding", "rerank"]
+    """
+    What the model serves: the generation routes (`chat`), or, for an encoder given as `--model`, its embedding or rerank routes only (`chat` until a load says otherwise).
+    """
     ctx: Annotated[StrictInt | None, Field(ge=1)]
     """
     The context the server runs, in tokens, or null before it is settled.
@@ -1387,7 +1391,7 @@ class Health(BaseModel):
     """
     engine: HealthEngine | None
     """
-    The engine plan it settled on; null while loading.
+    The engine plan it settled on; null while loading, and for an encoder served alone.
     """
 
 

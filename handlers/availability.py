@@ -63,6 +63,15 @@ def serving(request: Request, unavailable_status: int = 503) -> Serving:
     require_ready(request, unavailable_status)
     server = context(request)
     model = server.model
+    if model.kind != "chat":
+        routes = "/v1/embeddings and /v1/rerank" if model.kind == "embedding" else "/v1/rerank"
+        raise ApiError(
+            400,
+            f"'{model.model_id}' is {'an' if model.kind == 'embedding' else 'a'} {model.kind} model: it serves "
+            f"{routes}, not text generation.",
+            code="model_not_supported",
+            param="model",
+        )
     if model.tokenizer is None or model.ctx is None:
         raise not_serving(model, unavailable_status)
     return Serving(server, model, model.tokenizer, model.ctx)

@@ -21,6 +21,7 @@ from handlers.response_store import ResponseStore
 
 ModelState = Literal["loading", "serving", "draining", "dead"]
 EncoderKind = Literal["embedding", "rerank"]
+ModelKind = Literal["chat", "embedding", "rerank"]
 
 
 class EncoderService(Protocol):
@@ -61,6 +62,11 @@ class ModelService(Protocol):
 
     @property
     def model_id(self) -> str: ...
+
+    @property
+    def kind(self) -> ModelKind:
+        """What the model serves: the generation routes (chat), or an encoder's routes only."""
+        ...
 
     @property
     def ctx(self) -> int | None: ...

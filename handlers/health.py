@@ -34,6 +34,7 @@ def health(server: ServerContext) -> models.Health:
             "state": model.state,
             "ready": ready,
             "model": model.model_id if ready else None,
+            "kind": model.kind,
             "ctx": model.ctx,
             "trained_ctx": model.trained_ctx,
             "rope_scaling": model.rope_scaling,
@@ -43,7 +44,8 @@ def health(server: ServerContext) -> models.Health:
             "progress": model.progress,
             "cause": cause,
             "reason": reason,
-            "engine": _engine(engine.stats()) if engine is not None else None,
+            # The decoder's shape and KV pages; an encoder served alone has neither.
+            "engine": _engine(engine.stats()) if engine is not None and model.kind == "chat" else None,
         }
     )
 

@@ -65,9 +65,8 @@ async def list_models(request: Request) -> models.OpenAIModelList | models.Anthr
         entries = [_anthropic_model(server)] if ready else []
         first = entries[0].id if entries else None
         return models.AnthropicModelList(data=entries, has_more=False, first_id=first, last_id=first)
-    return models.OpenAIModelList(
-        object="list", data=[_openai_model(server), *_openai_encoders(server)] if ready else []
-    )
+    chat = [_openai_model(server)] if server.model.kind == "chat" else []  # an encoder lists itself
+    return models.OpenAIModelList(object="list", data=[*chat, *_openai_encoders(server)] if ready else [])
 
 
 async def retrieve_model(request: Request, model_id: str) -> models.OpenAIModel | models.AnthropicModelInfo:
@@ -76,7 +75,7 @@ async def retrieve_model(request: Request, model_id: str) -> models.OpenAIModel 
         encoder = next((m for m in _openai_encoders(server) if m.id == model_id), None)
         if encoder is not None:
             return encoder
-    if server.model.state != "serving" or model_id != server.model.model_id:
+    if server.model.state != "serving" or model_id != server.model.model_id or server.model.kind != "chat":
         raise ApiError(
             404, f"No model '{model_id}'; this server serves '{server.model.model_id}'.", code="model_not_found"
         )

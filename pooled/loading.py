@@ -16,6 +16,7 @@ import jax
 from engine.cache_paths import cache_root
 from engine.checkpoint.loader import LoadedModel, load_model
 from engine.encoder import EncoderRunner, LoadedEncoder, is_encoder_checkpoint, load_encoder
+from engine.encoder_engine import EncoderEngine
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
@@ -107,10 +108,7 @@ def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int
     use_compilation_cache()
     report("loading weights", 0, 1)
     if is_encoder_checkpoint(path):
-        raise CheckpointError(
-            f"{path} is an encoder (embeddings or rerank): serve it beside a chat model with "
-            "--embedding-model or --rerank-model"
-        )
+        return load_encoder_serving(path, settings, report)
     checkpoint = load_checkpoint(path, settings)
     encoders = load_encoders(settings)
     config = engine_config(settings, checkpoint)
@@ -126,4 +124,17 @@ def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int
         checkpoint.chat_template,
         engine,
         encoders,
+    )
+
+
+def load_encoder_serving(path: Path, settings: Settings, report: Callable[[str, int, int], None]) -> Loaded:
+    """An encoder as the model itself: its own engine thread, its routes only (generation is a 400)."""
+    if settings.embedding_model or settings.rerank_model:
+        raise CheckpointError(f"{path} is an encoder: --embedding-model and --rerank-model go beside a chat model")
+    encoder = load_encoder(path)
+    name = model_id_for(path)
+    engine = EncoderEngine(name, EncoderRunner(encoder, settings.encoder_batch_tokens), settings.max_queue, report)
+    tokenizer = Tokenizer(encoder.tokenizer, bos_token_id=None, eos_token_ids=())
+    return Loaded(
+        encoder.max_tokens, encoder.max_tokens, None, "none", tokenizer, None, engine, {name: encoder}, encoder.kind
     )

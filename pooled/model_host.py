@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.encoder import LoadedEncoder
+from engine.encoder_engine import EncoderEngine
 from engine.engine import Engine
 from engine.tokenizer import ChatTemplate, Tokenizer
-from handlers.context import ModelState
+from handlers.context import ModelKind, ModelState
 from pooled.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -67,8 +68,9 @@ class Loaded:
     quantization: str  # what --quantization resolved to (never "auto")
     tokenizer: Tokenizer
     chat_template: ChatTemplate | None
-    engine: Engine
-    encoders: Mapping[str, LoadedEncoder] = field(default_factory=dict)  # served beside it, by name
+    engine: Engine | EncoderEngine
+    encoders: Mapping[str, LoadedEncoder] = field(default_factory=dict)  # by name, the model itself if an encoder
+    kind: ModelKind = "chat"
 
 
 Loader = Callable[[Path, Settings, Callable[[str, int, int], None]], Loaded]
@@ -129,7 +131,11 @@ class ModelHost:
         return self.settings.decode_lanes
 
     @property
-    def engine(self) -> Engine | None:
+    def kind(self) -> ModelKind:
+        return self._loaded.kind if self._loaded else "chat"
+
+    @property
+    def engine(self) -> Engine | EncoderEngine | None:
         return self._loaded.engine if self._loaded else None
 
     @property

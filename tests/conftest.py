@@ -27,6 +27,7 @@ class StubModel:
 
     state: ModelState = "serving"
     model_id: str = "pooled/tiny-test"
+    kind: str = "chat"
     ctx: int | None = 2048
     trained_ctx: int | None = 2048
     rope_scaling: str | None = None
