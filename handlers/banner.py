@@ -38,22 +38,46 @@ def banner(server: ServerContext) -> str:
         "draining": "draining: finishing requests in flight, refusing new ones",
         "dead": "stopped: " + ": ".join(model.failure or ("unknown", "")),
     }[model.state]
-    lines = [
-        f"pooled serving {model.model_id} — {status}",
-        "",
-        f"  OpenAI base URL     {origin}/v1        (Chat Completions, Completions, Responses)",
-        f"  Anthropic base URL  {origin}           (Messages)",
-        f"  API reference       {origin}/v1/docs/",
-        f"  Health              {origin}/health",
-        "",
-        "Any model name is accepted and served by the loaded model.",
-        f"Try: curl {origin}/v1/chat/completions -H 'content-type: application/json' \\",
-        """       -d '{"model": "pooled", "messages": [{"role": "user", "content": "Hi"}]}'""",
-    ]
+    chat = model.kind == "chat"
+    lines = [f"pooled serving {model.model_id} — {status}", ""]
+    if chat:
+        lines += [
+            f"  OpenAI base URL     {origin}/v1        (Chat Completions, Completions, Responses)",
+            f"  Anthropic base URL  {origin}           (Messages)",
+        ]
+    else:
+        lines += [f"  OpenAI base URL     {origin}/v1        (Embeddings, Rerank)"]
+    lines += [f"  API reference       {origin}/v1/docs/", f"  Health              {origin}/health", ""]
+    if chat:
+        lines += [
+            "Any model name is accepted and served by the loaded model.",
+            f"Try: curl {origin}/v1/chat/completions -H 'content-type: application/json' \\",
+            """       -d '{"model": "pooled", "messages": [{"role": "user", "content": "Hi"}]}'""",
+        ]
+    else:
+        lines += [
+            f"Try: curl {origin}/v1/embeddings -H 'content-type: application/json' \\",
+            """       -d '{"model": "pooled", "input": ["Hi"]}'""",
+        ]
     if model.state == "serving":
+        lines += ["", *encoder_lines(model, origin)]
+    if model.state == "serving" and chat:
         lines += ["", context_line(model), weights_line(model), "", "Connect your tools (docs/connect-your-tools.md):"]
         lines += ["", client_settings(origin, model.model_id)]
     return "\n".join(lines) + "\n"
+
+
+def encoder_lines(model: ModelService, origin: str) -> list[str]:
+    """The encoders served and their routes, or how to serve one beside the chat model."""
+    if not model.encoders:
+        return [
+            "Embeddings and rerank: start with --embedding-model DIR or --rerank-model DIR (sentence-transformers)."
+        ]
+    routes = {"embedding": f"{origin}/v1/embeddings (and /v1/rerank by cosine)", "rerank": f"{origin}/v1/rerank"}
+    return [
+        f"{'Embeddings' if encoder.kind == 'embedding' else 'Rerank'}: {name} at {routes[encoder.kind]}"
+        for name, encoder in model.encoders.items()
+    ]
 
 
 async def get_banner(request: Request) -> Response:

@@ -116,3 +116,9 @@ def test_a_long_document_is_cut_to_what_the_reranker_reads(server: str) -> None:
     )
     assert answer.status_code == 200, answer.text
     assert answer.json()["usage"]["total_tokens"] <= 2 * 48
+
+
+def test_the_banner_names_each_encoder_and_its_route(server: str) -> None:
+    banner = httpx.get(f"{server}/").text
+    assert f"Embeddings: pooled/{EMBEDDING_ENCODER} at {server}/v1/embeddings" in banner
+    assert f"Rerank: pooled/{RERANK_ENCODER} at {server}/v1/rerank" in banner

@@ -52,3 +52,7 @@ def test_banner_and_health_say_how_the_weights_are_served(client: TestClient, mo
     model.quantization = "w4a8"
     assert "Weights: the file's Q4_1 blocks on the native CPU kernel" in client.get("/").text
     assert client.get("/health").json()["quantization"] == "w4a8"
+
+
+def test_the_banner_says_how_to_serve_embeddings_beside_the_chat_model(client: TestClient) -> None:
+    assert "start with --embedding-model DIR or --rerank-model DIR" in client.get("/").text

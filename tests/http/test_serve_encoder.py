@@ -58,6 +58,9 @@ def test_an_encoder_served_alone(tmp_path: Path) -> None:
             json={"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]},
         )
         assert messages.status_code == 400 and messages.json()["type"] == "error"
+        banner = httpx.get(f"{base}/").text
+        assert "(Embeddings, Rerank)" in banner and "Anthropic" not in banner and "chat/completions" not in banner
+        assert "Embeddings: pooled/tiny-embedder" in banner
         metrics = httpx.get(f"{base}/metrics").json()
         assert metrics["encode_requests_total"] == 2
 
