@@ -24,7 +24,6 @@ import numpy as np
 from tokenizers import Tokenizer as BackendTokenizer
 
 from engine.api import EncoderInput
-from engine.checkpoint.prepared_cache import fingerprint
 from engine.checkpoint.safetensors_dir import SafetensorsTensors, checkpoint_files, read_hf_config
 from engine.errors import CheckpointError
 from engine.families.bert import EncoderConfig, encoder_family_for_hf_config
@@ -52,7 +51,6 @@ class LoadedEncoder:
     max_tokens: int  # per input, special tokens included
     matryoshka: bool  # whether its embeddings may be truncated to fewer dimensions
     source: Path
-    fingerprint: str
 
     @property
     def kind(self) -> EncoderKind:
@@ -83,11 +81,7 @@ class LoadedEncoder:
         (Hugging Face's "longest_first"), then wrapped in the special tokens."""
         parts = [self.tokenizer.encode(text, add_special_tokens=False) for text in texts]
         budget = max(limit - self.tokenizer.num_special_tokens_to_add(len(parts) == 2), 1)
-        lengths = [len(part.ids) for part in parts]
-        while sum(lengths) > budget:
-            longest = lengths.index(max(lengths))
-            lengths[longest] -= 1
-        for part, length in zip(parts, lengths, strict=True):
+        for part, length in zip(parts, longest_first([len(part.ids) for part in parts], budget), strict=True):
             part.truncate(length)
         return self._input(self.tokenizer.post_process(parts[0], parts[1] if len(parts) == 2 else None))
 
@@ -95,6 +89,19 @@ class LoadedEncoder:
         # A model with one token type (XLM-RoBERTa) gives a pair's second segment type 0 as well.
         top = self.config.type_vocab_size - 1
         return EncoderInput(tuple(encoding.ids), tuple(min(t, top) for t in encoding.type_ids))
+
+
+def longest_first(lengths: list[int], budget: int) -> list[int]:
+    """The lengths left when tokens come off the longer part one at a time (the first on a tie)
+    until they fit `budget`, as Hugging Face's "longest_first" truncation does."""
+    if sum(lengths) <= budget:
+        return lengths
+    if len(lengths) == 1:
+        return [budget]
+    first, second = lengths
+    if min(first, second) <= budget // 2:  # the shorter part fits whole
+        return [first, budget - first] if first <= second else [budget - second, second]
+    return [budget // 2, budget - budget // 2]
 
 
 def is_encoder_checkpoint(path: Path) -> bool:
@@ -133,7 +140,6 @@ def load_encoder(path: str | Path) -> LoadedEncoder:
         max_tokens=min(config.max_positions, _max_seq_length(path) or config.max_positions),
         matryoshka=bool(hf.get("is_matryoshka") or hf.get("matryoshka_dimensions")),
         source=path,
-        fingerprint=fingerprint(files, "float32"),
     )
 
 

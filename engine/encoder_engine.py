@@ -102,13 +102,13 @@ class EncoderEngine:
     def _run(self) -> None:
         try:
             while True:
-                _, cancels, _, stopping = self._intake.next_work(self._encoding.busy)
-                self._encoding.add(self._intake.take_encodes())
-                if stopping:
+                work = self._intake.next_work(self._encoding.busy)
+                self._encoding.add(work.encodes)
+                if work.stopping:
                     self._encoding.fail_all(Failed("unavailable", "the engine stopped"), self._intake.abandon_encodes())
                     return
-                if cancels:
-                    self._encoding.cancel(set(cancels))
+                if work.cancels:
+                    self._encoding.cancel(set(work.cancels))
                 if self._encoding.busy:
                     self._encoding.run_batch()
         except Exception as error:  # the engine thread must never die silently: fail every request

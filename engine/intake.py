@@ -1,7 +1,7 @@
 """`Intake`: what the engine thread shares with every other thread, under one lock.
 
 Threads: handler threads enqueue requests and cancels, drain, wait for idleness and read stats;
-the engine thread takes the inbox, the cancels and the disk tier's finished loads (`next_work`,
+the engine thread takes the inbox, the encode requests, the cancels and the disk tier's finished loads (`next_work`,
 which waits on the condition when there is nothing to do: nothing polls) and records what
 happened to each request. The disk tier's IO thread hands over each finished load (`fetched`). Either side
 holds the lock only for these exchanges and counters: never across a device call or a sink call.
@@ -14,7 +14,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from engine.admission import retry_after_seconds, smoothed_hold
 from engine.api import EncodeEvent, EncodeRequest, EngineUnavailable, GenerationRequest, QueueFull
@@ -37,6 +37,16 @@ COUNTERS = (
     "draft_accepted",
     "encode_requests",
 )
+
+
+class Work(NamedTuple):
+    """What the engine thread takes from the intake each iteration."""
+
+    inbox: deque[Request]
+    cancels: dict[int, FinishReason]
+    fetched: list[Loaded]
+    encodes: list[EncodeJob]
+    stopping: bool
 
 
 class Intake:
@@ -140,27 +150,20 @@ class Intake:
             self._fetched.append(loaded)
             self._wake.notify_all()
 
-    def next_work(self, busy: bool) -> tuple[deque[Request], dict[int, FinishReason], list[Loaded], bool]:
+    def next_work(self, busy: bool) -> Work:
         """The new requests, the cancels (every new request too, when stopping), the finished disk
-        loads and whether the engine is stopping; waits while there is none of these and the
-        engine is not `busy`."""
+        loads, the new encode requests and whether the engine is stopping; waits while there is
+        none of these and the engine is not `busy`."""
         with self.lock:
             while not (self._inbox or self._encodes or self._cancels or self._fetched or self._stopping or busy):
                 self._wake.wait()
             inbox, self._inbox = self._inbox, deque()
             cancels, self._cancels = self._cancels, {}
             fetched, self._fetched = self._fetched, []
+            encodes, self._encodes = list(self._encodes), deque()
             if self._stopping:
                 cancels.update({entry.id: "cancelled" for entry in inbox})
-            return inbox, cancels, fetched, self._stopping
-
-    def take_encodes(self) -> list[EncodeJob]:
-        """The new encode requests (none once stopping: they fail with the engine's end)."""
-        with self.lock:
-            if self._stopping:
-                return []
-            jobs, self._encodes = list(self._encodes), deque()
-            return jobs
+            return Work(inbox, cancels, fetched, encodes, self._stopping)
 
     def abandon_encodes(self) -> list[EncodeJob]:
         """The encode requests not yet taken, removed (the engine is ending)."""

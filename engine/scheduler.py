@@ -116,8 +116,8 @@ class Scheduler:
     def _run(self) -> None:
         try:
             while True:
-                inbox, cancels, fetched, stopping = self._intake.next_work(self._busy())
-                self._encoding.add(self._intake.take_encodes())
+                inbox, cancels, fetched, encodes, stopping = self._intake.next_work(self._busy())
+                self._encoding.add(encodes)
                 if stopping:
                     cancels.update({entry.id: "cancelled" for entry in self._in_flight()})
                     self._encoding.fail_all(Failed("unavailable", "the engine stopped"), self._intake.abandon_encodes())

@@ -25,7 +25,7 @@ async def create_embedding(request: Request, body: models.EmbeddingRequest) -> m
     model = serving_model(request)
     name, encoder = choose_encoder(model, body.model, ["embedding"])
     texts_or_tokens = _inputs(body.input)
-    check_count(len(texts_or_tokens), context(request).limits.max_embedding_inputs, "inputs")
+    check_count(len(texts_or_tokens), context(request).limits.max_embedding_inputs, "input")
     truncate = _truncation(body.truncate_prompt_tokens, encoder)
     inputs = [_encoder_input(encoder, item, truncate) for item in texts_or_tokens]
     encoded = await encode(model, name, inputs)

@@ -58,12 +58,13 @@ def choose_encoder(
     )
 
 
-def check_count(count: int, limit: int, what: str) -> None:
+def check_count(count: int, limit: int, field: str) -> None:
+    """At least one and at most `limit` of the request's `field` (its inputs or documents)."""
     if count == 0:
-        raise ApiError(400, f"The request has no {what}.", code="invalid_input", param="input")
+        raise ApiError(400, f"The request has no {field}.", code="invalid_input", param=field)
     if count > limit:
         raise ApiError(
-            400, f"The request has {count} {what}; at most {limit} are taken.", code="too_many_inputs", param="input"
+            400, f"The request has {count} {field}; at most {limit} are taken.", code="too_many_inputs", param=field
         )
 
 

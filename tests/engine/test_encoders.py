@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from engine.encoder import EncoderRunner, LoadedEncoder, length_buckets, load_encoder
+from engine.encoder import EncoderRunner, LoadedEncoder, length_buckets, load_encoder, longest_first
 from engine.errors import CheckpointError
 from tests.engine.tiny_encoders import QUERY, SENTENCES, TINY_ENCODERS, build_tiny_encoder
 
@@ -87,3 +87,28 @@ def test_a_missing_tensor_is_named(tmp_path: Path) -> None:
     save_file(tensors, str(directory / "model.safetensors"))
     with pytest.raises(CheckpointError, match="encoder.layer.1.output.dense.bias"):
         load_encoder(directory)
+
+
+def test_longest_first_truncation_takes_tokens_off_the_longer_part_one_at_a_time() -> None:
+    def one_at_a_time(lengths: list[int], budget: int) -> list[int]:
+        lengths = list(lengths)
+        while sum(lengths) > budget:
+            lengths[lengths.index(max(lengths))] -= 1
+        return lengths
+
+    for budget in range(1, 20):
+        for first in range(0, 25):
+            assert longest_first([first], budget) == one_at_a_time([first], budget)
+            for second in range(0, 25):
+                assert longest_first([first, second], budget) == one_at_a_time([first, second], budget), (
+                    first,
+                    second,
+                    budget,
+                )
+
+
+def test_a_pair_over_the_limit_is_cut_to_it_with_its_special_tokens(encoders: dict[str, LoadedEncoder]) -> None:
+    encoder = encoders["bert_cross_encoder"]
+    cut = encoder.encode_pair(QUERY, " ".join(["cat"] * 100), 20)
+    assert len(cut.token_ids) == 20 and cut.token_ids.count(3) == 2  # [SEP] closes each part
+    assert cut.token_ids[: len(encoder.encode_text(QUERY).token_ids) - 1] == encoder.encode_text(QUERY).token_ids[:-1]

@@ -152,7 +152,9 @@ def test_requests_invalid_on_their_face_are_refused(engine: Engine, runners: dic
         assert refused.value.code == code
 
 
-def test_a_cancelled_encode_request_sends_nothing_and_frees_its_place(engine: Engine) -> None:
+def test_a_cancelled_encode_request_fails_nothing_and_frees_its_place(engine: Engine) -> None:
+    """Cancelled while its batches run (or, in a race, just after its last), it ends without a
+    failure, and the engine goes idle: its place in the queue is given back."""
     encoder_input = engine.encoders["embed"].encoder.encode_text(SENTENCES[0])
     answer = Answer()
     request_id = engine.encode(EncodeRequest("embed", (encoder_input,) * 200), answer)
