@@ -25,6 +25,7 @@ from tokenizers import Tokenizer as BackendTokenizer
 
 from engine.api import EncoderInput
 from engine.checkpoint.safetensors_dir import SafetensorsTensors, checkpoint_files, read_hf_config
+from engine.encoder_inputs import TokenizedInputs
 from engine.errors import CheckpointError
 from engine.families.bert import EncoderConfig, encoder_family_for_hf_config
 from engine.layers.encoder import Encoder, Pooling
@@ -42,7 +43,7 @@ MIN_BUCKET_TOKENS = 16
 
 
 @dataclass(frozen=True)
-class LoadedEncoder:
+class LoadedEncoder(TokenizedInputs):
     config: EncoderConfig
     params: Any  # jax.Array tree on the device
     tokenizer: BackendTokenizer  # no truncation, no padding
@@ -60,48 +61,9 @@ class LoadedEncoder:
     def dimensions(self) -> int:
         return self.config.hidden_size
 
-    def encode_text(self, text: str, truncate_to: int | None = None) -> EncoderInput:
-        """`text` as the model reads it; with `truncate_to`, cut to that many tokens (special ones kept)."""
-        if truncate_to is None:
-            return self._input(self.tokenizer.encode(text))
-        return self._truncated([text], truncate_to)
-
-    def encode_pair(self, first: str, second: str, truncate_to: int | None = None) -> EncoderInput:
-        """A (query, document) pair; with `truncate_to`, cut to that many tokens, the longer part first."""
-        if truncate_to is None:
-            return self._input(self.tokenizer.encode(first, second))
-        return self._truncated([first, second], truncate_to)
-
-    def token_input(self, token_ids: Sequence[int]) -> EncoderInput:
-        """Token ids a client sent, used as they are (no special tokens added)."""
-        return EncoderInput(tuple(token_ids), (0,) * len(token_ids))
-
-    def _truncated(self, texts: list[str], limit: int) -> EncoderInput:
-        """One text or a pair cut to `limit` tokens with the special tokens, the longer part first
-        (Hugging Face's "longest_first"), then wrapped in the special tokens."""
-        parts = [self.tokenizer.encode(text, add_special_tokens=False) for text in texts]
-        budget = max(limit - self.tokenizer.num_special_tokens_to_add(len(parts) == 2), 1)
-        for part, length in zip(parts, longest_first([len(part.ids) for part in parts], budget), strict=True):
-            part.truncate(length)
-        return self._input(self.tokenizer.post_process(parts[0], parts[1] if len(parts) == 2 else None))
-
-    def _input(self, encoding: Any) -> EncoderInput:
-        # A model with one token type (XLM-RoBERTa) gives a pair's second segment type 0 as well.
-        top = self.config.type_vocab_size - 1
-        return EncoderInput(tuple(encoding.ids), tuple(min(t, top) for t in encoding.type_ids))
-
-
-def longest_first(lengths: list[int], budget: int) -> list[int]:
-    """The lengths left when tokens come off the longer part one at a time (the first on a tie)
-    until they fit `budget`, as Hugging Face's "longest_first" truncation does."""
-    if sum(lengths) <= budget:
-        return lengths
-    if len(lengths) == 1:
-        return [budget]
-    first, second = lengths
-    if min(first, second) <= budget // 2:  # the shorter part fits whole
-        return [first, budget - first] if first <= second else [budget - second, second]
-    return [budget // 2, budget - budget // 2]
+    @property
+    def token_types(self) -> int:
+        return self.config.type_vocab_size
 
 
 def is_encoder_checkpoint(path: Path) -> bool:
@@ -126,7 +88,7 @@ def load_encoder(path: str | Path) -> LoadedEncoder:
         families = "bert, xlm-roberta"
         raise CheckpointError(f"{path}: model_type {hf.get('model_type')!r} is not an encoder family ({families})")
     config = family.config(hf)
-    pooling, normalize = _pooling(path) if config.head == "embedding" else ("cls", False)
+    pooling, normalize = declared_pooling(path) if config.head == "embedding" else ("cls", False)
     files = checkpoint_files(path)
     tensors = SafetensorsTensors([f for f in files if f.suffix == ".safetensors"])
     params = jax.device_put(_as_float32(family.convert(tensors, config)))
@@ -134,11 +96,11 @@ def load_encoder(path: str | Path) -> LoadedEncoder:
     return LoadedEncoder(
         config=config,
         params=params,
-        tokenizer=_tokenizer(path),
+        tokenizer=read_tokenizer(path),
         pooling=pooling,
         normalize=normalize,
-        max_tokens=min(config.max_positions, _max_seq_length(path) or config.max_positions),
-        matryoshka=bool(hf.get("is_matryoshka") or hf.get("matryoshka_dimensions")),
+        max_tokens=min(config.max_positions, declared_max_tokens(path) or config.max_positions),
+        matryoshka=declares_matryoshka(hf),
         source=path,
     )
 
@@ -177,7 +139,7 @@ def _modules(path: Path) -> list[dict[str, Any]]:
     return list(modules)
 
 
-def _pooling(path: Path) -> tuple[Pooling, bool]:
+def declared_pooling(path: Path) -> tuple[Pooling, bool]:
     modules = _modules(path)
     normalize = any(KNOWN_MODULES[m["type"]] == "normalize" for m in modules)
     pooling_module = next((m for m in modules if KNOWN_MODULES[m["type"]] == "pooling"), None)
@@ -193,7 +155,18 @@ def _pooling(path: Path) -> tuple[Pooling, bool]:
     return chosen[modes[0]], normalize
 
 
-def _max_seq_length(path: Path) -> int | None:
+def declares_pooling(path: Path) -> bool:
+    """Whether `path` holds sentence-transformers files that name a pooling module (a decoder
+    checkpoint with them is an embedding model, as Qwen3-Embedding and gte-Qwen are)."""
+    return path.is_dir() and any(KNOWN_MODULES[m["type"]] == "pooling" for m in _modules(path))
+
+
+def declares_matryoshka(hf_config: dict[str, Any]) -> bool:
+    """Whether a checkpoint's config says its embeddings may be cut to fewer dimensions."""
+    return bool(hf_config.get("is_matryoshka") or hf_config.get("matryoshka_dimensions"))
+
+
+def declared_max_tokens(path: Path) -> int | None:
     config = path / "sentence_bert_config.json"
     if config.is_file():
         length = json.loads(config.read_text()).get("max_seq_length")
@@ -201,7 +174,7 @@ def _max_seq_length(path: Path) -> int | None:
     return None
 
 
-def _tokenizer(path: Path) -> BackendTokenizer:
+def read_tokenizer(path: Path) -> BackendTokenizer:
     file = path / "tokenizer.json"
     if not file.is_file():
         raise CheckpointError(f"{path} has no tokenizer.json")
@@ -219,29 +192,31 @@ def length_buckets(max_tokens: int) -> tuple[int, ...]:
     return tuple(min(b, max_tokens) for b in buckets)
 
 
+# jitted: params, tokens, types, mask [rows, length] -> embeddings [rows, D] or logits [rows]
+EncoderForward = jax.stages.Wrapped
+
+
 class EncoderRunner:
-    """Runs batches of inputs through one encoder, padded to a compiled (rows, tokens) bucket.
+    """Runs batches of inputs through one embedding or rerank model (an encoder family's, or a
+    decoder's embedding pass), padded to a compiled (rows, tokens) bucket.
 
     A batch holds at most `batch_tokens` padded tokens; `compile` compiles every bucket within
     that budget ahead of serving, so no request compiles."""
 
-    def __init__(self, encoder: LoadedEncoder, batch_tokens: int) -> None:
-        self.encoder = encoder
-        self.lengths = length_buckets(encoder.max_tokens)
+    def __init__(self, forward: EncoderForward, params: Any, max_tokens: int, vocab_size: int, batch_tokens: int):
+        self._forward = forward
+        self._params = params
+        self.max_tokens = max_tokens
+        self.vocab_size = vocab_size
+        self.lengths = length_buckets(max_tokens)
         self.batch_tokens = max(batch_tokens, self.lengths[-1])
-        model = Encoder(encoder.config, encoder.pooling, encoder.normalize)
-        self._apply: jax.stages.Wrapped = jax.jit(
-            lambda params, tokens, types, mask: model.apply({"params": params}, tokens, types, mask)
-        )
         self._compiled: dict[tuple[int, int], jax.stages.Compiled] = {}  # by (rows, tokens)
 
-    @property
-    def max_tokens(self) -> int:
-        return self.encoder.max_tokens
-
-    @property
-    def vocab_size(self) -> int:
-        return self.encoder.config.vocab_size
+    @classmethod
+    def for_encoder(cls, encoder: LoadedEncoder, batch_tokens: int) -> "EncoderRunner":
+        model = Encoder(encoder.config, encoder.pooling, encoder.normalize)
+        forward = jax.jit(lambda params, tokens, types, mask: model.apply({"params": params}, tokens, types, mask))
+        return cls(forward, encoder.params, encoder.max_tokens, encoder.config.vocab_size, batch_tokens)
 
     def buckets(self) -> list[tuple[int, int]]:
         return [(rows, length) for length in self.lengths for rows in BATCH_ROWS if rows * length <= self.batch_tokens]
@@ -256,7 +231,7 @@ class EncoderRunner:
         buckets = self.buckets()
         for done, (rows, length) in enumerate(buckets, 1):
             zeros = np.zeros((rows, length), np.int32)
-            lowered = self._apply.lower(self.encoder.params, zeros, zeros, zeros.astype(bool))
+            lowered = self._forward.lower(self._params, zeros, zeros, zeros.astype(bool))
             self._compiled[rows, length] = lowered.compile()
             report(what, done, len(buckets))
 
@@ -275,8 +250,8 @@ class EncoderRunner:
             mask[row, :n] = True
         mask[len(inputs) :, 0] = True  # padding rows attend to one token: no empty softmax
         # After `compile`, the bucket's own executable: a request never compiles.
-        step = self._compiled.get((rows, length), self._apply)
-        out = np.asarray(step(self.encoder.params, tokens, types, mask))
+        step = self._compiled.get((rows, length), self._forward)
+        out = np.asarray(step(self._params, tokens, types, mask))
         return out[: len(inputs)]
 
     def _length_bucket(self, length: int) -> int:

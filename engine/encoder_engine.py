@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 
 from engine.api import EncodeEvent, EncodeRequest, Failed, GenerationRequest, RequestRefused
-from engine.encoder import EncoderRunner
+from engine.encoder import EncoderKind, EncoderRunner
 from engine.encoding import Encoding, check_encode
 from engine.intake import EngineState, Intake
 from engine.metrics import EngineStats
@@ -26,10 +26,10 @@ ROUTES = {"embedding": "/v1/embeddings and /v1/rerank", "rerank": "/v1/rerank"}
 
 
 class EncoderEngine:
-    def __init__(self, name: str, runner: EncoderRunner, max_queue: int, report: Report) -> None:
+    def __init__(self, name: str, kind: EncoderKind, runner: EncoderRunner, max_queue: int, report: Report) -> None:
         """Compiles the encoder's buckets (reporting progress), then starts the engine thread."""
         self.encoders = {name: runner}
-        self.kind = runner.encoder.kind
+        self.kind = kind
         self.max_context = runner.max_tokens
         self._name = name
         self._intake = Intake(0, max_queue)

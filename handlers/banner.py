@@ -71,7 +71,8 @@ def encoder_lines(model: ModelService, origin: str) -> list[str]:
     """The encoders served and their routes, or how to serve one beside the chat model."""
     if not model.encoders:
         return [
-            "Embeddings and rerank: start with --embedding-model DIR or --rerank-model DIR (sentence-transformers)."
+            "Embeddings and rerank: start with --embedding-model DIR or --rerank-model DIR (sentence-transformers),",
+            "or --embeddings true to embed with the chat model.",
         ]
     routes = {"embedding": f"{origin}/v1/embeddings (and /v1/rerank by cosine)", "rerank": f"{origin}/v1/rerank"}
     return [

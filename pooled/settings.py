@@ -49,6 +49,27 @@ def _count(value: str) -> int:
 _count.__name__ = "count"  # argparse says "invalid count value"
 
 
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError("a count of 1 or more")
+    return number
+
+
+_positive.__name__ = "positive count"
+
+
+def _switch(value: str) -> bool:
+    if value.lower() in ("true", "1", "yes", "on"):
+        return True
+    if value.lower() in ("false", "0", "no", "off"):
+        return False
+    raise ValueError("true or false")
+
+
+_switch.__name__ = "true/false"  # argparse says "invalid true/false value"
+
+
 def _regex(value: str) -> str | None:
     if not value:
         return None
@@ -77,9 +98,22 @@ class Settings:
     embedding_model: str | None = setting(
         None,
         _optional_str,
-        "An embedding encoder (a sentence-transformers directory: BERT, XLM-RoBERTa) served beside "
-        "the chat model on /v1/embeddings, and on /v1/rerank by cosine similarity when no rerank "
-        "model is loaded.",
+        "An embedding model served beside the chat model on /v1/embeddings, and on /v1/rerank by "
+        "cosine similarity when no rerank model is loaded: an encoder (a sentence-transformers "
+        "directory: BERT, XLM-RoBERTa) or a decoder whose sentence-transformers files declare its "
+        "pooling (Qwen3-Embedding, gte-Qwen).",
+    )
+    embeddings: bool = setting(
+        False,
+        _switch,
+        "Whether the chat model also answers /v1/embeddings (and /v1/rerank by cosine, when no other "
+        "model does) from its final hidden state, last-token pooled and unit length.",
+    )
+    embedding_max_tokens: int = setting(
+        2048,
+        _positive,
+        "Longest input of a decoder's embedding pass (within its context): its attention is dense, so "
+        "a batch's memory grows with this times --encoder-batch-tokens.",
     )
     rerank_model: str | None = setting(
         None,

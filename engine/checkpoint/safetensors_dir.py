@@ -76,10 +76,11 @@ def _read_header(path: Path) -> dict[str, _TensorEntry]:
 class SafetensorsTensors(Mapping[str, np.ndarray]):
     """Lazy, memory-mapped view of the tensors in one or more safetensors files."""
 
-    def __init__(self, files: list[Path]):
+    def __init__(self, files: list[Path], prefix: str = ""):
+        """With `prefix`, each name is read as `prefix` + the name in the files."""
         self._entries: dict[str, _TensorEntry] = {}
         for file in files:
-            self._entries.update(_read_header(file))
+            self._entries.update({prefix + name: entry for name, entry in _read_header(file).items()})
 
     def __getitem__(self, name: str) -> np.ndarray:
         e = self._entries[name]
@@ -142,9 +143,13 @@ def read_safetensors_dir(directory: Path) -> RawCheckpoint:
     hf_config = read_hf_config(directory)
     files = [f for f in checkpoint_files(directory) if f.suffix == ".safetensors"]
     has_tokenizer = (directory / "tokenizer.json").exists() or (directory / "tokenizer_config.json").exists()
+    tensors = SafetensorsTensors(files)
+    if "embed_tokens.weight" in tensors and "model.embed_tokens.weight" not in tensors:
+        # Saved as the base model (Qwen3-Embedding, gte-Qwen): the decoder without "model." or a head.
+        tensors = SafetensorsTensors(files, prefix="model.")
     return RawCheckpoint(
         hf_config=hf_config,
-        tensors=SafetensorsTensors(files),
+        tensors=tensors,
         source=directory,
         tokenizer_dir=directory if has_tokenizer else None,
         chat_template=read_chat_template(directory),

@@ -61,6 +61,8 @@ class Transformer(nn.Module):
     With `logits_at` [B] only that query index of each row goes through the output head (logits
     [B,1,V]): a prefill chunk or decode step needs one row of logits, not T. A `draft_step` is a
     decode step over drafts, whose attention takes the decode kernel's arithmetic for every token.
+    With `hidden`, the final norm's output [B,T,D] (float32) comes back instead of logits: a
+    decoder's embedding pass (engine/decoder_embedding.py).
     """
 
     config: ModelConfig
@@ -75,6 +77,7 @@ class Transformer(nn.Module):
         block_tables: Array | None = None,
         logits_at: Array | None = None,
         draft_step: bool = False,
+        hidden: bool = False,
     ) -> tuple[Array, tuple[CacheOut, ...] | None]:
         c = self.config
         # The embedding (often also the output head) stays int8 under "int4": it is the matrix most
@@ -96,6 +99,8 @@ class Transformer(nn.Module):
         if logits_at is not None:
             x = x[jnp.arange(x.shape[0]), logits_at][:, None]
         x = RMSNorm(c.hidden_size, c.rms_norm_eps, "embed", self.dtype, name="final_norm")(x)
+        if hidden:
+            return x.astype(jnp.float32), None
         if c.tie_word_embeddings:
             logits = embed.attend(x)
         elif c.matmul_weights != "float":

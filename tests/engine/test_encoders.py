@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from engine.encoder import EncoderRunner, LoadedEncoder, length_buckets, load_encoder, longest_first
+from engine.encoder import EncoderRunner, LoadedEncoder, length_buckets, load_encoder
+from engine.encoder_inputs import longest_first
 from engine.errors import CheckpointError
 from tests.engine.tiny_encoders import QUERY, SENTENCES, TINY_ENCODERS, build_tiny_encoder
 
@@ -24,7 +25,7 @@ def encoders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, LoadedEncode
 @pytest.mark.parametrize("name", [n for n, (_, pooling, _) in TINY_ENCODERS.items() if pooling is not None])
 def test_embeddings_match_sentence_transformers(encoders: dict[str, LoadedEncoder], name: str) -> None:
     encoder = encoders[name]
-    got = EncoderRunner(encoder, 1024).run([encoder.encode_text(s) for s in SENTENCES])
+    got = EncoderRunner.for_encoder(encoder, 1024).run([encoder.encode_text(s) for s in SENTENCES])
     expected = np.array(json.loads((GOLDENS / f"{name}.json").read_text())["embeddings"], np.float32)
     cosine = (got * expected).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(expected, axis=-1)
     assert np.all(1 - cosine < 1e-4), 1 - cosine
@@ -35,7 +36,7 @@ def test_embeddings_match_sentence_transformers(encoders: dict[str, LoadedEncode
 def test_cross_encoder_scores_match_sentence_transformers(encoders: dict[str, LoadedEncoder], name: str) -> None:
     encoder = encoders[name]
     assert encoder.kind == "rerank"
-    logits = EncoderRunner(encoder, 1024).run([encoder.encode_pair(QUERY, s) for s in SENTENCES])
+    logits = EncoderRunner.for_encoder(encoder, 1024).run([encoder.encode_pair(QUERY, s) for s in SENTENCES])
     expected = np.array(json.loads((GOLDENS / f"{name}.json").read_text())["scores"], np.float32)
     np.testing.assert_allclose(1 / (1 + np.exp(-logits)), expected, atol=1e-5)
 
@@ -52,7 +53,7 @@ def test_an_input_embeds_the_same_alone_and_in_a_batch_of_64_mixed_lengths(
     encoders: dict[str, LoadedEncoder],
 ) -> None:
     encoder = encoders["bert_mean"]
-    runner = EncoderRunner(encoder, 64 * 48)
+    runner = EncoderRunner.for_encoder(encoder, 64 * 48)
     rng = np.random.default_rng(0)
     inputs = [encoder.encode_text(" ".join(rng.choice(SENTENCES, rng.integers(1, 4)))[:150]) for _ in range(63)]
     inputs = [encoder.encode_text(SENTENCES[2]), *[i for i in inputs if len(i.token_ids) <= 48]][:64]

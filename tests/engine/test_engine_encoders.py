@@ -11,7 +11,7 @@ import pytest
 
 from engine.api import Encoded, EncodeEvent, EncodeRequest, EngineEvent, Failed, RequestRefused, Tokens
 from engine.checkpoint.loader import load_model
-from engine.encoder import EncoderRunner, load_encoder
+from engine.encoder import EncoderRunner, LoadedEncoder, load_encoder
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from tests.engine.engine_harness import WAIT_S, Collected, greedy_request
@@ -47,12 +47,17 @@ class Answer:
 
 
 @pytest.fixture(scope="module")
-def runners(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CountingRunner]:
+def encoders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, LoadedEncoder]:
     root = tmp_path_factory.mktemp("encoders")
     return {
-        name: CountingRunner(load_encoder(build_tiny_encoder(tiny, root / tiny)), BATCH_TOKENS)
+        name: load_encoder(build_tiny_encoder(tiny, root / tiny))
         for name, tiny in (("embed", "bert_mean"), ("rerank", "bert_cross_encoder"))
     }
+
+
+@pytest.fixture(scope="module")
+def runners(encoders: dict[str, LoadedEncoder]) -> dict[str, CountingRunner]:
+    return {name: CountingRunner.for_encoder(encoder, BATCH_TOKENS) for name, encoder in encoders.items()}
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +81,9 @@ def encode(engine: Engine, request: EncodeRequest) -> Encoded:
 
 
 def test_values_come_back_in_input_order_as_the_encoder_computes_them(
-    engine: Engine, runners: dict[str, CountingRunner]
+    engine: Engine, encoders: dict[str, LoadedEncoder], runners: dict[str, CountingRunner]
 ) -> None:
-    encoder = runners["embed"].encoder
+    encoder = encoders["embed"]
     rng = np.random.default_rng(3)
     texts = [" ".join(rng.choice(SENTENCES, rng.integers(1, 3)))[:120] for _ in range(40)]
     inputs = tuple(i for i in (encoder.encode_text(t) for t in texts) if len(i.token_ids) <= encoder.max_tokens)
@@ -89,7 +94,7 @@ def test_values_come_back_in_input_order_as_the_encoder_computes_them(
     np.testing.assert_allclose(answer.values, alone, atol=1e-6)
     assert answer.prompt_tokens == sum(len(i.token_ids) for i in inputs)
 
-    rerank = runners["rerank"].encoder
+    rerank = encoders["rerank"]
     pairs = tuple(rerank.encode_pair(QUERY, s) for s in SENTENCES)
     scores = encode(engine, EncodeRequest("rerank", pairs)).values
     assert scores.shape == (len(SENTENCES),)
@@ -111,12 +116,12 @@ class Stream(Collected):
 
 
 def test_a_burst_of_encode_requests_waits_its_turn_between_decode_steps(
-    engine: Engine, runners: dict[str, CountingRunner]
+    engine: Engine, encoders: dict[str, LoadedEncoder], runners: dict[str, CountingRunner]
 ) -> None:
     """Four streams decode while 12 encode requests of several batches each arrive: between two
     tokens of a stream the engine thread runs at most one encoder batch."""
     runner = runners["embed"]
-    long_inputs = tuple(runner.encoder.encode_text(SENTENCES[-1]) for _ in range(20))
+    long_inputs = tuple(encoders["embed"].encode_text(SENTENCES[-1]) for _ in range(20))
     streams = [Stream(runner) for _ in range(4)]
     for i, stream in enumerate(streams):
         engine.submit(greedy_request(list(range(3 + i, 12 + i)), 40), stream)
@@ -137,8 +142,8 @@ def test_a_burst_of_encode_requests_waits_its_turn_between_decode_steps(
     assert after.prompt_tokens - before.prompt_tokens >= 12 * sum(len(i.token_ids) for i in long_inputs)
 
 
-def test_requests_invalid_on_their_face_are_refused(engine: Engine, runners: dict[str, CountingRunner]) -> None:
-    encoder = runners["embed"].encoder
+def test_requests_invalid_on_their_face_are_refused(engine: Engine, encoders: dict[str, LoadedEncoder]) -> None:
+    encoder = encoders["embed"]
     too_long = encoder.token_input([5] * (encoder.max_tokens + 1))
     for request, code in (
         (EncodeRequest("nope", (encoder.encode_text("a"),)), "model_not_found"),
@@ -152,10 +157,12 @@ def test_requests_invalid_on_their_face_are_refused(engine: Engine, runners: dic
         assert refused.value.code == code
 
 
-def test_a_cancelled_encode_request_fails_nothing_and_frees_its_place(engine: Engine) -> None:
+def test_a_cancelled_encode_request_fails_nothing_and_frees_its_place(
+    engine: Engine, encoders: dict[str, LoadedEncoder]
+) -> None:
     """Cancelled while its batches run (or, in a race, just after its last), it ends without a
     failure, and the engine goes idle: its place in the queue is given back."""
-    encoder_input = engine.encoders["embed"].encoder.encode_text(SENTENCES[0])
+    encoder_input = encoders["embed"].encode_text(SENTENCES[0])
     answer = Answer()
     request_id = engine.encode(EncodeRequest("embed", (encoder_input,) * 200), answer)
     engine.cancel(request_id)

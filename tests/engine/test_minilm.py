@@ -33,7 +33,7 @@ def test_the_checkpoint_declares_what_it_is(minilm: LoadedEncoder) -> None:
 
 def test_embeddings_and_neighbour_order_match_sentence_transformers(minilm: LoadedEncoder) -> None:
     golden = json.loads(GOLDEN.read_text())
-    runner = EncoderRunner(minilm, 4096)
+    runner = EncoderRunner.for_encoder(minilm, 4096)
     corpus = runner.run([minilm.encode_text(text) for text in CORPUS])
     queries = runner.run([minilm.encode_text(text) for text in QUERIES])
     expected_corpus, expected_queries = (np.array(golden[key], np.float32) for key in ("corpus", "queries"))

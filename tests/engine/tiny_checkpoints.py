@@ -122,7 +122,7 @@ def hf_tensor_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _random_tensor(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndarray:
+def random_tensor(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndarray:
     if name.endswith("norm.weight"):
         return (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
     if name.endswith(".bias"):
@@ -136,7 +136,7 @@ def build_tiny_checkpoint(name: str, directory: Path) -> Path:
     """Writes config.json and model.safetensors for TINY_MODELS[name] into `directory`."""
     config = TINY_MODELS[name]
     rng = np.random.default_rng(SEED)
-    tensors = {n: _random_tensor(rng, n, shape) for n, shape in sorted(hf_tensor_shapes(config).items())}
+    tensors = {n: random_tensor(rng, n, shape) for n, shape in sorted(hf_tensor_shapes(config).items())}
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})

@@ -136,8 +136,9 @@ def vocabulary() -> list[str]:
     return [*SPECIALS, *letters, *WORDS, *(f"##{letter}" for letter in letters)]
 
 
-def tokenizer_json(pad_id: int) -> str:
-    """A lower-casing WordPiece tokenizer over `vocabulary()` that wraps inputs in [CLS] … [SEP]."""
+def tokenizer_json(pad_id: int, decoder: bool = False) -> str:
+    """A lower-casing WordPiece tokenizer over `vocabulary()` that wraps inputs in [CLS] … [SEP],
+    or for a `decoder` ends them with [SEP] (as Qwen3-Embedding's tokenizer appends its end token)."""
     vocab = {token: i for i, token in enumerate(vocabulary())}
     if pad_id != vocab["[PAD]"]:  # XLM-RoBERTa's padding id is 1: swap the two specials' ids
         other = next(t for t, i in vocab.items() if i == pad_id)
@@ -146,9 +147,11 @@ def tokenizer_json(pad_id: int) -> str:
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     cls, sep = vocab["[CLS]"], vocab["[SEP]"]
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    single, pair = (
+        ("$A [SEP]", "$A [SEP] $B:1 [SEP]:1") if decoder else ("[CLS] $A [SEP]", "[CLS] $A [SEP] $B:1 [SEP]:1")
     )
+    specials = [("[SEP]", sep)] if decoder else [("[CLS]", cls), ("[SEP]", sep)]
+    tokenizer.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
     return tokenizer.to_str()
 
 
@@ -228,8 +231,13 @@ def build_tiny_encoder(name: str, directory: Path) -> Path:
         "model_max_length": 48,
     }
     (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
-    if cross_encoder:
-        return directory
+    if not cross_encoder:
+        write_sentence_transformers_files(directory, config["hidden_size"], pooling, normalize)
+    return directory
+
+
+def write_sentence_transformers_files(directory: Path, dimensions: int, pooling: str, normalize: bool) -> None:
+    """modules.json (Transformer, Pooling, optionally Normalize), the pooling config and the longest input."""
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
@@ -240,9 +248,8 @@ def build_tiny_encoder(name: str, directory: Path) -> Path:
     (directory / "modules.json").write_text(json.dumps(modules, indent=2))
     (directory / "1_Pooling").mkdir(exist_ok=True)
     modes = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")
-    pooling_config = {"word_embedding_dimension": config["hidden_size"]} | {
+    pooling_config = {"word_embedding_dimension": dimensions} | {
         f"pooling_mode_{mode}": mode == pooling for mode in modes
     }
     (directory / "1_Pooling" / "config.json").write_text(json.dumps(pooling_config, indent=2))
     (directory / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48, "do_lower_case": False}))
-    return directory

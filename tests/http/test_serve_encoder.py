@@ -1,5 +1,7 @@
-"""`pooled serve --model` an encoder directory: the encoder's routes answer, generation routes are
-a 400 naming what the model serves, and the process drains and exits 0 on SIGTERM."""
+"""`pooled serve --model` an encoder directory, or a decoder that declares itself an embedding
+model: its routes answer, generation routes are a 400 naming what the model serves, and the
+process drains and exits 0 on SIGTERM. A chat model with `--embeddings true` and a decoder as
+`--embedding-model` answer /v1/embeddings beside generation."""
 
 from __future__ import annotations
 
@@ -8,23 +10,34 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 
+from tests.engine.tiny_decoder_embedders import build_tiny_decoder_embedder
 from tests.engine.tiny_encoders import SENTENCES, build_tiny_encoder
 from tests.http.test_serve_process import free_port
 
 GOLDENS = Path(__file__).parent.parent / "goldens" / "tiny_encoders"
 
 
-def test_an_encoder_served_alone(tmp_path: Path) -> None:
-    model = build_tiny_encoder("bert_mean", tmp_path / "tiny-embedder")
+BUILDERS: dict[str, Callable[[str, Path], Path]] = {
+    "bert_mean": build_tiny_encoder,
+    "qwen3_embedding": build_tiny_decoder_embedder,
+}
+
+
+@contextmanager
+def serving(tmp_path: Path, *args: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A `pooled serve` process with `args`, once ready: its base URL and the process."""
     port = free_port()
     log = (tmp_path / "serve.log").open("wb")
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), "--model", str(model)],
+        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *args],
         cwd=tmp_path,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -36,11 +49,22 @@ def test_an_encoder_served_alone(tmp_path: Path) -> None:
             assert process.poll() is None, (tmp_path / "serve.log").read_text(errors="replace")[-3000:]
             assert time.monotonic() < deadline, "the server did not become ready"
             time.sleep(0.5)
+        yield base, process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        log.close()
+
+
+@pytest.mark.parametrize("tiny", list(BUILDERS))
+def test_an_embedding_model_served_alone(tmp_path: Path, tiny: str) -> None:
+    model = BUILDERS[tiny](tiny, tmp_path / "tiny-embedder")
+    with serving(tmp_path, "--model", str(model)) as (base, process):
         listed = httpx.get(f"{base}/v1/models").json()["data"]
         assert [(m["id"], m["kind"], m["max_model_len"]) for m in listed] == [("pooled/tiny-embedder", "embedding", 48)]
 
         answer = httpx.post(f"{base}/v1/embeddings", json={"model": "pooled/tiny-embedder", "input": list(SENTENCES)})
-        expected = json.loads((GOLDENS / "bert_mean.json").read_text())["embeddings"]
+        expected = json.loads((GOLDENS / f"{tiny}.json").read_text())["embeddings"]
         np.testing.assert_allclose([d["embedding"] for d in answer.json()["data"]], expected, atol=1e-5)
         ranked = httpx.post(f"{base}/v1/rerank", json={"query": "cat", "documents": ["the cat", "a dog"]})
         assert ranked.status_code == 200 and len(ranked.json()["results"]) == 2
@@ -66,10 +90,32 @@ def test_an_encoder_served_alone(tmp_path: Path) -> None:
 
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-        log.close()
+
+
+def test_a_chat_model_embeds_beside_generating(tmp_path: Path) -> None:
+    """The chat model's own embedding pass (`--embeddings true`) and a decoder embedding model
+    beside it: each answers /v1/embeddings by name, while the chat model still generates."""
+    embedder = build_tiny_decoder_embedder("qwen3_embedding", tmp_path / "tiny-embedder")
+    chat = build_tiny_decoder_embedder("qwen3_embedding", tmp_path / "tiny-chat")
+    (chat / "modules.json").unlink()  # the same weights, no longer declaring themselves an embedding model
+    args = ["--model", str(chat), "--embeddings", "true", "--embedding-model", str(embedder), "--ctx", "64"]
+    with serving(tmp_path, *args, "--decode-lanes", "2", "--embedding-max-tokens", "32") as (base, _):
+        listed = httpx.get(f"{base}/v1/models").json()["data"]
+        assert [(m["id"], m["kind"]) for m in listed] == [
+            ("pooled/tiny-chat", "chat"),
+            ("pooled/tiny-embedder", "embedding"),
+        ]
+        expected = json.loads((GOLDENS / "qwen3_embedding.json").read_text())["embeddings"]
+        for name in ("pooled/tiny-chat", "pooled/tiny-embedder"):  # --embedding-max-tokens caps both
+            answer = httpx.post(f"{base}/v1/embeddings", json={"model": name, "input": list(SENTENCES)})
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["model"] == name
+            np.testing.assert_allclose([d["embedding"] for d in answer.json()["data"]], expected, atol=1e-5)
+            too_long = httpx.post(f"{base}/v1/embeddings", json={"model": name, "input": [[5] * 33]})
+            assert too_long.status_code == 400 and "at most 32" in too_long.json()["error"]["message"]
+        completion = httpx.post(f"{base}/v1/completions", json={"model": "m", "prompt": "the cat", "max_tokens": 4})
+        assert completion.status_code == 200, completion.text
+        assert completion.json()["choices"][0]["finish_reason"] in ("stop", "length")  # a random model may end at once
 
 
 def _ready(base: str) -> bool:
