@@ -1,5 +1,6 @@
 """Encoder models: loading a BERT or XLM-RoBERTa checkpoint (a safetensors directory with its
-sentence-transformers files) and running batches of inputs through bucketed, compiled shapes.
+sentence-transformers files, or a BERT GGUF: engine/checkpoint/gguf_encoder.py) and running
+batches of inputs through bucketed, compiled shapes.
 
 A checkpoint's sentence-transformers files say how it pools: `modules.json` lists its modules
 (Transformer, Pooling, Normalize; others are refused by name), `1_Pooling/config.json` the
@@ -13,7 +14,7 @@ on the loading thread before that starts).
 """
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +25,7 @@ import numpy as np
 from tokenizers import Tokenizer as BackendTokenizer
 
 from engine.api import EncoderInput
+from engine.checkpoint.gguf_encoder import is_gguf_encoder, read_gguf_encoder
 from engine.checkpoint.safetensors_dir import SafetensorsTensors, checkpoint_files, read_hf_config
 from engine.encoder_inputs import TokenizedInputs
 from engine.errors import CheckpointError
@@ -67,7 +69,9 @@ class LoadedEncoder(TokenizedInputs):
 
 
 def is_encoder_checkpoint(path: Path) -> bool:
-    """Whether `path` is a directory holding an encoder family's checkpoint."""
+    """Whether `path` is a directory holding an encoder family's checkpoint, or an encoder's GGUF."""
+    if path.suffix == ".gguf":
+        return is_gguf_encoder(path)
     config = path / "config.json"
     if not (path.is_dir() and config.is_file()):
         return False
@@ -78,28 +82,45 @@ def is_encoder_checkpoint(path: Path) -> bool:
 
 
 def load_encoder(path: str | Path) -> LoadedEncoder:
-    """Loads an encoder checkpoint directory; raises CheckpointError with a one-line reason."""
+    """Loads an encoder checkpoint directory or BERT GGUF; raises CheckpointError with a one-line reason."""
     path = Path(path).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        gguf = read_gguf_encoder(path)
+        return _loaded(path, gguf.hf_config, gguf.tensors, gguf.tokenizer, (gguf.pooling, True), None)
     if not path.is_dir():
-        raise CheckpointError(f"{path} is not a model directory (an encoder is a safetensors directory)")
+        raise CheckpointError(f"{path} is neither a model directory nor an encoder's .gguf file")
     hf = read_hf_config(path)
+    family = encoder_family_for_hf_config(hf)
+    if family is not None and family.config(hf).head == "classifier":
+        pooling: tuple[Pooling, bool] = ("cls", False)
+    else:
+        pooling = declared_pooling(path)
+    tensors = SafetensorsTensors([f for f in checkpoint_files(path) if f.suffix == ".safetensors"])
+    return _loaded(path, hf, tensors, read_tokenizer(path), pooling, declared_max_tokens(path))
+
+
+def _loaded(
+    path: Path,
+    hf: dict[str, Any],
+    tensors: Mapping[str, np.ndarray],
+    tokenizer: BackendTokenizer,
+    pooling: tuple[Pooling, bool],
+    max_tokens: int | None,
+) -> LoadedEncoder:
     family = encoder_family_for_hf_config(hf)
     if family is None:
         families = "bert, xlm-roberta"
         raise CheckpointError(f"{path}: model_type {hf.get('model_type')!r} is not an encoder family ({families})")
     config = family.config(hf)
-    pooling, normalize = declared_pooling(path) if config.head == "embedding" else ("cls", False)
-    files = checkpoint_files(path)
-    tensors = SafetensorsTensors([f for f in files if f.suffix == ".safetensors"])
     params = jax.device_put(_as_float32(family.convert(tensors, config)))
-    _check_shapes(params, config, pooling, normalize)
+    _check_shapes(params, config, *pooling)
     return LoadedEncoder(
         config=config,
         params=params,
-        tokenizer=read_tokenizer(path),
-        pooling=pooling,
-        normalize=normalize,
-        max_tokens=min(config.max_positions, declared_max_tokens(path) or config.max_positions),
+        tokenizer=tokenizer,
+        pooling=pooling[0],
+        normalize=pooling[1],
+        max_tokens=min(config.max_positions, max_tokens or config.max_positions),
         matryoshka=declares_matryoshka(hf),
         source=path,
     )

@@ -100,7 +100,7 @@ class Settings:
         _optional_str,
         "An embedding model served beside the chat model on /v1/embeddings, and on /v1/rerank by "
         "cosine similarity when no rerank model is loaded: an encoder (a sentence-transformers "
-        "directory: BERT, XLM-RoBERTa) or a decoder whose sentence-transformers files declare its "
+        "directory: BERT, XLM-RoBERTa; or a BERT GGUF) or a decoder whose sentence-transformers files declare its "
         "pooling (Qwen3-Embedding, gte-Qwen).",
     )
     embeddings: bool = setting(

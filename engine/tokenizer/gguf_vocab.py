@@ -149,3 +149,49 @@ def _add_marked_tokens(tokenizer: BackendTokenizer, metadata: Mapping[str, Any])
             if kind == TOKEN_TYPE_USER_DEFINED
         ]
     )
+
+
+def wordpiece_from_gguf(metadata: Mapping[str, Any]) -> BackendTokenizer:
+    """A BERT vocabulary (`tokenizer.ggml.model` "bert") as Hugging Face's WordPiece tokenizer.
+
+    llama.cpp's converter stores it in "phantom space": a piece that starts a word gains U+2581
+    and a continuation loses its `##`, control tokens stay as they are. Undone here, with BERT's
+    lower-casing normaliser (llama.cpp's WordPiece always lower-cases) and [CLS] … [SEP] around
+    each input; a pair's second segment has token type 1.
+    """
+    if metadata.get("tokenizer.ggml.model") != "bert":
+        raise CheckpointError(f"GGUF tokenizer model {metadata.get('tokenizer.ggml.model')!r} is not WordPiece (bert)")
+    tokens: list[str] = metadata["tokenizer.ggml.tokens"]
+    types = metadata.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    pieces = [
+        token if kind == TOKEN_TYPE_CONTROL else token[1:] if token.startswith("\u2581") else f"##{token}"
+        for token, kind in zip(tokens, types, strict=True)
+    ]
+    vocab = {piece: index for index, piece in reversed(list(enumerate(pieces)))}  # the first id of a duplicate
+
+    def special(key: str, text: str, default: int) -> int:
+        return int(metadata.get(key, vocab.get(text, default)))
+
+    unk = special("tokenizer.ggml.unknown_token_id", "[UNK]", 100)
+    # llama.cpp's defaults for a WordPiece vocabulary: [CLS] is its BOS, [SEP] its separator.
+    cls, sep = (
+        special("tokenizer.ggml.bos_token_id", "[CLS]", 101),
+        special("tokenizer.ggml.seperator_token_id", "[SEP]", 102),
+    )
+    tokenizer = BackendTokenizer(models.WordPiece(vocab, unk_token=pieces[unk]))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    tokenizer.add_special_tokens(
+        [
+            AddedToken(p, special=True, normalized=False)
+            for p, kind in zip(pieces, types, strict=True)
+            if kind == TOKEN_TYPE_CONTROL
+        ]
+    )
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{pieces[cls]} $A {pieces[sep]}",
+        pair=f"{pieces[cls]} $A {pieces[sep]} $B:1 {pieces[sep]}:1",
+        special_tokens=[(pieces[cls], cls), (pieces[sep], sep)],
+    )
+    return tokenizer

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from engine.encoder import EncoderRunner, LoadedEncoder, length_buckets, load_encoder
+from engine.encoder import EncoderRunner, LoadedEncoder, is_encoder_checkpoint, length_buckets, load_encoder
 from engine.encoder_inputs import longest_first
 from engine.errors import CheckpointError
 from tests.engine.tiny_encoders import QUERY, SENTENCES, TINY_ENCODERS, build_tiny_encoder
+from tests.engine.tiny_gguf_encoders import write_bert_gguf
 
 GOLDENS = Path(__file__).parent.parent / "goldens" / "tiny_encoders"
 
@@ -113,3 +114,20 @@ def test_a_pair_over_the_limit_is_cut_to_it_with_its_special_tokens(encoders: di
     cut = encoder.encode_pair(QUERY, " ".join(["cat"] * 100), 20)
     assert len(cut.token_ids) == 20 and cut.token_ids.count(3) == 2  # [SEP] closes each part
     assert cut.token_ids[: len(encoder.encode_text(QUERY).token_ids) - 1] == encoder.encode_text(QUERY).token_ids[:-1]
+
+
+@pytest.mark.parametrize(("half", "atol"), [(False, 1e-5), (True, 2e-3)])
+def test_a_bert_gguf_embeds_like_its_safetensors_directory(tmp_path: Path, half: bool, atol: float) -> None:
+    """A tiny BERT converted the way llama.cpp converts one: the same tokens, and the embeddings
+    of sentence-transformers' goldens (float16 matrices within their rounding), unit length."""
+    directory = build_tiny_encoder("bert_mean", tmp_path / "bert_mean")
+    path = write_bert_gguf(directory, tmp_path / "bert_mean.gguf", half)
+    assert is_encoder_checkpoint(path)
+    gguf_encoder, directory_encoder = load_encoder(path), load_encoder(directory)
+    for sentence in SENTENCES:
+        assert gguf_encoder.encode_text(sentence) == directory_encoder.encode_text(sentence)
+    assert gguf_encoder.encode_pair(QUERY, SENTENCES[3]) == directory_encoder.encode_pair(QUERY, SENTENCES[3])
+    assert (gguf_encoder.pooling, gguf_encoder.normalize, gguf_encoder.max_tokens) == ("mean", True, 64)
+    got = EncoderRunner.for_encoder(gguf_encoder, 1024).run([gguf_encoder.encode_text(s) for s in SENTENCES])
+    expected = np.array(json.loads((GOLDENS / "bert_mean.json").read_text())["embeddings"], np.float32)
+    np.testing.assert_allclose(got, expected, atol=atol)

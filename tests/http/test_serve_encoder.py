@@ -20,14 +20,22 @@ import pytest
 
 from tests.engine.tiny_decoder_embedders import build_tiny_decoder_embedder
 from tests.engine.tiny_encoders import SENTENCES, build_tiny_encoder
+from tests.engine.tiny_gguf_encoders import write_bert_gguf
 from tests.http.test_serve_process import free_port
 
 GOLDENS = Path(__file__).parent.parent / "goldens" / "tiny_encoders"
 
 
-BUILDERS: dict[str, Callable[[str, Path], Path]] = {
-    "bert_mean": build_tiny_encoder,
-    "qwen3_embedding": build_tiny_decoder_embedder,
+def bert_gguf(_: str, path: Path) -> Path:
+    directory = build_tiny_encoder("bert_mean", path.parent / "bert_mean")
+    return write_bert_gguf(directory, path.with_suffix(".gguf"))
+
+
+# served model → (how to build it, its goldens, its longest input)
+BUILDERS: dict[str, tuple[Callable[[str, Path], Path], str, int]] = {
+    "bert_mean": (build_tiny_encoder, "bert_mean", 48),
+    "bert_gguf": (bert_gguf, "bert_mean", 64),  # the GGUF keeps the position table's length, not max_seq_length
+    "qwen3_embedding": (build_tiny_decoder_embedder, "qwen3_embedding", 48),
 }
 
 
@@ -58,13 +66,15 @@ def serving(tmp_path: Path, *args: str) -> Iterator[tuple[str, subprocess.Popen[
 
 @pytest.mark.parametrize("tiny", list(BUILDERS))
 def test_an_embedding_model_served_alone(tmp_path: Path, tiny: str) -> None:
-    model = BUILDERS[tiny](tiny, tmp_path / "tiny-embedder")
+    build, golden, longest = BUILDERS[tiny]
+    model = build(tiny, tmp_path / "tiny-embedder")
     with serving(tmp_path, "--model", str(model)) as (base, process):
         listed = httpx.get(f"{base}/v1/models").json()["data"]
-        assert [(m["id"], m["kind"], m["max_model_len"]) for m in listed] == [("pooled/tiny-embedder", "embedding", 48)]
+        expected_models = [("pooled/tiny-embedder", "embedding", longest)]
+        assert [(m["id"], m["kind"], m["max_model_len"]) for m in listed] == expected_models
 
         answer = httpx.post(f"{base}/v1/embeddings", json={"model": "pooled/tiny-embedder", "input": list(SENTENCES)})
-        expected = json.loads((GOLDENS / f"{tiny}.json").read_text())["embeddings"]
+        expected = json.loads((GOLDENS / f"{golden}.json").read_text())["embeddings"]
         np.testing.assert_allclose([d["embedding"] for d in answer.json()["data"]], expected, atol=1e-5)
         ranked = httpx.post(f"{base}/v1/rerank", json={"query": "cat", "documents": ["the cat", "a dog"]})
         assert ranked.status_code == 200 and len(ranked.json()["results"]) == 2
