@@ -3,18 +3,22 @@
 Each row emits its script one token per `Tokens` event, then `Finished`. With a constraint it runs
 until the grammar is complete, a scripted token the grammar forbids (or any past the script)
 replaced by the lowest allowed id, so a constrained row always writes what the grammar admits. It honours `n`,
-`max_tokens`, `logprobs`, `cancel` and a blocking `gate` to hold a request in flight.
+`max_tokens`, `logprobs`, `cancel` and a blocking `gate` to hold a request in flight. Encode
+requests go to real encoder runners, if it has any, each input alone, refused as the engine refuses.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from engine.api import (
+    Encoded,
+    EncodeEvent,
+    EncodeRequest,
     EngineEvent,
     Finished,
     GenerationRequest,
@@ -23,14 +27,23 @@ from engine.api import (
     Tokens,
     Usage,
 )
+from engine.encoding import check_encode
 from engine.metrics import Bucket, EngineStats, Histogram
+from engine.runner_api import EncodeRunner
 
 Script = Callable[[GenerationRequest, int], Sequence[int]]
 
 
 class FakeEngine:
-    def __init__(self, script: Script, vocab_size: int, stop_ids: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self,
+        script: Script,
+        vocab_size: int,
+        stop_ids: frozenset[int] = frozenset(),
+        encoders: Mapping[str, EncodeRunner] | None = None,
+    ) -> None:
         self.script = script
+        self.encoders = dict(encoders or {})
         self.vocab_size = vocab_size
         self.stop_ids = stop_ids
         self.submitted: list[GenerationRequest] = []
@@ -47,6 +60,13 @@ class FakeEngine:
         request_id = next(self._ids)
         threading.Thread(target=self._run, args=(request_id, request, sink), daemon=True).start()
         return request_id
+
+    def encode(self, request: EncodeRequest, sink: Callable[[EncodeEvent], None]) -> int:
+        check_encode(request, self.encoders)
+        runner = self.encoders[request.encoder]
+        values = np.concatenate([runner.run([item]) for item in request.inputs])
+        threading.Thread(target=sink, args=(Encoded(values, sum(len(i.token_ids) for i in request.inputs)),)).start()
+        return next(self._ids)
 
     def cancel(self, request_id: int) -> None:
         self.cancelled.add(request_id)

@@ -8,6 +8,11 @@ boolean for a number, a null where the field takes none) is refused with a 4xx.
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
+from pathlib import Path
+
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import (
@@ -19,20 +24,36 @@ from schemathesis.checks import (
 from schemathesis.specs.openapi.checks import negative_data_rejection
 
 from engine.checkpoint.gguf_file import read_gguf_metadata
+from engine.encoder import EncoderRunner, load_encoder
 from engine.tokenizer import ChatTemplate, Tokenizer
 from pooled.app import build_app, server_context
 from pooled.model_host import default_model_path
 from pooled.settings import Settings
 from tests.conftest import BASE_URL, StubModel
+from tests.engine.tiny_encoders import build_tiny_encoder
 from tests.fake_engine import FakeEngine
 
-# The model routes run for real (tokenizer, chat template, the whole generation layer); only the
-# engine is a scripted double, so fuzzed requests reach every check a real request meets.
+# The model routes run for real (tokenizer, chat template, the whole generation layer; tiny real
+# encoders for embeddings and rerank); only the engine's queue is a scripted double, so fuzzed
+# requests reach every check a real request meets.
 _metadata = read_gguf_metadata(default_model_path(), prefix="tokenizer.")
 _tokenizer = Tokenizer.from_gguf_metadata(_metadata)
-_engine = FakeEngine(lambda request, row: _tokenizer.encode("Hi there."), _tokenizer.vocab_size)
+_encoders_dir = Path(tempfile.mkdtemp(prefix="schemathesis-encoders-"))
+atexit.register(shutil.rmtree, _encoders_dir, ignore_errors=True)
+_encoders = {
+    f"pooled/{name}": load_encoder(build_tiny_encoder(name, _encoders_dir / name))
+    for name in ("bert_mean", "bert_cross_encoder")
+}
+_engine = FakeEngine(
+    lambda request, row: _tokenizer.encode("Hi there."),
+    _tokenizer.vocab_size,
+    encoders={name: EncoderRunner.for_encoder(encoder, 1024) for name, encoder in _encoders.items()},
+)
 _model = StubModel(
-    engine=_engine, tokenizer=_tokenizer, chat_template=ChatTemplate(_metadata["tokenizer.chat_template"], _tokenizer)
+    engine=_engine,
+    tokenizer=_tokenizer,
+    chat_template=ChatTemplate(_metadata["tokenizer.chat_template"], _tokenizer),
+    encoders=dict(_encoders),
 )
 app = build_app(Settings(), server_context(Settings(), _model))
 schema = schemathesis.openapi.from_asgi("/v1/openapi.json", app, headers={"host": "127.0.0.1:8080"})
