@@ -25,8 +25,7 @@ class EngineConfig:
     bucket_growth: int = 4
     # Prompt-lookup drafts (engine/drafts.py): the most draft tokens a decoding row brings to a
     # step (0: none), and the most decoding rows for which steps take drafts. One row (an agent's
-    # turn): a step of several rows' drafts costs more per position, and past engine/int8.py's
-    # KERNEL_MAX_ROWS positions a w8a8 step's logits differ from a decode step's in the last bits.
+    # turn): a step of several rows' drafts costs more per position.
     draft_tokens: int = 4
     draft_rows: int = 1
     # The prefix cache's disk tier (engine/prefix_disk.py): its folder ("" = none) and byte cap.

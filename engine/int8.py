@@ -2,11 +2,13 @@
 the fly, int32 accumulation (`--quantization w8a8`); and the matmuls of weights kept in Q4_1 blocks
 (`--quantization w4a8`, engine/int4.py), which run on their own native kernel on CPUs.
 
-Why: an int8 × int8 → int32 dot reads a quarter of an f32 weight's bytes, and on XLA's CPU
-backend it also runs a much faster kernel than an f32 dot once there are many rows. With few rows
-XLA's int8 dot streams weights far below the memory's bandwidth (and one row takes a slow path, so
-XLA gets it padded to two), so up to `KERNEL_MAX_ROWS` rows the native kernel of engine/kernels
-runs instead (the same function, bit for bit); from about a dozen rows on, XLA's dot is as fast.
+Why: an int8 × int8 → int32 dot reads a quarter of an f32 weight's bytes. On a CPU every call
+runs the native kernel of engine/kernels, whatever its rows: with few rows XLA's int8 dot streams
+weights far below the memory's bandwidth, with many it was no faster (Zen 3, 2026-12-03), and
+with one implementation a row's numbers never depend on how many rows a step has. Two would
+not round alike: XLA fuses the last scale multiply with the add after it (a residual) into one
+fused multiply-add on some CPUs, a 7-row chunk on the kernel and a 23-row one on XLA's dot then
+rounded apart, and the w8a8 model's activations, rounded to int8, carried that into its logits.
 
 The price is accuracy: one scale per row of activations is coarse where a few channels are much
 larger than the rest (what it costs: `tools/quantization_quality.py`, docs/BENCHMARKS.md).
@@ -29,7 +31,6 @@ from engine import int4, kernels
 Array = jax.Array
 
 LEVELS = 127.0  # symmetric int8: -127..127
-KERNEL_MAX_ROWS = 8  # the native kernel's lead over XLA's dot is gone by about a dozen rows
 
 
 class Weight(NamedTuple):
@@ -103,19 +104,16 @@ def matmul(x: Array, weight: Weight) -> Array:
 
 def matmuls(x: Array, weights: Sequence[Weight]) -> list[Array]:
     """`matmul` of one x by each [N, K] weight, x quantized once. On a CPU one native call quantizes
-    x and streams all the weights (q, k and v; gate and up): for int8 weights up to
-    `KERNEL_MAX_ROWS` rows (the same function as XLA's path, bit for bit); for packed ones always
-    (engine/int4.py: the Q4 function, whose rows never depend on each other; XLA's path, on other
-    platforms or without a compiler, rounds the weights to int8)."""
+    x and streams all the weights (q, k and v; gate and up): for int8 weights the function of XLA's
+    path; for packed ones the Q4 function (engine/int4.py), whose rows never depend on each other
+    (XLA's path, on other platforms or without a compiler, rounds the weights to int8)."""
     rows = x.reshape(-1, x.shape[-1]).astype(jnp.float32)
     if not kernels.available():
         ys = xla_matmuls(rows, weights)
     elif weights[0].packed:
         ys = jax.lax.platform_dependent(rows, weights, cpu=_q4_kernel_matmuls, default=xla_matmuls)
-    elif rows.shape[0] <= KERNEL_MAX_ROWS:
-        ys = jax.lax.platform_dependent(rows, weights, cpu=_int8_kernel_matmuls, default=xla_matmuls)
     else:
-        ys = xla_matmuls(rows, weights)
+        ys = jax.lax.platform_dependent(rows, weights, cpu=_int8_kernel_matmuls, default=xla_matmuls)
     return [y.reshape(*x.shape[:-1], y.shape[-1]) for y in ys]
 
 
@@ -132,7 +130,11 @@ def quantize_rows(rows: Array) -> tuple[Array, Array]:
     # fusions only), and the native kernel must get the same bits.
     row_scale = jnp.max(jnp.abs(rows), axis=1) * jnp.float32(1 / LEVELS)
     row_scale = jnp.where(row_scale == 0, 1.0, row_scale)
-    return jnp.round(rows / row_scale[:, None]).astype(jnp.int8), row_scale
+    # Times the reciprocal, not divided by the scale: XLA turns a division by a broadcast row scale
+    # into this product on some CPUs (a Zen 3 build did, a Zen 4 one did not), and an x / scale of
+    # exactly k + 0.5 then rounds apart from the native kernel's.
+    inverse = 1.0 / row_scale
+    return jnp.round(rows * inverse[:, None]).astype(jnp.int8), row_scale
 
 
 def xla_matmuls(rows: Array, weights: Sequence[Weight]) -> list[Array]:

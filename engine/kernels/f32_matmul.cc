@@ -2,7 +2,8 @@
 // projections, an output head) as an XLA CPU custom call, each row of y computed alone: a row's
 // result never depends on how many rows the call has or where the row sits among them,
 //   y[m, n] = fma(x[m, K-1], w[K-1, n], ... fma(x[m, 1], w[1, n], fma(x[m, 0], w[0, n], 0))),
-// the products added in input order in every path (register tiles, rows streamed through y, the
+// the products added in input order in every path (register tiles on the weights or on packed
+// panels of them, rows streamed through y, the
 // scalar channels past the last whole tile, the portable loops).
 //
 // Why: XLA's own dot picks its blocking of the inputs, and with it the order in which a row's
@@ -90,28 +91,35 @@ constexpr int kTileRows = 4;
 constexpr int kTileChannels = 16;
 #endif
 
+// RT rows by CT channels (a multiple of the vector width) from weights `w` whose row k starts at
+// w + k * w_stride: the weight itself at its channel n0, or a packed panel (PackedTiles).
+template <int RT, int CT>
+void VectorTile(const Problem& p, const float* w, int64_t w_stride, int64_t m0, int64_t n0) {
+  constexpr int V = CT / Lanes::kWidth;
+  Lanes::V acc[RT][V];
+  for (int i = 0; i < RT; ++i)
+    for (int j = 0; j < V; ++j) acc[i][j] = Lanes::Zero();
+  const float* x = p.x + m0 * p.depth;
+  for (int64_t k = 0; k < p.depth; ++k) {
+    const float* w_row = w + k * w_stride;
+    Lanes::V wk[V];
+    for (int j = 0; j < V; ++j) wk[j] = Lanes::Load(w_row + Lanes::kWidth * j);
+    for (int i = 0; i < RT; ++i) {
+      const Lanes::V xi = Lanes::Splat(x[i * p.depth + k]);
+      for (int j = 0; j < V; ++j) acc[i][j] = Lanes::Fma(xi, wk[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < RT; ++i)
+    for (int j = 0; j < V; ++j) Lanes::Store(p.y + (m0 + i) * p.channels + n0 + Lanes::kWidth * j, acc[i][j]);
+}
+
 // RT rows by CT channels (a multiple of the vector width, or 1 for a channel past the last tile).
 template <int RT, int CT>
 void Tile(const Problem& p, int64_t m0, int64_t n0) {
   if constexpr (CT % Lanes::kWidth != 0) {
     for (int j = 0; j < CT; ++j) ScalarChannel<RT>(p, m0, n0 + j);
   } else {
-    constexpr int V = CT / Lanes::kWidth;
-    Lanes::V acc[RT][V];
-    for (int i = 0; i < RT; ++i)
-      for (int j = 0; j < V; ++j) acc[i][j] = Lanes::Zero();
-    const float* x = p.x + m0 * p.depth;
-    for (int64_t k = 0; k < p.depth; ++k) {
-      const float* w_row = p.w + k * p.channels + n0;
-      Lanes::V w[V];
-      for (int j = 0; j < V; ++j) w[j] = Lanes::Load(w_row + Lanes::kWidth * j);
-      for (int i = 0; i < RT; ++i) {
-        const Lanes::V xi = Lanes::Splat(x[i * p.depth + k]);
-        for (int j = 0; j < V; ++j) acc[i][j] = Lanes::Fma(xi, w[j], acc[i][j]);
-      }
-    }
-    for (int i = 0; i < RT; ++i)
-      for (int j = 0; j < V; ++j) Lanes::Store(p.y + (m0 + i) * p.channels + n0 + Lanes::kWidth * j, acc[i][j]);
+    VectorTile<RT, CT>(p, p.w + n0, p.channels, m0, n0);
   }
 }
 
@@ -155,6 +163,68 @@ void StreamRows(const Problem& p, int64_t n0, int64_t n1) {
   int64_t k = 0;
   for (; k + kStreamDepth <= p.depth; k += kStreamDepth) StreamStep<kStreamDepth>(p, k, n0, n1);
   for (; k < p.depth; ++k) StreamStep<1>(p, k, n0, n1);
+}
+
+// From this many rows the weights are first packed into panels of kTileChannels channels, each
+// panel's rows contiguous ([depth][kTileChannels]), and the tiles read the panels: a tile then
+// walks its weights in address order (the prefetcher follows it), where the unpacked weights are
+// read kTileChannels channels at a time down rows `channels` apart. Work is shared out by blocks
+// of kBlockRows rows by kBlockPanels panels, so a block's inputs stay in the core's cache while
+// its panels go by. The multiply-adds, and the order each sum takes them in, are Tile's.
+constexpr int64_t kPackRows = 64;
+constexpr int64_t kBlockRows = 96;
+constexpr int64_t kBlockPanels = 4;
+
+// The last `rows` rows of a block (fewer than kTileRows) as one tile on a packed panel.
+template <int RT>
+void PanelRows(const Problem& p, const float* panel, int64_t m0, int64_t n0, int64_t rows) {
+  if constexpr (RT > 0) {
+    if (rows == RT) {
+      VectorTile<RT, kTileChannels>(p, panel, kTileChannels, m0, n0);
+    } else {
+      PanelRows<RT - 1>(p, panel, m0, n0, rows);
+    }
+  }
+}
+
+// Every problem's whole panels packed, then its rows × panels in blocks; the channels past the
+// last whole panel go through Tile on the unpacked weights.
+void PackedTiles(ffi::ThreadPool& pool, const std::vector<Problem>& problems) {
+  struct Block {
+    size_t problem;
+    int64_t m0, panel0;
+  };
+  std::vector<std::vector<float>> panels(problems.size());
+  std::vector<Block> blocks;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const Problem& p = problems[i];
+    const int64_t whole = p.channels / kTileChannels;
+    panels[i].resize(whole * p.depth * kTileChannels);
+    for (int64_t panel = 0; panel < whole; ++panel)
+      for (int64_t k = 0; k < p.depth; ++k)
+        std::copy_n(p.w + k * p.channels + panel * kTileChannels, kTileChannels,
+                    panels[i].data() + (panel * p.depth + k) * kTileChannels);
+    for (int64_t m0 = 0; m0 < p.rows; m0 += kBlockRows)
+      for (int64_t panel0 = 0; panel0 * kTileChannels < p.channels; panel0 += kBlockPanels)
+        blocks.push_back(Block{i, m0, panel0});
+  }
+  pooled::ForEachUnit(pool, static_cast<int64_t>(blocks.size()), true, [&](int64_t unit) {
+    const Block& b = blocks[unit];
+    const Problem& p = problems[b.problem];
+    const int64_t m1 = std::min(b.m0 + kBlockRows, p.rows);
+    const int64_t whole = p.channels / kTileChannels;
+    for (int64_t panel = b.panel0; panel < std::min(b.panel0 + kBlockPanels, whole); ++panel) {
+      const float* packed = panels[b.problem].data() + panel * p.depth * kTileChannels;
+      int64_t m0 = b.m0;
+      for (; m0 + kTileRows <= m1; m0 += kTileRows)
+        VectorTile<kTileRows, kTileChannels>(p, packed, kTileChannels, m0, panel * kTileChannels);
+      PanelRows<kTileRows - 1>(p, packed, m0, panel * kTileChannels, m1 - m0);
+    }
+    if (b.panel0 + kBlockPanels > whole) {  // this block holds the channels past the last panel
+      for (int64_t m0 = b.m0; m0 < m1; ++m0)
+        for (int64_t n = whole * kTileChannels; n < p.channels; ++n) Tile<1, 1>(p, m0, n);
+    }
+  });
 }
 
 // The tiles of this file, for pooled::RunTiles.
@@ -202,6 +272,8 @@ ffi::Error F32Matmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Remaini
     for (const Problem& p : problems) channels += p.channels;
     const int64_t per_thread = (channels / pool.num_threads() + 15) / 16 * 16;
     pooled::ForEachChunk(pool, problems, std::max(kStreamChannels, per_thread), StreamRows);
+  } else if (x.dimensions()[0] >= kPackRows && Lanes::kWidth > 1) {
+    PackedTiles(pool, problems);
   } else {
     pooled::RunTiles<Tiles>(pool, problems);
   }

@@ -160,7 +160,8 @@ void Quantize(const float* x, int64_t rows, int64_t depth, int8_t* q, float* sca
     for (int64_t k = 0; k < depth; ++k) peak = std::max(peak, std::fabs(row[k]));
     const float s = peak * (1.0f / 127.0f);  // as engine/int8.py writes it (not peak / 127: 1 ulp apart)
     scale[m] = s == 0.0f ? 1.0f : s;
-    for (int64_t k = 0; k < depth; ++k) q[m * depth + k] = static_cast<int8_t>(std::nearbyint(row[k] / scale[m]));
+    const float inverse = 1.0f / scale[m];  // a product, as engine/int8.py's (see quantize_rows)
+    for (int64_t k = 0; k < depth; ++k) q[m * depth + k] = static_cast<int8_t>(std::nearbyint(row[k] * inverse));
   }
 }
 

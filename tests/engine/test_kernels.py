@@ -28,19 +28,21 @@ def test_the_kernel_builds_where_a_compiler_is() -> None:
 
 @pytest.mark.parametrize(("channels", "depth"), [(1536, 576), (576, 1536), (50257, 64), (7, 100), (1, 576)])
 def test_a_float_matmul_row_never_depends_on_the_other_rows(channels: int, depth: int) -> None:
-    """Every row count (the streamed rows up to 4, register tiles beyond, tiles cut short) and any
-    position among the rows give a row the same bits, within float32 rounding of the exact product."""
+    """Every row count (the streamed rows up to 4, register tiles beyond, tiles cut short, packed
+    weights from 64 rows) and any position among the rows give a row the same bits, within
+    float32 rounding of the exact product."""
     if not kernels.available():
         pytest.skip("no C++ compiler: the kernel is not built here")
     rng = np.random.default_rng(channels + depth)
-    x = rng.standard_normal((70, depth)).astype(np.float32)
+    x = rng.standard_normal((200, depth)).astype(np.float32)
     weight = jnp.asarray(rng.standard_normal((depth, channels)).astype(np.float32))
     matmul = jax.jit(lambda x, w: kernels.f32_matmul(x, [w, w[:, : max(1, channels // 3)]]))
     whole, third = (np.asarray(y) for y in matmul(jnp.asarray(x), weight))
     exact = x.astype(np.float64) @ np.asarray(weight, np.float64)
     np.testing.assert_allclose(whole, exact, rtol=0, atol=1e-4 * np.sqrt(depth) * 4)
     np.testing.assert_array_equal(third, whole[:, : third.shape[1]])
-    for first, count in [(0, 1), (5, 1), (3, 2), (10, 4), (20, 5), (1, 8), (30, 11), (40, 30)]:
+    # Up to 63 rows the weights are read as they are; from 64 packed, in blocks of 96 rows.
+    for first, count in [(0, 1), (5, 1), (3, 2), (10, 4), (20, 5), (1, 8), (30, 11), (40, 30), (7, 64), (90, 101)]:
         rows = matmul(jnp.asarray(x[first : first + count]), weight)[0]
         np.testing.assert_array_equal(np.asarray(rows), whole[first : first + count], f"{count} rows from {first}")
 
@@ -66,11 +68,28 @@ def test_the_kernel_equals_xlas_int8_dot(rows: int, channels: int, depth: int) -
     x[0, :4] = [127.0, 2.5, -3.5, 0.5]  # scale 1: halves round to even, as jnp.round does
     if rows > 2:
         x[2] = 0.0  # a zero row takes scale 1
+    if rows > 1:
+        x[1, :8] = _halves_apart(float(np.abs(x[1]).max()) + 1.0)
     weight = jnp.asarray(rng.integers(-127, 128, (channels, depth)), jnp.int8)
     weight_scale = jnp.asarray(rng.random(channels) + 0.01, jnp.float32)
     got = jax.jit(kernels.int8_matmul)(jnp.asarray(x), [(weight, weight_scale)])[0]
     expected = jax.jit(int8.xla_matmuls)(jnp.asarray(x), [int8.Weight(weight, weight_scale)])[0]
     np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+
+
+def _halves_apart(peak: float) -> np.ndarray:
+    """The peak, then values v whose v / scale is exactly k + 0.5 but v · (1 / scale) is not (or the
+    other way round): the quotient and the product round to different integers, so the kernel and
+    XLA agree on them only if both take the same one."""
+    scale = np.float32(peak) * np.float32(1 / 127)
+    inverse = np.float32(1) / scale
+    found = [np.float32(peak)]
+    for k in range(-126, 126):
+        for v in np.float32((k + 0.5) * scale) + np.arange(-2, 3, dtype=np.float32) * np.spacing(np.float32(k * scale)):
+            if len(found) < 8 and (np.float32(v / scale) == k + 0.5) != (np.float32(v * inverse) == k + 0.5):
+                found.append(np.float32(v))
+    assert len(found) == 8, "no value rounds apart at this scale"
+    return np.asarray(found, np.float32)
 
 
 def test_extreme_values_do_not_overflow() -> None:
