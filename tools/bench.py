@@ -253,7 +253,9 @@ def running(
     command: list[str], base_url: str, ready_path: str, log_path: Path | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
     """`command` started, its output in `log_path` (default .cache/bench-NAME.log), once `ready_path` says ready."""
-    log = open(log_path or REPO / ".cache" / f"bench-{Path(command[0]).name}.log", "wb")  # noqa: SIM115
+    log_path = log_path or REPO / ".cache" / f"bench-{Path(command[0]).name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)  # a fresh checkout has no .cache yet
+    log = open(log_path, "wb")  # noqa: SIM115
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
