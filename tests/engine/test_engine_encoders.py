@@ -17,7 +17,7 @@ from engine.engine_config import EngineConfig
 from tests.engine.engine_harness import WAIT_S, Collected, greedy_request
 from tests.engine.tiny_encoders import QUERY, SENTENCES, build_tiny_encoder
 
-CONFIG = EngineConfig(decode_lanes=4, max_queue=16, page_size=8, prefill_chunk=8)
+CONFIG = EngineConfig(decode_lanes=8, max_queue=24, page_size=8, prefill_chunk=8)
 BATCH_TOKENS = 256  # so a request of many inputs takes several batches
 
 
@@ -118,11 +118,11 @@ class Stream(Collected):
 def test_a_burst_of_encode_requests_waits_its_turn_between_decode_steps(
     engine: Engine, encoders: dict[str, LoadedEncoder], runners: dict[str, CountingRunner]
 ) -> None:
-    """Four streams decode while 12 encode requests of several batches each arrive: between two
+    """Eight streams decode while 12 encode requests of several batches each arrive: between two
     tokens of a stream the engine thread runs at most one encoder batch."""
     runner = runners["embed"]
     long_inputs = tuple(encoders["embed"].encode_text(SENTENCES[-1]) for _ in range(20))
-    streams = [Stream(runner) for _ in range(4)]
+    streams = [Stream(runner) for _ in range(8)]
     for i, stream in enumerate(streams):
         engine.submit(greedy_request(list(range(3 + i, 12 + i)), 40), stream)
     while not all(stream.batches_at_token for stream in streams):
