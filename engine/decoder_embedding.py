@@ -64,8 +64,7 @@ def decoder_embedding(model: LoadedModel, tokenizer_json: str, max_tokens: int) 
     """`model`'s embedding pass for inputs of up to `max_tokens` tokens (and no more than its
     context or its declared longest input), pooling as its checkpoint declares."""
     source = model.source
-    declared = source.is_dir() and declares_pooling(source)
-    pooling, normalize = declared_pooling(source) if declared else ("last", True)
+    pooling, normalize = declared_pooling(source) if declares_pooling(source) else ("last", True)
     tokenizer = BackendTokenizer.from_str(tokenizer_json)
     tokenizer.no_truncation()
     tokenizer.no_padding()

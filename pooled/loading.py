@@ -93,6 +93,7 @@ class ServedEncoder:
 
     face: Embedder
     runner: EncoderRunner
+    quantization: str = "none"  # what a decoder's --quantization resolved to
 
 
 def load_encoders(settings: Settings) -> dict[str, ServedEncoder]:
@@ -106,11 +107,7 @@ def load_encoders(settings: Settings) -> dict[str, ServedEncoder]:
         if value is None:
             continue
         path = Path(value).expanduser()
-        if kind == "embedding" and is_embedding_decoder(path):
-            served = decoder_embedder(load_checkpoint(path, settings), settings)
-        else:
-            encoder = load_encoder(path)
-            served = ServedEncoder(encoder, EncoderRunner.for_encoder(encoder, settings.encoder_batch_tokens))
+        served = load_served_encoder(path, settings)
         if served.face.kind != kind:
             other = "--rerank-model" if served.face.kind == "rerank" else "--embedding-model"
             raise CheckpointError(f"{flag} {value} is a {served.face.kind} model: give it as {other}")
@@ -118,12 +115,20 @@ def load_encoders(settings: Settings) -> dict[str, ServedEncoder]:
     return encoders
 
 
+def load_served_encoder(path: Path, settings: Settings) -> ServedEncoder:
+    """An encoder checkpoint, or a decoder that declares itself an embedding model, with its runner."""
+    if is_embedding_decoder(path):
+        return decoder_embedder(load_checkpoint(path, settings), settings)
+    encoder = load_encoder(path)
+    return ServedEncoder(encoder, EncoderRunner.for_encoder(encoder, settings.encoder_batch_tokens))
+
+
 def decoder_embedder(checkpoint: Checkpoint, settings: Settings) -> ServedEncoder:
     """A decoder's embedding pass (engine/decoder_embedding.py) over the checkpoint's own weights."""
-    embedding = decoder_embedding(checkpoint.model, checkpoint.tokenizer.to_json(), settings.embedding_max_tokens)
-    return ServedEncoder(
-        embedding, decoder_embedding_runner(checkpoint.model, embedding, settings.encoder_batch_tokens)
-    )
+    model = checkpoint.model
+    embedding = decoder_embedding(model, checkpoint.tokenizer.to_json(), settings.embedding_max_tokens)
+    runner = decoder_embedding_runner(model, embedding, settings.encoder_batch_tokens)
+    return ServedEncoder(embedding, runner, model.quantization)
 
 
 def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int], None]) -> Loaded:
@@ -156,19 +161,10 @@ def load_encoder_serving(path: Path, settings: Settings, report: Callable[[str, 
     own engine thread, its routes only (generation is a 400)."""
     if settings.embedding_model or settings.rerank_model:
         raise CheckpointError(f"{path} is an encoder: --embedding-model and --rerank-model go beside a chat model")
-    if is_embedding_decoder(path):
-        checkpoint = load_checkpoint(path, settings)
-        served, tokenizer, quantization = (
-            decoder_embedder(checkpoint, settings),
-            checkpoint.tokenizer,
-            checkpoint.model.quantization,
-        )
-    else:
-        encoder = load_encoder(path)
-        served = ServedEncoder(encoder, EncoderRunner.for_encoder(encoder, settings.encoder_batch_tokens))
-        tokenizer, quantization = Tokenizer(encoder.tokenizer, bos_token_id=None, eos_token_ids=()), "none"
+    served = load_served_encoder(path, settings)
+    tokenizer = Tokenizer(served.face.tokenizer, bos_token_id=None, eos_token_ids=())
     name, face = model_id_for(path), served.face
     engine = EncoderEngine(name, face.kind, served.runner, settings.max_queue, report)
     return Loaded(
-        face.max_tokens, face.max_tokens, None, quantization, tokenizer, None, engine, {name: face}, face.kind
+        face.max_tokens, face.max_tokens, None, served.quantization, tokenizer, None, engine, {name: face}, face.kind
     )

