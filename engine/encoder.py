@@ -1,5 +1,5 @@
 """Encoder models: loading a BERT or XLM-RoBERTa checkpoint (a safetensors directory with its
-sentence-transformers files, or a BERT GGUF: engine/checkpoint/gguf_encoder.py) and running
+sentence-transformers files, or its GGUF: engine/checkpoint/gguf_encoder.py) and running
 batches of inputs through bucketed, compiled shapes.
 
 A checkpoint's sentence-transformers files say how it pools: `modules.json` lists its modules
@@ -82,11 +82,11 @@ def is_encoder_checkpoint(path: Path) -> bool:
 
 
 def load_encoder(path: str | Path) -> LoadedEncoder:
-    """Loads an encoder checkpoint directory or BERT GGUF; raises CheckpointError with a one-line reason."""
+    """Loads an encoder checkpoint directory or encoder GGUF; raises CheckpointError with a one-line reason."""
     path = Path(path).expanduser()
     if path.suffix == ".gguf" and path.is_file():
         gguf = read_gguf_encoder(path)
-        return _loaded(path, gguf.hf_config, gguf.tensors, gguf.tokenizer, (gguf.pooling, True), None)
+        return _loaded(path, gguf.hf_config, gguf.tensors, gguf.tokenizer, (gguf.pooling, gguf.normalize), None)
     if not path.is_dir():
         raise CheckpointError(f"{path} is neither a model directory nor an encoder's .gguf file")
     hf = read_hf_config(path)

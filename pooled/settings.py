@@ -100,7 +100,7 @@ class Settings:
         _optional_str,
         "An embedding model served beside the chat model on /v1/embeddings, and on /v1/rerank by "
         "cosine similarity when no rerank model is loaded: an encoder (a sentence-transformers "
-        "directory: BERT, XLM-RoBERTa; or a BERT GGUF) or a decoder whose sentence-transformers files declare its "
+        "directory: BERT, XLM-RoBERTa; or their GGUF) or a decoder whose sentence-transformers files declare its "
         "pooling (Qwen3-Embedding, gte-Qwen).",
     )
     embeddings: bool = setting(
@@ -119,7 +119,7 @@ class Settings:
         None,
         _optional_str,
         "A cross-encoder (a one-label BertForSequenceClassification or XLMRobertaForSequenceClassification "
-        "directory) served beside the chat model on /v1/rerank.",
+        "directory, or an XLM-RoBERTa one's GGUF) served beside the chat model on /v1/rerank.",
     )
     encoder_batch_tokens: int = setting(
         8192,

@@ -14,6 +14,7 @@ from tokenizers import Tokenizer as BackendTokenizer
 from engine.errors import CheckpointError
 
 # llama.cpp token types (`tokenizer.ggml.token_type`).
+TOKEN_TYPE_UNKNOWN = 2
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
 
@@ -193,5 +194,46 @@ def wordpiece_from_gguf(metadata: Mapping[str, Any]) -> BackendTokenizer:
         single=f"{pieces[cls]} $A {pieces[sep]}",
         pair=f"{pieces[cls]} $A {pieces[sep]} $B:1 {pieces[sep]}:1",
         special_tokens=[(pieces[cls], cls), (pieces[sep], sep)],
+    )
+    return tokenizer
+
+
+def unigram_from_gguf(metadata: Mapping[str, Any]) -> BackendTokenizer:
+    """An XLM-RoBERTa vocabulary (`tokenizer.ggml.model` "t5": SentencePiece Unigram) as the
+    tokenizer.json transformers writes for it: the precompiled normalisation map where the file has
+    one, runs of spaces squeezed (`remove_extra_whitespaces`), U+2581 for each space and before
+    each input (`add_space_prefix`), and <s> A </s> around one input, <s> A </s> </s> B </s>
+    around a pair (the separator is </s>, as llama-server's rerank prompt has it).
+    """
+    if metadata.get("tokenizer.ggml.model") != "t5":
+        raise CheckpointError(f"GGUF tokenizer model {metadata.get('tokenizer.ggml.model')!r} is not Unigram (t5)")
+    tokens: list[str] = metadata["tokenizer.ggml.tokens"]
+    scores: list[float] = metadata.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
+    types = metadata.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    unk = metadata.get("tokenizer.ggml.unknown_token_id")
+    if unk is None:
+        unk = next((i for i, kind in enumerate(types) if kind == TOKEN_TYPE_UNKNOWN), None)
+    tokenizer = BackendTokenizer(
+        models.Unigram(list(zip(tokens, map(float, scores), strict=True)), unk_id=unk, byte_fallback=False)
+    )
+    steps: list[normalizers.Normalizer] = []
+    charsmap = metadata.get("tokenizer.ggml.precompiled_charsmap")
+    if charsmap:
+        steps.append(normalizers.Precompiled(bytes(charsmap)))
+    if metadata.get("tokenizer.ggml.remove_extra_whitespaces", True):
+        steps.append(normalizers.Replace(Regex(" {2,}"), " "))
+    tokenizer.normalizer = normalizers.Sequence(steps)
+    prepend = "always" if metadata.get("tokenizer.ggml.add_space_prefix", True) else "never"
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=prepend, split=True)
+    tokenizer.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme=prepend, split=True)
+    tokenizer.add_special_tokens(
+        [AddedToken(t, special=True) for t, kind in zip(tokens, types, strict=True) if kind == TOKEN_TYPE_CONTROL]
+    )
+    bos, eos = int(metadata.get("tokenizer.ggml.bos_token_id", 0)), int(metadata.get("tokenizer.ggml.eos_token_id", 2))
+    sep = int(metadata.get("tokenizer.ggml.seperator_token_id", eos))
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{tokens[bos]} $A {tokens[eos]}",
+        pair=f"{tokens[bos]} $A {tokens[eos]} {tokens[sep]} $B {tokens[eos]}",
+        special_tokens=sorted({(tokens[bos], bos), (tokens[eos], eos), (tokens[sep], sep)}),
     )
     return tokenizer

@@ -1,5 +1,6 @@
 """One real `pooled serve` (the default model, the real engine) for the whole e2e session, with a
-tiny random embedding encoder and cross-encoder beside it (tests/engine/tiny_encoders.py).
+tiny random embedding encoder (a BERT directory) and cross-encoder (an XLM-RoBERTa GGUF, as
+llama.cpp converts one) beside it (tests/engine/tiny_encoders.py).
 
 A small context and few decode lanes keep the engine's start-up compile short on a CPU machine;
 every test asks for few tokens.
@@ -20,11 +21,12 @@ import pytest
 from openai import OpenAI
 
 from tests.engine.tiny_encoders import build_tiny_encoder
+from tests.engine.tiny_gguf_encoders import write_encoder_gguf
 from tests.http.test_serve_process import CONTEXT, DECODE_LANES, SMALL_ENGINE, free_port, fresh_prefix_cache
 
 __all__ = ["CONTEXT", "DECODE_LANES"]  # the e2e server's shape, for tests that probe its limits
 
-EMBEDDING_ENCODER, RERANK_ENCODER = "bert_mean", "bert_cross_encoder"  # served as pooled/<name>
+EMBEDDING_ENCODER, RERANK_ENCODER = "bert_mean", "xlm_roberta_cross_encoder"  # served as pooled/<name>
 
 # Short, so that a test can show an answer that streams for longer is not cut by it (e2e requests
 # run one at a time: none waits in the queue).
@@ -38,7 +40,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
     encoders = tmp_path_factory.mktemp("encoders")
-    embedding, rerank = (build_tiny_encoder(name, encoders / name) for name in (EMBEDDING_ENCODER, RERANK_ENCODER))
+    embedding = build_tiny_encoder(EMBEDDING_ENCODER, encoders / EMBEDDING_ENCODER)
+    rerank = write_encoder_gguf(
+        build_tiny_encoder(RERANK_ENCODER, encoders / "directory"), encoders / f"{RERANK_ENCODER}.gguf"
+    )
     serve = [
         *(str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *SMALL_ENGINE),
         *("--embedding-model", str(embedding), "--rerank-model", str(rerank)),

@@ -12,7 +12,7 @@ from engine.encoder import EncoderRunner, LoadedEncoder, is_encoder_checkpoint, 
 from engine.encoder_inputs import longest_first
 from engine.errors import CheckpointError
 from tests.engine.tiny_encoders import QUERY, SENTENCES, TINY_ENCODERS, build_tiny_encoder
-from tests.engine.tiny_gguf_encoders import write_bert_gguf
+from tests.engine.tiny_gguf_encoders import write_encoder_gguf
 
 GOLDENS = Path(__file__).parent.parent / "goldens" / "tiny_encoders"
 
@@ -116,18 +116,43 @@ def test_a_pair_over_the_limit_is_cut_to_it_with_its_special_tokens(encoders: di
     assert cut.token_ids[: len(encoder.encode_text(QUERY).token_ids) - 1] == encoder.encode_text(QUERY).token_ids[:-1]
 
 
+# Beyond the goldens' sentences: capitals and full-width letters, a ligature, runs of spaces and an
+# ideographic space, which XLM-RoBERTa's precompiled map and whitespace rules must treat alike.
+UNUSUAL = ("ＴＨＥ ＣＡＴ  sat", "the \ufb01ne   road\u3000by the sea", "  blue  ")
+
+
+@pytest.mark.parametrize("name", ["bert_mean", "xlm_roberta"])
 @pytest.mark.parametrize(("half", "atol"), [(False, 1e-5), (True, 2e-3)])
-def test_a_bert_gguf_embeds_like_its_safetensors_directory(tmp_path: Path, half: bool, atol: float) -> None:
-    """A tiny BERT converted the way llama.cpp converts one: the same tokens, and the embeddings
-    of sentence-transformers' goldens (float16 matrices within their rounding), unit length."""
-    directory = build_tiny_encoder("bert_mean", tmp_path / "bert_mean")
-    path = write_bert_gguf(directory, tmp_path / "bert_mean.gguf", half)
+def test_an_encoder_gguf_embeds_like_its_safetensors_directory(
+    tmp_path: Path, name: str, half: bool, atol: float
+) -> None:
+    """A tiny encoder converted the way llama.cpp converts one: the same tokens, and the
+    embeddings of sentence-transformers' goldens (float16 matrices within their rounding), unit
+    length."""
+    directory = build_tiny_encoder(name, tmp_path / name)
+    path = write_encoder_gguf(directory, tmp_path / f"{name}.gguf", half)
     assert is_encoder_checkpoint(path)
     gguf_encoder, directory_encoder = load_encoder(path), load_encoder(directory)
-    for sentence in SENTENCES:
+    for sentence in (*SENTENCES, *UNUSUAL):
         assert gguf_encoder.encode_text(sentence) == directory_encoder.encode_text(sentence)
     assert gguf_encoder.encode_pair(QUERY, SENTENCES[3]) == directory_encoder.encode_pair(QUERY, SENTENCES[3])
     assert (gguf_encoder.pooling, gguf_encoder.normalize, gguf_encoder.max_tokens) == ("mean", True, 64)
     got = EncoderRunner.for_encoder(gguf_encoder, 1024).run([gguf_encoder.encode_text(s) for s in SENTENCES])
-    expected = np.array(json.loads((GOLDENS / "bert_mean.json").read_text())["embeddings"], np.float32)
+    expected = np.array(json.loads((GOLDENS / f"{name}.json").read_text())["embeddings"], np.float32)
     np.testing.assert_allclose(got, expected, atol=atol)
+
+
+def test_an_xlm_roberta_gguf_cross_encoder_scores_like_sentence_transformers(tmp_path: Path) -> None:
+    directory = build_tiny_encoder("xlm_roberta_cross_encoder", tmp_path / "cross")
+    encoder = load_encoder(write_encoder_gguf(directory, tmp_path / "cross.gguf"))
+    assert (encoder.kind, encoder.config.family) == ("rerank", "xlm-roberta")
+    logits = EncoderRunner.for_encoder(encoder, 1024).run([encoder.encode_pair(QUERY, s) for s in SENTENCES])
+    expected = np.array(json.loads((GOLDENS / "xlm_roberta_cross_encoder.json").read_text())["scores"], np.float32)
+    np.testing.assert_allclose(1 / (1 + np.exp(-logits)), expected, atol=1e-5)
+
+
+def test_a_bert_gguf_cross_encoder_is_refused_naming_the_way_to_serve_it(tmp_path: Path) -> None:
+    """llama.cpp's converter drops BERT's pooler, which the classifier reads: no faithful scores."""
+    directory = build_tiny_encoder("bert_cross_encoder", tmp_path / "cross")
+    with pytest.raises(CheckpointError, match="pooler .* safetensors directory with --rerank-model"):
+        load_encoder(write_encoder_gguf(directory, tmp_path / "cross.gguf"))

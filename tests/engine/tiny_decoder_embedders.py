@@ -37,7 +37,7 @@ def build_tiny_decoder_embedder(name: str, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    (directory / "tokenizer.json").write_text(tokenizer_json(0, decoder=True))
+    (directory / "tokenizer.json").write_text(tokenizer_json(decoder=True))
     tokenizer_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "eos_token": "[SEP]",

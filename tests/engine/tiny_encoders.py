@@ -1,17 +1,21 @@
-"""Tiny random encoder checkpoints (BERT, XLM-RoBERTa, a BERT cross-encoder) in sentence-transformers'
+"""Tiny random encoder checkpoints (BERT, XLM-RoBERTa, their cross-encoders) in sentence-transformers'
 layout, rebuilt bit for bit from a fixed seed with numpy and `tokenizers` (no torch).
+
+BERT's tokenizer is a lower-casing WordPiece, XLM-RoBERTa's a SentencePiece Unigram with a
+precompiled normalisation map, each as its real checkpoints have it.
 
 `tools/reference/tiny_encoders.py` builds these, runs them in sentence-transformers and stores the
 embeddings and scores as goldens; the engine tests rebuild the same directories and compare.
 """
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from safetensors.numpy import save_file
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 SEED = 4321
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -91,6 +95,27 @@ SENTENCES = (
 )
 QUERY = "What is the capital of France?"
 
+XLM_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # ids 0-3, and <mask> last, as XLM-RoBERTa numbers them
+# Written by tools/reference/tiny_charsmap.py: capitals and full-width letters to lower case, "ﬁ" to
+# "fi", the ideographic space to a space.
+TINY_CHARSMAP = base64.b64decode(
+    "AAQAAAAAAQBBaQAAQnkAAEN5AABEaQAARWkAAEaZAABHmQAASKkAAEmpAABKuQAAS7kAAEypAABNqQAATpkAAE+ZAABQ6QAAUekA"
+    "AFL5AABT+QAAVOkAAFXpAABWmQAAV5kAAFipAABZqQAAWrkAAAIAAIAEAACABgAAgAgAAIAKAACADAAAgBEAAIATAACAFQAAgBcA"
+    "AIAZAACAGwAAgB0AAIAfAACAIQAAgCMAAIAlAACAJwAAgCkAAIArAACALQAAgC8AAIAxAACAMwAAgDUAAIA3AACAgAwCAIAFAAAA"
+    "AACAgQUAAA4AAIA7AAAAOgAAAD0AAAA8AAAAPwAAAD4AAACs5AMAQAAAAEMAAABCAAAARQAAAEQAAABHAAAARgAAAEkAAABIAAAA"
+    "SwAAAEoAAABNAAAATAAAAE8AAABOAAAAvEQCAFAAAABTAAAAUgAAAFUAAABUAAAAVwAAAFYAAABZAAAAWAAAAFsAAABaAAAAXQAA"
+    "AFwAAABfAAAAXgAAAKHtAQBgAAAAo/0BAKL9AQCl7QEApO0BAKcdAQCmHQEAqS0BAKgtAQCrPQEAqj0BAK0tAQCsLQEArx0BAK4d"
+    "AQCxbQEAsG0BALN9AQCyfQEAtW0BALRtAQC3HQEAth0BALktAQC4LQEAewAAALo9AQB9AAAAfAAAAH8AAAB+AAAAgQAAAIAAAACD"
+    "AAAAggAAAIUAAACEAAAAhwAAAIYAAACJAAAAiAAAAIsAAACKAAAAjQAAAIwAAACPAAAAjgAAAJEAAACQAAAAkwAAAJIAAACVAAAA"
+    "lAAAAJcAAACWAAAAmQAAAJgAAACbAAAAmgAAAJ0AAACcAAAAnwAAAJ4AAAChAAAAoAAAAKMAAADjWAAApQAAAKQAAACnAAAApgAA"
+    "AKkAAACoAAAAqwAAAKoAAACtAAAArAAAAK8AAADvDAEAsQAAALAAAACzAAAAsgAAALUAAAC0AAAAtwAAALYAAAC5AAAAuAAAALsA"
+    "AAC6AAAAvQAAALwAAAC/AAAAvgAAAMEAAADAAAAAwwAAAMIAAADFAAAAxAAAAMcAAADGAAAAyQAAAMgAAADLAAAAygAAAM0AAADM"
+    "AAAAzwAAAM4AAADRAAAA0AAAANMAAADSAAAA1QAAANQAAADXAAAA1gAAANkAAADYAAAA2wAAANoAAADdAAAA3AAAAN8AAADeAAAA"
+    "4QAAAOAAAADjAAAA4gAAAOUAAADkAAAA5wAAAOYAAADpAAAA6AAAAOsAAADqAAAA7QAAAOwAAADvAAAA7gAAAPEAAADwAAAA8wAA"
+    "APIAAAD1AAAA9AAAAPcAAAD2AAAA+QAAAPgAAAD7AAAA+gAAAP0AAAD8AAAA/wAAAP4AAAAgAGEAYgBjAGQAZQBmAGZpAGcAaABp"
+    "AGoAawBsAG0AbgBvAHAAcQByAHMAdAB1AHYAdwB4AHkAegA="
+)
+
 _BERT: dict[str, Any] = {
     "architectures": ["BertModel"],
     "model_type": "bert",
@@ -109,6 +134,7 @@ _BERT: dict[str, Any] = {
 
 _XLM_ROBERTA: dict[str, Any] = {
     **_BERT,
+    "vocab_size": len(XLM_SPECIALS) + 1 + 26 + len(WORDS) + 4,
     "architectures": ["XLMRobertaModel"],
     "model_type": "xlm-roberta",
     "type_vocab_size": 1,
@@ -136,13 +162,10 @@ def vocabulary() -> list[str]:
     return [*SPECIALS, *letters, *WORDS, *(f"##{letter}" for letter in letters)]
 
 
-def tokenizer_json(pad_id: int, decoder: bool = False) -> str:
+def tokenizer_json(decoder: bool = False) -> str:
     """A lower-casing WordPiece tokenizer over `vocabulary()` that wraps inputs in [CLS] … [SEP],
     or for a `decoder` ends them with [SEP] (as Qwen3-Embedding's tokenizer appends its end token)."""
     vocab = {token: i for i, token in enumerate(vocabulary())}
-    if pad_id != vocab["[PAD]"]:  # XLM-RoBERTa's padding id is 1: swap the two specials' ids
-        other = next(t for t, i in vocab.items() if i == pad_id)
-        vocab[other], vocab["[PAD]"] = vocab["[PAD]"], pad_id
     tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -152,6 +175,37 @@ def tokenizer_json(pad_id: int, decoder: bool = False) -> str:
     )
     specials = [("[SEP]", sep)] if decoder else [("[CLS]", cls), ("[SEP]", sep)]
     tokenizer.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
+    return tokenizer.to_str()
+
+
+def unigram_pieces() -> list[tuple[str, float]]:
+    """XLM-RoBERTa's kind of vocabulary: word-initial pieces start with U+2581; scores are log
+    probabilities (whole words likelier than letters, so a known word is one piece)."""
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    return [
+        *((special, 0.0) for special in XLM_SPECIALS),
+        *((f"\u2581{word}", -3.0 - 0.01 * i) for i, word in enumerate(WORDS)),
+        ("\u2581", -4.0),
+        *((letter, -6.0 - 0.01 * i) for i, letter in enumerate(letters)),
+        *((mark, -5.0) for mark in ".,?"),
+        ("<mask>", 0.0),
+    ]
+
+
+def unigram_tokenizer_json() -> str:
+    """The tokenizer.json transformers writes for XLM-RoBERTa: the precompiled map, runs of spaces
+    squeezed, U+2581 for spaces and before each input, <s> A </s> and <s> A </s></s> B </s>."""
+    pieces = unigram_pieces()
+    tokenizer = Tokenizer(models.Unigram(pieces, unk_id=XLM_SPECIALS.index("<unk>"), byte_fallback=False))
+    tokenizer.normalizer = normalizers.Sequence(
+        [normalizers.Precompiled(TINY_CHARSMAP), normalizers.Replace(Regex(" {2,}"), " ")]
+    )
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    tokenizer.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    tokenizer.add_special_tokens([AddedToken(t, special=True) for t in [*XLM_SPECIALS, "<mask>"]])
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", 0), ("</s>", 2)]
+    )
     return tokenizer.to_str()
 
 
@@ -219,15 +273,25 @@ def build_tiny_encoder(name: str, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    (directory / "tokenizer.json").write_text(tokenizer_json(config["pad_token_id"]))
+    bert = config["model_type"] == "bert"
+    (directory / "tokenizer.json").write_text(tokenizer_json() if bert else unigram_tokenizer_json())
+    specials = (
+        {"cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]", "unk_token": "[UNK]", "mask_token": "[MASK]"}
+        if bert
+        else {
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "cls_token": "<s>",
+            "sep_token": "</s>",
+            "pad_token": "<pad>",
+            "unk_token": "<unk>",
+            "mask_token": "<mask>",
+        }
+    )
     tokenizer_config = {
         # BERT's own class gives a pair's second segment token type 1, as real cross-encoders do.
-        "tokenizer_class": "BertTokenizerFast" if config["model_type"] == "bert" else "PreTrainedTokenizerFast",
-        "cls_token": "[CLS]",
-        "sep_token": "[SEP]",
-        "pad_token": "[PAD]",
-        "unk_token": "[UNK]",
-        "mask_token": "[MASK]",
+        "tokenizer_class": "BertTokenizerFast" if bert else "PreTrainedTokenizerFast",
+        **specials,
         "model_max_length": 48,
     }
     (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))

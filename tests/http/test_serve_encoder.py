@@ -20,7 +20,7 @@ import pytest
 
 from tests.engine.tiny_decoder_embedders import build_tiny_decoder_embedder
 from tests.engine.tiny_encoders import SENTENCES, build_tiny_encoder
-from tests.engine.tiny_gguf_encoders import write_bert_gguf
+from tests.engine.tiny_gguf_encoders import write_encoder_gguf
 from tests.http.test_serve_process import free_port
 
 GOLDENS = Path(__file__).parent.parent / "goldens" / "tiny_encoders"
@@ -28,7 +28,7 @@ GOLDENS = Path(__file__).parent.parent / "goldens" / "tiny_encoders"
 
 def bert_gguf(_: str, path: Path) -> Path:
     directory = build_tiny_encoder("bert_mean", path.parent / "bert_mean")
-    return write_bert_gguf(directory, path.with_suffix(".gguf"))
+    return write_encoder_gguf(directory, path.with_suffix(".gguf"))
 
 
 # served model → (how to build it, its goldens, its longest input)
