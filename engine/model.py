@@ -9,22 +9,28 @@ import jax
 import jax.numpy as jnp
 
 from engine.layers.kv_cache import LayerCache
+from engine.layers.lora import LoraBatch
 
 ForwardFn = Callable[..., tuple[jax.Array, tuple[LayerCache, ...] | None]]
 
 
 def make_forward(model: nn.Module) -> ForwardFn:
-    """`forward(params, tokens[B,T], positions[B,T], kv_cache=None) -> (logits[B,T,V] f32, kv_cache)`.
+    """`forward(params, tokens[B,T], positions[B,T], kv_cache=None, lora=None) -> (logits[B,T,V] f32, kv_cache)`.
 
     With a cache (one `LayerCache` per layer, see `engine.layers.kv_cache.init_layer_caches`) the
     new keys and values are written at `positions` and attention reads every slot up to each
-    query's position; the cache argument is donated.
+    query's position; the cache argument is donated. `lora` adds each row's adapter
+    (engine/layers/lora.py).
     """
 
     def forward(
-        params: Any, tokens: jax.Array, positions: jax.Array, kv_cache: Sequence[LayerCache] | None = None
+        params: Any,
+        tokens: jax.Array,
+        positions: jax.Array,
+        kv_cache: Sequence[LayerCache] | None = None,
+        lora: LoraBatch | None = None,
     ) -> tuple[jax.Array, tuple[LayerCache, ...] | None]:
-        outputs = model.apply({"params": params}, tokens, positions, kv_cache)
+        outputs = model.apply({"params": params}, tokens, positions, kv_cache, lora=lora)
         return cast(tuple[jax.Array, tuple[LayerCache, ...] | None], outputs)
 
     return jax.jit(forward, donate_argnames=("kv_cache",))

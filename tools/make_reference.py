@@ -1,6 +1,6 @@
 """Writes golden files under tests/goldens/ from reference implementations (needs the `reference` extra).
 
-python tools/make_reference.py {tiny,encoders,minilm,smollm2,tokenizer,all} [--out tests/goldens]
+python tools/make_reference.py {tiny,encoders,lora,minilm,smollm2,tokenizer,all} [--out tests/goldens]
 """
 
 import argparse
@@ -12,6 +12,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 GENERATORS = {
     "tiny": "tools.reference.tiny_families",
     "encoders": "tools.reference.tiny_encoders",
+    "lora": "tools.reference.tiny_lora",
     "minilm": "tools.reference.minilm",
     "smollm2": "tools.reference.smollm2_gguf",
     "tokenizer": "tools.reference.tokenizer_corpus",

@@ -33,6 +33,7 @@ from engine.config import ModelConfig, with_context
 from engine.errors import CheckpointError
 from engine.families import Family, family_for_hf_config
 from engine.layers.kv_cache import LayerCache, init_layer_caches
+from engine.layers.lora import LoraBatch
 from engine.model import ForwardFn, abstract_params, make_forward
 from engine.sharding import make_mesh, place, shardings_for
 
@@ -50,7 +51,7 @@ class LoadedModel:
     dtype: str
     params: Any  # the family's parameter tree of jax.Array, placed on `mesh`
     mesh: Mesh
-    apply: ForwardFn  # pure: apply(params, tokens, positions, kv_cache=None)
+    apply: ForwardFn  # pure: apply(params, tokens, positions, kv_cache=None, lora=None)
     source: Path
     tokenizer_dir: Path | None
     chat_template: str | None
@@ -59,18 +60,25 @@ class LoadedModel:
     fingerprint: str  # of the checkpoint files and dtype (the prepared cache's key)
 
     @overload
-    def forward(self, tokens: jax.Array, positions: jax.Array) -> tuple[jax.Array, None]: ...
+    def forward(
+        self, tokens: jax.Array, positions: jax.Array, *, lora: LoraBatch | None = None
+    ) -> tuple[jax.Array, None]: ...
 
     @overload
     def forward(
-        self, tokens: jax.Array, positions: jax.Array, kv_cache: Sequence[LayerCache]
+        self, tokens: jax.Array, positions: jax.Array, kv_cache: Sequence[LayerCache], lora: LoraBatch | None = None
     ) -> tuple[jax.Array, tuple[LayerCache, ...]]: ...
 
     def forward(
-        self, tokens: jax.Array, positions: jax.Array, kv_cache: Sequence[LayerCache] | None = None
+        self,
+        tokens: jax.Array,
+        positions: jax.Array,
+        kv_cache: Sequence[LayerCache] | None = None,
+        lora: LoraBatch | None = None,
     ) -> tuple[jax.Array, tuple[LayerCache, ...] | None]:
-        """Logits [B,T,V] float32 for tokens [B,T] at positions [B,T], and the updated cache (donated)."""
-        return self.apply(self.params, tokens, positions, kv_cache)
+        """Logits [B,T,V] float32 for tokens [B,T] at positions [B,T], and the updated cache
+        (donated); with `lora`, each row's adapter slot added."""
+        return self.apply(self.params, tokens, positions, kv_cache, lora)
 
     def init_kv_cache(self, batch: int, length: int) -> tuple[LayerCache, ...]:
         return init_layer_caches(self.config, batch, length, DTYPES[self.dtype])

@@ -8,6 +8,7 @@ from engine.config import ModelConfig
 from engine.layers import head_major
 from engine.layers.kv_cache import AnyCache, CacheOut, LayerCache, NewKV, PagedLayerCache
 from engine.layers.linear import Projection, project
+from engine.layers.lora import LoraRows
 from engine.layers.norms import RMSNorm
 from engine.layers.paged_attention import paged_attention
 from engine.layers.rope import Rotation, apply_rope
@@ -20,7 +21,8 @@ class Attention(nn.Module):
 
     A contiguous cache is written at `positions` and returned. A paged cache (with the rows' block
     tables [B,M]) is only read; the step's keys and values come back as `NewKV`. A `draft_step` is a
-    decode step over drafts (engine/layers/paged_attention.py).
+    decode step over drafts (engine/layers/paged_attention.py). `lora` adds the rows' adapters to
+    the four projections.
     """
 
     config: ModelConfig
@@ -35,6 +37,7 @@ class Attention(nn.Module):
         cache: AnyCache | None,
         block_tables: Array | None = None,
         draft_step: bool = False,
+        lora: LoraRows | None = None,
     ) -> tuple[Array, CacheOut | None]:
         c = self.config
         D, N, K, H, G = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.queries_per_kv_head
@@ -53,6 +56,7 @@ class Attention(nn.Module):
                 projection("BTD,DKH->BTKH", (D, K, H), ("embed", "kv_heads", "head_dim"), bias_kv, "k"),
                 projection("BTD,DKH->BTKH", (D, K, H), ("embed", "kv_heads", "head_dim"), bias_kv, "v"),
             ],
+            lora,
         )
         if c.qk_norm:
             q = RMSNorm(H, c.rms_norm_eps, "head_dim", self.dtype, name="q_norm")(q)
@@ -91,7 +95,7 @@ class Attention(nn.Module):
             weights=c.matmul_weights,
             name="o",
         )
-        return o(out), returned_cache
+        return o(out, lora), returned_cache
 
 
 def _dense_attention(q: Array, keys: Array, values: Array, visible: Array) -> Array:

@@ -2,13 +2,16 @@
 
 import math
 from collections.abc import Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from engine import int4, int8, kernels
+
+if TYPE_CHECKING:
+    from engine.layers.lora import LoraRows
 
 Array = jax.Array
 
@@ -111,19 +114,34 @@ class Projection(nn.Module):
             bias_shape = self.kernel_shape[-len(self.bias_axes) :]
             self.bias = logical_param(self, "bias", bias_shape, self.bias_axes, self.dtype)
 
-    def __call__(self, x: Array) -> Array:
-        return project(x, [self])[0]
+    def __call__(self, x: Array, lora: "LoraRows | None" = None) -> Array:
+        return project(x, [self], lora)[0]
 
     def biased(self, y: Array) -> Array:
         return y + self.bias if self.bias_axes is not None else y
 
 
-def project(x: Array, projections: Sequence[Projection]) -> list[Array]:
+def project(x: Array, projections: Sequence[Projection], lora: "LoraRows | None" = None) -> list[Array]:
     """Several projections of one input in one matmul call (one native call on a CPU: 3 weights
-    streamed at once instead of 3 calls); int8 ones quantize x once."""
+    streamed at once instead of 3 calls); int8 ones quantize x once. With `lora`, each adapted
+    projection adds its rows' adapter deltas (engine/layers/lora.py): x times every slot's A in
+    the same call as float kernels, then each row's own slot's columns times B."""
     merged = projections[0].merged
+    adapted = [lora.weights.get(projection.name or "") if lora is not None else None for projection in projections]
+    downs = [weights.a for weights in adapted if weights is not None]
     if projections[0].weights == "float":
-        ys = float_matmuls(x, [projection.kernel for projection in projections], merged)
+        products = float_matmuls(x, [projection.kernel for projection in projections] + downs, merged)
+        ys, xas = products[: len(projections)], products[len(projections) :]
     else:
         ys = int8.flat_matmuls(x, [projection.quantized for projection in projections], merged)
-    return [projection.biased(y.astype(projection.dtype)) for projection, y in zip(projections, ys, strict=True)]
+        xas = float_matmuls(x, downs, merged) if downs else []
+    outs = [projection.biased(y.astype(projection.dtype)) for projection, y in zip(projections, ys, strict=True)]
+    if lora is None:
+        return outs
+    low_rank = iter(xas)
+    for i, weights in enumerate(adapted):
+        if weights is not None:
+            xa = next(low_rank)
+            own = jnp.where(lora.kept[:, None, :], xa, jnp.zeros((), xa.dtype))  # other slots' columns: zero
+            outs[i] = outs[i] + float_matmuls(own.astype(weights.b.dtype), [weights.b])[0].astype(outs[i].dtype)
+    return outs

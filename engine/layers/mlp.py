@@ -6,6 +6,7 @@ import jax.numpy as jnp
 
 from engine.config import ModelConfig
 from engine.layers.linear import Projection, einsum, logical_param, project
+from engine.layers.lora import LoraRows
 
 Array = jax.Array
 
@@ -19,7 +20,7 @@ class GatedMLP(nn.Module):
     weights: str = "float"  # ModelConfig.matmul_weights
 
     @nn.compact
-    def __call__(self, x: Array) -> Array:
+    def __call__(self, x: Array, lora: LoraRows | None = None) -> Array:
         D, F, w = self.hidden_size, self.intermediate_size, self.weights
         gate, up = project(
             x,
@@ -27,9 +28,10 @@ class GatedMLP(nn.Module):
                 Projection("BTD,DF->BTF", (D, F), ("embed", "ffn"), dtype=self.dtype, weights=w, name=name)
                 for name in ("gate", "up")
             ],
+            lora,
         )
         down = Projection("BTF,FD->BTD", (F, D), ("ffn", "embed"), dtype=self.dtype, weights=w, name="down")
-        return down(nn.silu(gate) * up)
+        return down(nn.silu(gate) * up, lora)
 
 
 class MoE(nn.Module):

@@ -13,6 +13,7 @@ from engine.layers.attention import Attention
 from engine.layers.embedding import Embedding
 from engine.layers.kv_cache import AnyCache, CacheOut, PagedLayerCache
 from engine.layers.linear import float_matmuls, logical_param, quantized_param
+from engine.layers.lora import LoraBatch, LoraRows, layer_rows
 from engine.layers.mlp import GatedMLP, MoE
 from engine.layers.norms import RMSNorm
 from engine.layers.rope import Rotation, rope_rotation
@@ -34,6 +35,7 @@ class DecoderLayer(nn.Module):
         cache: AnyCache | None,
         block_tables: Array | None = None,
         draft_step: bool = False,
+        lora: LoraRows | None = None,
     ) -> tuple[Array, CacheOut | None]:
         c = self.config
         attended, cache_out = Attention(c, self.dtype, name="attn")(
@@ -43,15 +45,14 @@ class DecoderLayer(nn.Module):
             cache,
             block_tables,
             draft_step,
+            lora,
         )
         x = x + attended
         normed = RMSNorm(c.hidden_size, c.rms_norm_eps, "embed", self.dtype, name="mlp_norm")(x)
-        mlp: nn.Module = (
-            MoE(c, self.dtype, name="moe")
-            if self.sparse_mlp
-            else GatedMLP(c.hidden_size, c.intermediate_size, self.dtype, c.matmul_weights, name="mlp")
-        )
-        return x + mlp(normed), cache_out
+        if self.sparse_mlp:  # adapters never reach experts (engine/lora_adapter.py refuses them)
+            return x + MoE(c, self.dtype, name="moe")(normed), cache_out
+        mlp = GatedMLP(c.hidden_size, c.intermediate_size, self.dtype, c.matmul_weights, name="mlp")
+        return x + mlp(normed, lora), cache_out
 
 
 class Transformer(nn.Module):
@@ -62,7 +63,8 @@ class Transformer(nn.Module):
     [B,1,V]): a prefill chunk or decode step needs one row of logits, not T. A `draft_step` is a
     decode step over drafts, whose attention takes the decode kernel's arithmetic for every token.
     With `hidden`, the final norm's output [B,T,D] (float32) comes back instead of logits: a
-    decoder's embedding pass (engine/decoder_embedding.py).
+    decoder's embedding pass (engine/decoder_embedding.py). With `lora`, each row adds its
+    adapter slot's deltas to the projections the stack holds (engine/layers/lora.py).
     """
 
     config: ModelConfig
@@ -78,6 +80,7 @@ class Transformer(nn.Module):
         logits_at: Array | None = None,
         draft_step: bool = False,
         hidden: bool = False,
+        lora: LoraBatch | None = None,
     ) -> tuple[Array, tuple[CacheOut, ...] | None]:
         c = self.config
         # The embedding (often also the output head) stays int8 under "int4": it is the matrix most
@@ -93,7 +96,13 @@ class Transformer(nn.Module):
         new_caches = []
         for i in range(c.num_layers):
             x, layer_cache = DecoderLayer(c, c.is_moe_layer(i), self.dtype, name=f"layer_{i}")(
-                x, positions, rotation, None if caches is None else caches[i], block_tables, draft_step
+                x,
+                positions,
+                rotation,
+                None if caches is None else caches[i],
+                block_tables,
+                draft_step,
+                layer_rows(lora, i),
             )
             new_caches.append(layer_cache)
         if logits_at is not None:
