@@ -31,3 +31,8 @@ class EngineConfig:
     # The prefix cache's disk tier (engine/prefix_disk.py): its folder ("" = none) and byte cap.
     prefix_disk_dir: str = ""
     prefix_disk_bytes: int = 4 << 30
+    # LoRA adapter slots on the device (engine/layers/lora.py) and their rank: every step computes
+    # through max_loras x max_lora_rank columns per projection, so 0 (no adapters) keeps the steps
+    # as they are without.
+    max_loras: int = 0
+    max_lora_rank: int = 16

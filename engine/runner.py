@@ -9,6 +9,10 @@ the building thread before the engine thread starts.
 Block tables carry one more column than a row can fill, always the null page: padded prompt
 tokens are placed there, so their keys and values never land in a real page. Padding rows of a
 decode step use the spare lane, `lanes`.
+
+With adapter slots (`EngineConfig.max_loras`), the device holds every slot's LoRA pairs in one
+stack (engine/layers/lora.py); each lane and each prefill chunk names its slot, and
+`load_adapter` writes a slot's columns between steps through one compiled function.
 """
 
 import bisect
@@ -29,7 +33,9 @@ from engine.engine_config import EngineConfig
 from engine.kv_pages import NULL_PAGE
 from engine.kv_sizing import kv_dtype, max_context
 from engine.layers.kv_cache import init_paged_caches
+from engine.layers.lora import LoraStack, stack_adapters
 from engine.layers.paged_attention import PREFILL_ATTENTION_BLOCK_TOKENS
+from engine.lora_adapter import LoraAdapter
 from engine.metrics import Bucket
 from engine.runner_api import PREFILL_ROWS, DecodeRow, Drawn, InsertedRow, Pending, PrefillChunk, PromptLogits, Report
 from engine.sampling import Sampled
@@ -108,6 +114,13 @@ class DeviceRunner:
         self._block_tables = np.zeros((spare, pages_per_row + 1), np.int32)
         self._padding_position = pages_per_row * config.page_size
         self._row_params = _empty_row_params(spare, math.ceil(c.vocab_size / 32))
+        self.adapter_slots, self.adapter_rank = config.max_loras, config.max_lora_rank
+        self._model_config, self._dtype = c, DTYPES[model.dtype]
+        self._lora: LoraStack | None = None
+        if self.adapter_slots:
+            empty = stack_adapters(c, [None] * self.adapter_slots, self.adapter_rank, self._dtype)
+            self._lora = jax.device_put(empty, self._replicated)
+        self._lane_adapters = np.zeros(spare, np.int32)  # each lane's adapter slot; the spare lane's is 0
         self._buckets: tuple[Bucket, ...] = ()
         self._compiles: CompileWatch | None = None
         pool = self._kv[0].k
@@ -132,6 +145,8 @@ class DeviceRunner:
         plan += [Bucket("decode", b, 1, width) for b in self._row_buckets]
         plan += [Bucket("verify", b, self.draft_tokens + 1, width) for b in self._verify_buckets]
         plan += [Bucket("reset_lane", 1, self.max_context, 0), Bucket("copy_page", 1, self.page_size, 0)]
+        if self.adapter_slots:
+            plan += [Bucket("load_adapter", 1, self.adapter_rank, 0)]
         plan += [Bucket("read_pages", PAGE_TRANSFER_GROUP, self.page_size, 0)]
         plan += [Bucket("write_pages", PAGE_TRANSFER_GROUP, self.page_size, 0)]
         for done, bucket in enumerate(plan):
@@ -158,7 +173,10 @@ class DeviceRunner:
             start = PREFILL_ATTENTION_BLOCK_TOKENS + 1 if self.max_context > PREFILL_ATTENTION_BLOCK_TOKENS + 1 else 1
             tokens, positions = np.zeros(shape, np.int32), np.full(shape, start, np.int32)
             table, last = np.zeros((bucket.rows, bucket.pages), np.int32), np.zeros(bucket.rows, np.int32)
-            written, _ = self.steps.prefill(self._param_leaves, self._kv, tokens, positions, table, last)
+            slots = np.zeros(bucket.rows, np.int32)
+            written, _ = self.steps.prefill(
+                self._param_leaves, self._lora, self._kv, tokens, positions, table, last, slots
+            )
             self._kv = self.steps.write(self._kv, written)
         elif bucket.kind == "first_tokens":
             lane_ids = np.full(bucket.rows, self.lanes, np.int32)
@@ -178,6 +196,8 @@ class DeviceRunner:
             self._verify(tokens, positions, drafts, lane_ids, self._rows(lane_ids))
         elif bucket.kind == "reset_lane":
             self._reset_lane(self.lanes, [], [])
+        elif bucket.kind == "load_adapter":
+            self.load_adapter(1, None)  # slot 1 is empty at start-up: clearing it changes nothing
         elif bucket.kind == "read_pages":
             self.read_pages([NULL_PAGE])
         elif bucket.kind == "write_pages":
@@ -213,6 +233,7 @@ class DeviceRunner:
         positions = np.zeros((rows, size), np.int32)
         table = np.zeros((rows, self._block_tables.shape[1]), np.int32)
         last = np.zeros(rows, np.int32)
+        slots = np.zeros(rows, np.int32)
         for i, chunk in enumerate(chunks):
             length = len(chunk.tokens)
             tokens[i, :length] = chunk.tokens
@@ -220,7 +241,10 @@ class DeviceRunner:
             positions[i, :length] = np.arange(chunk.start, chunk.start + length)
             table[i, : len(chunk.pages)] = chunk.pages
             last[i] = length - 1
-        written, logits = self.steps.prefill(self._param_leaves, self._kv, tokens, positions, table, last)
+            slots[i] = chunk.adapter
+        written, logits = self.steps.prefill(
+            self._param_leaves, self._lora, self._kv, tokens, positions, table, last, slots
+        )
         self._kv = self.steps.write(self._kv, written)
         return PromptLogits(logits)
 
@@ -228,6 +252,7 @@ class DeviceRunner:
         sampling = row.sampling
         self._block_tables[lane] = NULL_PAGE
         self._block_tables[lane, : len(row.pages)] = row.pages
+        self._lane_adapters[lane] = row.adapter
         p = self._row_params
         p.temperature[lane] = sampling.temperature
         p.top_k[lane] = sampling.top_k
@@ -257,6 +282,12 @@ class DeviceRunner:
 
     def copy_page(self, source: int, target: int) -> None:
         self._kv = self.steps.copy_page(self._kv, np.int32(source), np.int32(target))
+
+    def load_adapter(self, slot: int, adapter: LoraAdapter | None) -> None:
+        assert self._lora is not None and 1 <= slot <= self.adapter_slots, "no such adapter slot"
+        part = stack_adapters(self._model_config, [adapter], self.adapter_rank, self._dtype)
+        first = np.int32((slot - 1) * self.adapter_rank)
+        self._lora = self.steps.set_slot(self._lora, first, jax.device_put(part, self._replicated))
 
     def read_pages(self, pages: Sequence[int]) -> list[bytes]:
         contents = []
@@ -367,6 +398,7 @@ class DeviceRunner:
         values into the pool; returns what it returns after them and the lanes' penalty state."""
         written, self._lane_state, *results = step(
             self._param_leaves,
+            self._lora,
             self._kv,
             self._lane_state,
             tokens,
@@ -374,6 +406,7 @@ class DeviceRunner:
             self._block_tables[lane_ids],
             lane_ids,
             params,
+            self._lane_adapters[lane_ids],
             *extra,
         )
         self._kv = self.steps.write(self._kv, written)

@@ -24,6 +24,7 @@ from typing import Literal, NewType, Protocol
 import numpy as np
 
 from engine.api import Constraint, EncoderInput, SamplingParams
+from engine.lora_adapter import LoraAdapter
 from engine.metrics import Bucket
 
 # Prompts prefilled together in one step when each has a short chunk left (together at most
@@ -45,6 +46,7 @@ class PrefillChunk:
     tokens: Sequence[int]
     start: int
     pages: Sequence[int]
+    adapter: int = 0  # the prompt's LoRA adapter slot (0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +77,7 @@ class InsertedRow:
     seed: int
     prompt: Sequence[int]
     output: Sequence[int]
+    adapter: int = 0  # the row's LoRA adapter slot (0: none)
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,9 @@ class Runner(Protocol):
     # (0: steps take no drafts).
     draft_tokens: int
     draft_rows: int
+    # LoRA adapter slots, numbered 1.. (0: none; no slots: adapters are not served), and their rank.
+    adapter_slots: int
+    adapter_rank: int
 
     def compile(self, report: Report) -> None:
         """Compiles every shape the steps will meet, on padding (changes nothing real)."""
@@ -144,6 +150,11 @@ class Runner(Protocol):
 
     def write_pages(self, pages: Sequence[int], contents: Sequence[bytes]) -> None:
         """Writes contents that `read_pages` returned (in this or an earlier process) into `pages`."""
+        ...
+
+    def load_adapter(self, slot: int, adapter: LoraAdapter | None) -> None:
+        """Puts `adapter` (of at most `adapter_rank`) in `slot`, or clears the slot with None; no
+        row in the lanes or in a step may be using the slot."""
         ...
 
     def first_tokens(self, logits: PromptLogits, index: int, rows: Sequence[DecodeRow]) -> Drawn:

@@ -8,6 +8,11 @@ returned by the function that changes it. Shapes are padded to buckets (rows, to
 width) chosen by the runner (engine/runner.py); every bucket is compiled once at start-up. Block
 tables carry one more column than any row uses, always the null page: padded prompt tokens are
 placed there, so their keys and values never land in a real page.
+
+With LoRA adapter slots (engine/layers/lora.py), prefill, decode and verify take the slots' stack
+and each row's slot; `set_slot` writes one slot's columns into the donated stack (an adapter
+loaded or cleared between steps, never a compile). Without slots the stack is None and the steps
+are the plain model's.
 """
 
 import dataclasses
@@ -21,6 +26,7 @@ import numpy as np
 from jax.tree_util import PyTreeDef
 
 from engine.layers.kv_cache import NewKV, PagedLayerCache, to_pool
+from engine.layers.lora import LoraBatch, LoraStack, LoraWeights
 from engine.sampling import Sampled, SamplerInputs, greedy, plain, sample
 
 Array = jax.Array
@@ -88,9 +94,16 @@ class StepFunctions:
 
     def __init__(self, model: nn.Module, params_tree: PyTreeDef, page_size: int, prefill_rows: int) -> None:
         def forward(
-            params: list[Array], *inputs: Array | KVPages | None, draft_step: bool = False
+            params: list[Array],
+            lora: LoraBatch | None,
+            *inputs: Array | KVPages | None,
+            draft_step: bool = False,
         ) -> tuple[Array, Any]:
-            return model.apply({"params": jax.tree.unflatten(params_tree, params)}, *inputs, draft_step=draft_step)
+            tree = jax.tree.unflatten(params_tree, params)
+            return model.apply({"params": tree}, *inputs, draft_step=draft_step, lora=lora)
+
+        def adapters(stack: LoraStack | None, slots: Array) -> LoraBatch | None:
+            return None if stack is None else LoraBatch(stack, slots)
 
         def chosen(logits: Array, lanes: LaneState, lane_ids: Array, rows: RowParams) -> Sampled:
             def drawn(logits: Array, lanes: LaneState, lane_ids: Array, rows: RowParams) -> Sampled:
@@ -125,12 +138,20 @@ class StepFunctions:
             return counted(lanes, lane_ids, sampled.token), sampled
 
         def prefill(
-            params: list[Array], kv: KVPages, tokens: Array, positions: Array, block_tables: Array, last: Array
+            params: list[Array],
+            lora: LoraStack | None,
+            kv: KVPages,
+            tokens: Array,
+            positions: Array,
+            block_tables: Array,
+            last: Array,
+            slots: Array,
         ) -> tuple[Written, Array]:
             """The chunks' keys and values, and each row's logits at its chunk index `last` [B] (on a
             prompt's final chunk, its last token: the first output token is sampled from them),
-            padded to [prefill_rows, V] so that `first_tokens` sees one shape."""
-            logits, new = forward(params, tokens, positions, kv, block_tables, last)
+            padded to [prefill_rows, V] so that `first_tokens` sees one shape. `slots` [B]: each
+            row's adapter slot in `lora` (None: the engine has no adapter slots)."""
+            logits, new = forward(params, adapters(lora, slots), tokens, positions, kv, block_tables, last)
             padded = jnp.zeros((prefill_rows, logits.shape[-1]), logits.dtype).at[: logits.shape[0]].set(logits[:, 0])
             return _written(new, positions, block_tables, page_size), padded
 
@@ -144,6 +165,7 @@ class StepFunctions:
 
         def decode(
             params: list[Array],
+            lora: LoraStack | None,
             kv: KVPages,
             lanes: LaneState,
             tokens: Array,
@@ -151,14 +173,17 @@ class StepFunctions:
             block_tables: Array,
             lane_ids: Array,
             rows: RowParams,
+            slots: Array,
         ) -> tuple[Written, LaneState, Sampled]:
             logits_at = jnp.zeros(tokens.shape[0], jnp.int32)
-            logits, new = forward(params, tokens[:, None], positions[:, None], kv, block_tables, logits_at)
+            lora_rows = adapters(lora, slots)
+            logits, new = forward(params, lora_rows, tokens[:, None], positions[:, None], kv, block_tables, logits_at)
             lanes, sampled = sampled_rows(logits[:, 0], lanes, lane_ids, rows)
             return _written(new, positions[:, None], block_tables, page_size), lanes, sampled
 
         def verify(
             params: list[Array],
+            lora: LoraStack | None,
             kv: KVPages,
             lanes: LaneState,
             tokens: Array,
@@ -166,6 +191,7 @@ class StepFunctions:
             block_tables: Array,
             lane_ids: Array,
             rows: RowParams,
+            slots: Array,
             drafts: Array,
         ) -> tuple[Written, LaneState, Sampled, Array]:
             """A decode step whose rows bring drafts: tokens [B, T] are each row's input token, then
@@ -179,7 +205,8 @@ class StepFunctions:
             (its later draws would need the state after each guess)."""
             B, T = tokens.shape
             # logits_at None: every position's logits
-            logits, new = forward(params, tokens, positions, kv, block_tables, None, draft_step=True)
+            lora_rows = adapters(lora, slots)
+            logits, new = forward(params, lora_rows, tokens, positions, kv, block_tables, None, draft_step=True)
             offsets = jnp.tile(jnp.arange(T, dtype=rows.counter.dtype), B)
             per_position = jax.tree.map(lambda value: jnp.repeat(value, T, axis=0), rows)
             per_position = dataclasses.replace(per_position, counter=per_position.counter + offsets)
@@ -232,8 +259,25 @@ class StepFunctions:
             )
 
         self.prefill = jax.jit(prefill)
-        self.decode = jax.jit(decode, donate_argnums=(2,))
-        self.verify = jax.jit(verify, donate_argnums=(2,))
+
+        def set_slot(stack: LoraStack, first: Array, slot: LoraStack) -> LoraStack:
+            """`stack` with the columns from `first` replaced by `slot`'s (one slot of the same rank)."""
+
+            def placed(whole: Any, part: Any) -> Any:
+                return LoraWeights(
+                    jax.lax.dynamic_update_slice_in_dim(whole.a, part.a, first, whole.a.ndim - 1),
+                    jax.lax.dynamic_update_slice_in_dim(whole.b, part.b, first, 0),
+                )
+
+            layers = tuple(
+                {name: placed(weights, slot.layers[i][name]) for name, weights in layer.items()}
+                for i, layer in enumerate(stack.layers)
+            )
+            return LoraStack(layers, stack.rank)
+
+        self.decode = jax.jit(decode, donate_argnums=(3,))
+        self.verify = jax.jit(verify, donate_argnums=(3,))
+        self.set_slot = jax.jit(set_slot, donate_argnums=(0,))
         self.first_tokens = jax.jit(first_tokens, donate_argnums=(0,))
         self.write = jax.jit(write, donate_argnums=(0,))
         self.reset_lane = jax.jit(reset_lane, donate_argnums=(0,))

@@ -25,6 +25,7 @@ import numpy as np
 from engine.api import SamplingParams
 from engine.engine_config import EngineConfig
 from engine.kv_pages import NULL_PAGE
+from engine.lora_adapter import LoraAdapter
 from engine.metrics import Bucket
 from engine.runner_api import PREFILL_ROWS, DecodeRow, Drawn, InsertedRow, Pending, PrefillChunk, PromptLogits, Report
 
@@ -84,6 +85,7 @@ class FakeRunner:
         self.page_bytes = config.page_size * 8  # a page's tokens as int64, -1 for an empty slot
         self.draft_tokens = config.draft_tokens
         self.draft_rows = config.draft_rows if config.draft_tokens > 0 else 0
+        self.adapter_slots, self.adapter_rank = config.max_loras, config.max_lora_rank
         self.model: Model = next_token
         self.gate = threading.Event()
         self.gate.set()
@@ -149,6 +151,10 @@ class FakeRunner:
     def write_pages(self, pages: Sequence[int], contents: Sequence[bytes]) -> None:
         for page, content in zip(pages, contents, strict=True):
             self._kv[page] = [None if t < 0 else int(t) for t in np.frombuffer(content, np.int64)]
+
+    def load_adapter(self, slot: int, adapter: LoraAdapter | None) -> None:
+        assert 1 <= slot <= self.adapter_slots, "no such adapter slot"
+        self.log.append(("load_adapter" if adapter is not None else "clear_adapter", slot))
 
     def first_tokens(self, logits: PromptLogits, index: int, rows: Sequence[DecodeRow]) -> Drawn:
         self._step("first", len(rows))

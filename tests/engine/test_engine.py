@@ -316,7 +316,7 @@ def test_short_prompts_arriving_together_share_prefill_steps(
     prefill = engine.runner.steps.prefill
 
     def counted(*args: Any) -> Any:
-        rows_per_step.append(args[2].shape[0])
+        rows_per_step.append(args[3].shape[0])  # (params, lora, kv, tokens, ...)
         return prefill(*args)
 
     # Sinks run on the engine thread: holding the first token of this request holds the engine,
