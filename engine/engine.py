@@ -8,15 +8,21 @@ intake's inbox and the engine thread (`engine/scheduler.py`) is woken. The engin
 schedules, drives the runner (`engine/runner.py`: the device) and calls the request's sink with
 each event.
 
-Threads: handler threads call `submit`, `cancel`, `stats`, `drain` and `wait_idle`; they take the
-intake's lock briefly and never wait on the device. `build` and `shutdown` run on the thread that
+LoRA adapters (engine/adapters.py) are loaded and unloaded by jobs the engine thread runs
+between steps; a request names one by `adapter`.
+
+Threads: handler threads call `submit`, `cancel`, `stats`, `drain`, `wait_idle`, `load_adapter`
+and `unload_adapter`; they take the intake's (or the adapter table's) lock briefly and never wait
+on the device. `build` and `shutdown` run on the thread that
 owns the engine (the load thread, the server's shutdown).
 """
 
 import math
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from pathlib import Path
 
+from engine.adapters import AdapterTable
 from engine.api import MAX_TOKENS_CAP, EncodeEvent, EncodeRequest, GenerationRequest, RequestRefused
 from engine.checkpoint.loader import LoadedModel
 from engine.encoder import EncoderRunner
@@ -25,6 +31,7 @@ from engine.engine_config import EngineConfig
 from engine.intake import EngineState, Intake
 from engine.kv_pages import PagePool
 from engine.kv_sizing import kv_dtype, pool_pages
+from engine.lora_adapter import LoraAdapter
 from engine.metrics import EngineStats
 from engine.prefix_disk import PrefixDisk, namespace_digest
 from engine.rows import Sink
@@ -69,7 +76,10 @@ class Engine:
             cap = config.prefix_disk_bytes
             self._disk = PrefixDisk(root, disk_namespace, runner.page_bytes, cap, self._intake.fetched)
         self.encoders: Mapping[str, EncoderRunner] = dict(encoders or {})
-        self._scheduler = Scheduler(runner, self._pool, self._intake, config.prefill_chunk, self._disk, self.encoders)
+        self.adapters = AdapterTable(runner.adapter_slots, runner.adapter_rank)
+        self._scheduler = Scheduler(
+            runner, self._pool, self._intake, config.prefill_chunk, self._disk, self.encoders, self.adapters
+        )
         runner.compile(report)
         for name, encoder in self.encoders.items():
             encoder.compile(report, f"compiling encoder {name}")
@@ -127,7 +137,28 @@ class Engine:
             raise RequestRefused("invalid_max_tokens", f"max_tokens is {request.max_tokens}; it must be at least 1")
         max_tokens = min(request.max_tokens, MAX_TOKENS_CAP, self.max_context - prompt_length)
         stop_ids = request.stop_token_ids | (frozenset() if request.sampling.ignore_eos else self.eos_token_ids)
-        return self._intake.enqueue(request, sink, max_tokens, stop_ids)
+        adapter = None if request.adapter is None else self.adapters.use(request.adapter)
+        try:
+            return self._intake.enqueue(request, sink, max_tokens, stop_ids, adapter)
+        except Exception:
+            if adapter is not None:
+                self.adapters.release(adapter.slot)
+            raise
+
+    def load_adapter(self, name: str, adapter: LoraAdapter) -> Future[None]:
+        """Puts `adapter` (read and checked against this model: engine/lora_adapter.py) in a free
+        slot between two steps; requests may name it once the future is done. Raises
+        AdapterRefused (name taken, no free slot, rank above the slots')."""
+        job = self.adapters.reserve(name, adapter)
+        self._intake.enqueue_adapter_job(job)
+        return job.done
+
+    def unload_adapter(self, name: str) -> Future[None]:
+        """Refuses new requests naming the adapter at once; frees its slot, between two steps,
+        once the requests using it have finished."""
+        job = self.adapters.begin_unload(name)
+        self._intake.enqueue_adapter_job(job)
+        return job.done
 
     def encode(self, request: EncodeRequest, sink: Callable[[EncodeEvent], None]) -> int:
         check_encode(request, self.encoders)

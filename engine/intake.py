@@ -1,10 +1,11 @@
 """`Intake`: what the engine thread shares with every other thread, under one lock.
 
-Threads: handler threads enqueue requests and cancels, drain, wait for idleness and read stats;
-the engine thread takes the inbox, the encode requests, the cancels and the disk tier's finished loads (`next_work`,
-which waits on the condition when there is nothing to do: nothing polls) and records what
-happened to each request. The disk tier's IO thread hands over each finished load (`fetched`). Either side
-holds the lock only for these exchanges and counters: never across a device call or a sink call.
+Threads: handler threads enqueue requests, cancels and adapter jobs, drain, wait for idleness and
+read stats; the engine thread takes the inbox, the encode requests, the adapter jobs, the cancels
+and the disk tier's finished loads (`next_work`, which waits on the condition when there is
+nothing to do: nothing polls) and records what happened to each request. The disk tier's IO
+thread hands over each finished load (`fetched`). Either side holds the lock only for these
+exchanges and counters: never across a device call or a sink call.
 
 A request is pending from `enqueue` until its rows first hold lanes (`admitted`), then running
 until it closes. A full queue is refused with a `Retry-After` estimate (engine/admission.py).
@@ -16,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Literal, NamedTuple
 
+from engine.adapters import AdapterJob, AdapterUse
 from engine.admission import retry_after_seconds, smoothed_hold
 from engine.api import EncodeEvent, EncodeRequest, EngineUnavailable, GenerationRequest, QueueFull
 from engine.encoding import EncodeJob
@@ -46,6 +48,7 @@ class Work(NamedTuple):
     cancels: dict[int, FinishReason]
     fetched: list[Loaded]
     encodes: list[EncodeJob]
+    adapter_jobs: list[AdapterJob]
     stopping: bool
 
 
@@ -60,6 +63,7 @@ class Intake:
         self._cancels: dict[int, FinishReason] = {}
         self._fetched: list[Loaded] = []
         self._encodes: deque[EncodeJob] = deque()
+        self._adapter_jobs: list[AdapterJob] = []
         self._pending_requests = 0  # submitted, not yet holding lanes
         self._pending_rows = 0
         self._free_lane_count = lanes
@@ -74,7 +78,14 @@ class Intake:
 
     # --- any thread -------------------------------------------------------------------------
 
-    def enqueue(self, request: GenerationRequest, sink: Sink, max_tokens: int, stop_ids: frozenset[int]) -> int:
+    def enqueue(
+        self,
+        request: GenerationRequest,
+        sink: Sink,
+        max_tokens: int,
+        stop_ids: frozenset[int],
+        adapter: AdapterUse | None = None,
+    ) -> int:
         """Queues a request already valid on its face; raises EngineUnavailable or QueueFull."""
         with self.lock:
             if self.state != "serving":
@@ -84,7 +95,7 @@ class Intake:
                 self.counters["refusals"] += 1
                 raise QueueFull(self._retry_after_locked())
             self._next_id += 1
-            entry = Request(self._next_id, request, sink, max_tokens, stop_ids, time.monotonic())
+            entry = Request(self._next_id, request, sink, max_tokens, stop_ids, time.monotonic(), adapter)
             self._pending_requests += 1
             self._pending_rows += request.n
             self._inbox.append(entry)
@@ -105,6 +116,13 @@ class Intake:
             self._encodes.append(EncodeJob(self._next_id, request, sink, time.monotonic()))
             self._wake.notify_all()
             return self._next_id
+
+    def enqueue_adapter_job(self, job: AdapterJob) -> None:
+        with self.lock:
+            if self.state == "dead":
+                raise EngineUnavailable("the engine is dead")
+            self._adapter_jobs.append(job)
+            self._wake.notify_all()
 
     def cancel(self, request_id: int) -> None:
         with self.lock:
@@ -155,15 +173,26 @@ class Intake:
         loads, the new encode requests and whether the engine is stopping; waits while there is
         none of these and the engine is not `busy`."""
         with self.lock:
-            while not (self._inbox or self._encodes or self._cancels or self._fetched or self._stopping or busy):
+            while (
+                not (
+                    self._inbox
+                    or self._encodes
+                    or self._cancels
+                    or self._fetched
+                    or self._adapter_jobs
+                    or self._stopping
+                )
+                and not busy
+            ):
                 self._wake.wait()
             inbox, self._inbox = self._inbox, deque()
             cancels, self._cancels = self._cancels, {}
             fetched, self._fetched = self._fetched, []
             encodes, self._encodes = list(self._encodes), deque()
+            adapter_jobs, self._adapter_jobs = self._adapter_jobs, []
             if self._stopping:
                 cancels.update({entry.id: "cancelled" for entry in inbox})
-            return Work(inbox, cancels, fetched, encodes, self._stopping)
+            return Work(inbox, cancels, fetched, encodes, adapter_jobs, self._stopping)
 
     def abandon_encodes(self) -> list[EncodeJob]:
         """The encode requests not yet taken, removed (the engine is ending)."""

@@ -25,12 +25,13 @@ def page_hashes(tokens: Sequence[int], page_size: int) -> list[bytes]:
     return extend_page_hashes([], tokens, page_size)
 
 
-def extend_page_hashes(hashes: list[bytes], tokens: Sequence[int], page_size: int) -> list[bytes]:
-    """`hashes` (of the first full pages of `tokens`) extended to every full page of `tokens`."""
+def extend_page_hashes(hashes: list[bytes], tokens: Sequence[int], page_size: int, root: bytes = b"") -> list[bytes]:
+    """`hashes` (of the first full pages of `tokens`) extended to every full page of `tokens`; the
+    chain starts from `root` (a LoRA adapter's digest: pages of its prompts are its own)."""
     full = len(tokens) // page_size
     if full > len(hashes):
         ids = np.asarray(tokens[len(hashes) * page_size : full * page_size], np.int32).reshape(-1, page_size)
-        parent = hashes[-1] if hashes else b""
+        parent = hashes[-1] if hashes else root
         for page in ids:
             parent = hashlib.blake2b(parent + page.tobytes(), digest_size=HASH_BYTES).digest()
             hashes.append(parent)

@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine.adapters import AdapterUse
 from engine.api import Constraint, EngineEvent, GenerationRequest
 from engine.drafts import PromptLookup
 
@@ -23,6 +24,7 @@ class Request:
     max_tokens: int  # clamped to the context left
     stop_ids: frozenset[int]  # the request's and (unless ignore_eos) the model's
     submitted: float
+    adapter: AdapterUse | None = None  # its LoRA adapter's slot, held until it closes
     rows: list["Row"] = field(default_factory=list)
     admitted: float | None = None
     cached_prompt_tokens: int = 0

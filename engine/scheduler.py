@@ -45,6 +45,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from engine.adapters import AdapterJob, AdapterTable
 from engine.api import EngineEvent, Failed, Finished, Prefilled, TokenLogprob, Tokens, Usage
 from engine.drafts import PromptLookup
 from engine.encoding import Encoding
@@ -96,8 +97,11 @@ class Scheduler:
         prefill_chunk: int,
         disk: PrefixDisk | None = None,
         encoders: Mapping[str, EncodeRunner] | None = None,
+        adapters: AdapterTable | None = None,
     ) -> None:
         self._runner = runner
+        self._adapters = adapters or AdapterTable(0, 0)
+        self._adapter_jobs: list[AdapterJob] = []
         self._encoding = Encoding(encoders or {}, intake.encoded)
         self._disk = disk
         self._fetching: dict[int, _Fetch] = {}  # by request id
@@ -116,8 +120,9 @@ class Scheduler:
     def _run(self) -> None:
         try:
             while True:
-                inbox, cancels, fetched, encodes, stopping = self._intake.next_work(self._busy())
+                inbox, cancels, fetched, encodes, adapter_jobs, stopping = self._intake.next_work(self._busy())
                 self._encoding.add(encodes)
+                self._adapter_jobs += adapter_jobs
                 if stopping:
                     cancels.update({entry.id: "cancelled" for entry in self._in_flight()})
                     self._encoding.fail_all(Failed("unavailable", "the engine stopped"), self._intake.abandon_encodes())
@@ -130,7 +135,12 @@ class Scheduler:
     def _busy(self) -> bool:
         """Whether there is work for the next iteration (a fetch in progress wakes the thread itself)."""
         return bool(
-            self._waiting or self._prefills or self._decoding or self._flight is not None or self._encoding.busy
+            self._waiting
+            or self._prefills
+            or self._decoding
+            or self._flight is not None
+            or self._encoding.busy
+            or self._adapter_jobs
         )
 
     def _iterate(self, inbox: deque[Request], cancels: dict[int, FinishReason], fetched: list[Loaded]) -> None:
@@ -151,6 +161,8 @@ class Scheduler:
         if cancels:
             self._encoding.cancel(set(cancels))
             self._end_requests(cancels)
+        if self._adapter_jobs:
+            self._run_adapter_jobs()
         self._admit()
         if self._prefills:
             self._prefill_step()
@@ -244,7 +256,7 @@ class Scheduler:
         chunks = []
         for prefill in batch:
             chunk = prefill.tokens[prefill.next_position : prefill.next_position + limit]
-            chunks.append(PrefillChunk(chunk, prefill.next_position, prefill.pages))
+            chunks.append(PrefillChunk(chunk, prefill.next_position, prefill.pages, _slot(prefill.rows[0])))
             prefill.next_position += len(chunk)
         logits = self._runner.prefill(chunks)
         now = time.monotonic()
@@ -286,23 +298,43 @@ class Scheduler:
         if starting:
             self._take_tokens(starting, self._runner.first_tokens(logits, index, self._step_rows(starting)))
 
+    def _run_adapter_jobs(self) -> None:
+        """Loads wait for nothing; an unload waits until no request using its adapter is in flight
+        (none can start: new requests naming it are refused)."""
+        waiting = []
+        for job in self._adapter_jobs:
+            if job.adapter is not None:
+                self._runner.load_adapter(job.slot, job.adapter)
+                self._adapters.loaded(job)
+            elif self._adapters.idle(job.name):
+                self._runner.load_adapter(job.slot, None)
+                self._adapters.unloaded(job)
+            else:
+                waiting.append(job)
+                continue
+            job.done.set_result(None)
+        self._adapter_jobs = waiting
+
     def _prompt_hashes(self, row: Row, tokens: list[int]) -> list[bytes]:
         """The hashes of the full pages of `tokens` (the row's own, or their start), kept on the row
         so that a long prompt is hashed once from its fetch to its decode."""
         # The row may hold more (a row preempted before its first token hashed its whole prompt).
-        return extend_page_hashes(row.page_hashes, tokens, self._page_size)[: len(tokens) // self._page_size]
+        hashes = extend_page_hashes(row.page_hashes, tokens, self._page_size, _root(row))
+        return hashes[: len(tokens) // self._page_size]
 
     def _insert(self, row: Row) -> None:
         assert row.lane is not None
         entry = row.request.request
         prompt_length = len(entry.prompt_ids)
         prompt, output = row.tokens[:prompt_length], row.tokens[prompt_length:]
-        self._runner.insert(row.lane, InsertedRow(row.pages, entry.sampling, row.seed, prompt, output))
+        self._runner.insert(row.lane, InsertedRow(row.pages, entry.sampling, row.seed, prompt, output, _slot(row)))
 
     def _name_full_pages(self, row: Row, kv_written: int) -> None:
         full = kv_written // self._page_size
         if full > row.named_pages:
-            hashes = extend_page_hashes(row.page_hashes, row.tokens[: full * self._page_size], self._page_size)
+            hashes = extend_page_hashes(
+                row.page_hashes, row.tokens[: full * self._page_size], self._page_size, _root(row)
+            )
             for page, content_hash in zip(row.pages[row.named_pages : full], hashes[row.named_pages :], strict=True):
                 self._pool.name(page, content_hash)
             row.named_pages = full
@@ -501,6 +533,8 @@ class Scheduler:
         usage = Usage(len(entry.request.prompt_ids), entry.cached_prompt_tokens, row.generated)
         self._send(entry, Finished(row.index, reason, stop_token_id, usage))
         if entry.rows_unfinished == 0:
+            if entry.adapter is not None:
+                self._adapters.release(entry.adapter.slot)
             self._intake.closed(entry)
 
     def _end_requests(self, reasons: dict[int, FinishReason]) -> None:
@@ -526,8 +560,20 @@ class Scheduler:
         reason = f"{type(error).__name__}: {error}"
         log.error("engine thread died (%s): %s", kind, reason, exc_info=error)
         self._encoding.fail_all(Failed("fault", f"the engine failed: {reason}"), self._intake.abandon_encodes())
+        for job in self._adapter_jobs:
+            job.done.set_exception(RuntimeError(f"the engine failed: {reason}"))
         doomed = self._intake.died(kind, reason)
         doomed += [row.request for unit in self._waiting for row in unit if row.request.admitted is None]
         doomed += [fetch.unit[0].request for fetch in self._fetching.values()]
         for entry in dict.fromkeys(doomed):
             self._send(entry, Failed("fault", f"the engine failed: {reason}"))
+
+
+def _slot(row: Row) -> int:
+    adapter = row.request.adapter
+    return 0 if adapter is None else adapter.slot
+
+
+def _root(row: Row) -> bytes:
+    adapter = row.request.adapter
+    return b"" if adapter is None else adapter.root

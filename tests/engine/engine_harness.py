@@ -9,6 +9,7 @@ import numpy as np
 from engine.api import EngineEvent, Failed, Finished, GenerationRequest, Prefilled, SamplingParams, Tokens
 from engine.checkpoint.loader import LoadedModel
 from engine.engine import Engine
+from engine.layers.lora import LoraBatch
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 WAIT_S = 60.0
@@ -65,15 +66,18 @@ def greedy_request(prompt: Sequence[int], max_tokens: int, **sampling: object) -
     return GenerationRequest(tuple(prompt), params, max_tokens)
 
 
-def reference_greedy(model: LoadedModel, prompt: Sequence[int], steps: int, length: int) -> list[int]:
-    """Greedy tokens from the plain forward pass with a contiguous cache (no engine involved)."""
+def reference_greedy(
+    model: LoadedModel, prompt: Sequence[int], steps: int, length: int, lora: LoraBatch | None = None
+) -> list[int]:
+    """Greedy tokens from the plain forward pass with a contiguous cache (no engine involved), with
+    `lora`'s adapter slot (one row) when given."""
     cache = model.init_kv_cache(batch=1, length=length)
     logits, cache = model.forward(
-        jnp.asarray([prompt], jnp.int32), jnp.arange(len(prompt), dtype=jnp.int32)[None], cache
+        jnp.asarray([prompt], jnp.int32), jnp.arange(len(prompt), dtype=jnp.int32)[None], cache, lora
     )
     out = [int(np.argmax(logits[0, -1]))]
     for step in range(steps - 1):
         position = jnp.asarray([[len(prompt) + step]], jnp.int32)
-        logits, cache = model.forward(jnp.asarray([[out[-1]]], jnp.int32), position, cache)
+        logits, cache = model.forward(jnp.asarray([[out[-1]]], jnp.int32), position, cache, lora)
         out.append(int(np.argmax(logits[0, 0])))
     return out
