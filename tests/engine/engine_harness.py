@@ -51,6 +51,11 @@ class Collected:
         return self
 
 
+def prompt(seed: int, length: int) -> list[int]:
+    """Random token ids of the tiny models' vocabulary (above the special ids)."""
+    return np.random.default_rng(seed).integers(3, 256, size=length).tolist()
+
+
 def start(engine: Engine, request: GenerationRequest) -> Collected:
     collected = Collected(request.n)
     collected.request_id = engine.submit(request, collected)

@@ -26,14 +26,10 @@ from engine.api import (
 from engine.checkpoint.loader import LoadedModel, load_model
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from tests.engine.engine_harness import GREEDY, Collected, generate, greedy_request, reference_greedy, start
+from tests.engine.engine_harness import GREEDY, Collected, generate, greedy_request, prompt, reference_greedy, start
 
 CONTEXT = 64  # the tiny model's trained length
 CONFIG = EngineConfig(decode_lanes=4, max_queue=2, page_size=8, prefill_chunk=8)
-
-
-def prompt(seed: int, length: int) -> list[int]:
-    return np.random.default_rng(seed).integers(3, 256, size=length).tolist()
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,9 @@ from engine.api import GenerationRequest, SamplingParams
 from engine.checkpoint.loader import LoadedModel, load_model
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from tests.engine.engine_harness import generate, start
+from tests.engine.engine_harness import generate, prompt, start
 
 BASE = EngineConfig(decode_lanes=4, max_queue=4, page_size=8, prefill_chunk=16)
-
-
-def prompt(seed: int, length: int) -> list[int]:
-    return np.random.default_rng(seed).integers(3, 256, size=length).tolist()
 
 
 def repeated(seed: int, length: int) -> list[int]:

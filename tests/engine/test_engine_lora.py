@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from engine.adapters import AdapterRefused
@@ -18,16 +17,12 @@ from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.layers.lora import LoraBatch, stack_adapters
 from engine.lora_adapter import LoraAdapter, read_peft_adapter
-from tests.engine.engine_harness import Collected, generate, greedy_request, reference_greedy, start
+from tests.engine.engine_harness import Collected, generate, greedy_request, prompt, reference_greedy, start
 from tests.engine.tiny_lora import build_tiny_adapter
 
 CONTEXT = 64
 NAMES = ("llama_all", "llama_qv_rslora", "llama_mlp")
 CONFIG = EngineConfig(decode_lanes=4, page_size=8, prefill_chunk=16, max_loras=3, max_lora_rank=8)
-
-
-def prompt(seed: int, length: int) -> list[int]:
-    return np.random.default_rng(seed).integers(3, 256, size=length).tolist()
 
 
 @pytest.fixture(scope="module")
