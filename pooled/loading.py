@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jax
 
+from engine.adapters import AdapterRefused
 from engine.cache_paths import cache_root
 from engine.checkpoint.loader import LoadedModel, load_model
 from engine.decoder_embedding import decoder_embedding, decoder_embedding_runner, is_embedding_decoder
@@ -23,6 +24,7 @@ from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
 from engine.tokenizer import ChatTemplate, Tokenizer
 from pooled.context_policy import served_context
+from pooled.lora_policy import LoraPolicy, LoraRefused
 from pooled.model_host import Embedder, Loaded, model_id_for
 from pooled.settings import Settings
 
@@ -64,7 +66,29 @@ def engine_config(settings: Settings, checkpoint: Checkpoint) -> EngineConfig:
         draft_rows=settings.draft_rows,
         prefix_disk_dir=settings.prefix_cache_dir,
         prefix_disk_bytes=settings.prefix_cache_disk,
+        max_loras=settings.max_loras,
+        max_lora_rank=settings.max_lora_rank,
     )
+
+
+def lora_policy(settings: Settings) -> LoraPolicy:
+    return LoraPolicy(
+        roots=tuple(Path(root) for root in settings.lora_root),
+        max_rank=settings.max_lora_rank,
+        max_bytes=settings.lora_max_bytes,
+        digests=dict(settings.lora_sha256),
+    )
+
+
+def load_start_adapters(engine: Engine, model: LoadedModel, settings: Settings) -> None:
+    """The `--lora NAME=PATH` adapters, through the trust policy, into the engine's slots."""
+    policy = lora_policy(settings)
+    for name, path in settings.lora:
+        try:
+            engine.load_adapter(name, policy.read(name, path, model.config, at_runtime=False)).result()
+        except (LoraRefused, AdapterRefused) as error:
+            hint = " (set --max-loras)" if error.code == "lora_disabled" else ""
+            raise CheckpointError(f"--lora {name}: {error.message}{hint}") from error
 
 
 def use_compilation_cache() -> None:
@@ -144,6 +168,11 @@ def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int
     context = served_context(checkpoint.model, settings, config)
     runners = {name: encoder.runner for name, encoder in encoders.items()}
     engine = Engine.build(context.model, config, report, runners)
+    try:
+        load_start_adapters(engine, context.model, settings)
+    except CheckpointError:
+        engine.shutdown()
+        raise
     return Loaded(
         engine.max_context,
         context.trained,

@@ -80,9 +80,21 @@ def _regex(value: str) -> str | None:
     return value
 
 
-def setting(default: Any, parse: Callable[[str], Any], help_text: str) -> Any:
-    """A dataclass field that carries its string parser and its documentation."""
-    return field(default=default, metadata={"parse": parse, "help": help_text})
+def setting(default: Any, parse: Callable[[str], Any], help_text: str, repeatable: bool = False) -> Any:
+    """A dataclass field that carries its string parser and its documentation. A `repeatable` one
+    is a tuple: its flag may be given several times, its variable holds comma-separated items,
+    and `parse` reads one item."""
+    return field(default=default, metadata={"parse": parse, "help": help_text, "repeatable": repeatable})
+
+
+def _named(value: str) -> tuple[str, str]:
+    name, separator, rest = value.partition("=")
+    if not separator or not name.strip() or not rest.strip():
+        raise ValueError("NAME=VALUE")
+    return name.strip(), rest.strip()
+
+
+_named.__name__ = "NAME=VALUE"
 
 
 @dataclass(frozen=True)
@@ -129,6 +141,41 @@ class Settings:
     )
     max_embedding_inputs: int = setting(
         2048, int, "Inputs one /v1/embeddings request (or documents one rerank request) may hold; more is a 400."
+    )
+    max_loras: int = setting(
+        0,
+        _count,
+        "LoRA adapter slots on the device; requests with different adapters (and none) decode together. "
+        "Every step computes through --max-loras x --max-lora-rank columns per projection, so 0 (the "
+        "default: adapters are not served) keeps the steps the plain model's.",
+    )
+    max_lora_rank: int = setting(16, _positive, "The largest rank an adapter may have (each slot's width).")
+    lora: tuple[tuple[str, str], ...] = setting(
+        (),
+        _named,
+        "NAME=PATH of a PEFT adapter directory loaded at start (repeatable; any readable path: the "
+        "operator chose it). Needs --max-loras.",
+        repeatable=True,
+    )
+    lora_root: tuple[str, ...] = setting(
+        (),
+        str,
+        "A directory adapters loaded at run time must lie in, symlinks resolved (repeatable); none: "
+        "adapters are loaded only at start.",
+        repeatable=True,
+    )
+    lora_max_bytes: int = setting(
+        1 << 30, _positive, "The largest adapter weights file, in bytes, checked before reading it."
+    )
+    lora_sha256: tuple[tuple[str, str], ...] = setting(
+        (),
+        _named,
+        "NAME=DIGEST: an allow-list of adapters by name and the sha256 of their weights file "
+        "(repeatable); when given, any other adapter is refused.",
+        repeatable=True,
+    )
+    lora_admin: bool = setting(
+        True, _switch, "Whether /v1/lora_adapters may load and unload adapters (behind the API key when one is set)."
     )
     host: str = setting("127.0.0.1", str, "Address to listen on.")
     port: int = setting(8080, int, "Port to listen on.")
@@ -300,6 +347,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             dest=item.name,
             type=_parser_of(item.name),
             default=argparse.SUPPRESS,
+            action="append" if item.metadata["repeatable"] else "store",
             help=f"{item.metadata['help']} (env {env_name(item.name)})".replace("%", "%%"),
         )
 
@@ -308,10 +356,12 @@ def load(arguments: Mapping[str, Any], environ: Mapping[str, str] = os.environ) 
     """Flags win over `POOLED_*` variables, which win over the defaults."""
     values: dict[str, Any] = {}
     for item in fields(Settings):
+        parse, repeatable = _parser_of(item.name), item.metadata["repeatable"]
         if item.name in arguments:
-            values[item.name] = arguments[item.name]
+            values[item.name] = tuple(arguments[item.name]) if repeatable else arguments[item.name]
         elif env_name(item.name) in environ:
-            values[item.name] = _parser_of(item.name)(environ[env_name(item.name)])
+            text = environ[env_name(item.name)]
+            values[item.name] = tuple(parse(part) for part in text.split(",") if part) if repeatable else parse(text)
     return Settings(**values)
 
 
