@@ -174,9 +174,6 @@ class Settings:
         "(repeatable); when given, any other adapter is refused.",
         repeatable=True,
     )
-    lora_admin: bool = setting(
-        True, _switch, "Whether /v1/lora_adapters may load and unload adapters (behind the API key when one is set)."
-    )
     host: str = setting("127.0.0.1", str, "Address to listen on.")
     port: int = setting(8080, int, "Port to listen on.")
     api_key: str | None = setting(
