@@ -33,10 +33,12 @@ serve: generate
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)
 
-# EMBEDDING_ARGS go to the embeddings figures (tools/embedding_bench.py), e.g. --write docs/BENCHMARKS.md.
+# EMBEDDING_ARGS go to the embeddings figures (tools/embedding_bench.py), LORA_ARGS to the LoRA
+# ones (tools/lora_bench.py), e.g. --write docs/BENCHMARKS.md.
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py $(ARGS)
 	$(BIN)/python tools/embedding_bench.py $(EMBEDDING_ARGS)
+	$(BIN)/python tools/lora_bench.py $(LORA_ARGS)
 
 # One turn of Claude Code, Codex and opencode (three providers) against `pooled serve` with
 # `make serve`'s defaults; the clients come from the npm registry (pinned, ~/.cache/pooled/agents).
