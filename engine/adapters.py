@@ -17,7 +17,6 @@ on the device.
 """
 
 import threading
-import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Literal
@@ -29,7 +28,8 @@ AdapterState = Literal["loading", "ready", "unloading"]
 
 
 class AdapterRefused(Exception):
-    """A load or unload the table cannot do (a name in use, no free slot, an unknown name)."""
+    """An adapter not let in (the trust policy, pooled/lora_policy.py) or a load or unload the
+    table cannot do (a name in use, no free slot, an unknown name); `code` names the rule."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -42,7 +42,6 @@ class ServedAdapter:
     name: str
     adapter: LoraAdapter
     slot: int
-    loaded_at: float  # wall-clock seconds
     state: AdapterState = "loading"
     running: int = 0  # requests in flight that use it
     requests: int = 0  # requests it has been asked for, in all
@@ -87,7 +86,7 @@ class AdapterTable:
                     "lora_slots_full", f"all {self.slots} adapter slots are taken: unload one of {self._names()}"
                 )
             slot = self._free.pop()
-            self._by_name[name] = ServedAdapter(name, adapter, slot, time.time())
+            self._by_name[name] = ServedAdapter(name, adapter, slot)
             return AdapterJob(name, slot, adapter)
 
     def begin_unload(self, name: str) -> AdapterJob:

@@ -119,8 +119,8 @@ class Intake:
 
     def enqueue_adapter_job(self, job: AdapterJob) -> None:
         with self.lock:
-            if self.state == "dead":
-                raise EngineUnavailable("the engine is dead")
+            if self.state != "serving":
+                raise EngineUnavailable(f"the engine is {self.state}")
             self._adapter_jobs.append(job)
             self._wake.notify_all()
 

@@ -406,7 +406,7 @@ class DeviceRunner:
             self._block_tables[lane_ids],
             lane_ids,
             params,
-            self._lane_adapters[lane_ids],
+            None if self._lora is None else self._lane_adapters[lane_ids],
             *extra,
         )
         self._kv = self.steps.write(self._kv, written)

@@ -102,8 +102,8 @@ class StepFunctions:
             tree = jax.tree.unflatten(params_tree, params)
             return model.apply({"params": tree}, *inputs, draft_step=draft_step, lora=lora)
 
-        def adapters(stack: LoraStack | None, slots: Array) -> LoraBatch | None:
-            return None if stack is None else LoraBatch(stack, slots)
+        def adapters(stack: LoraStack | None, slots: Array | None) -> LoraBatch | None:
+            return None if stack is None or slots is None else LoraBatch(stack, slots)
 
         def chosen(logits: Array, lanes: LaneState, lane_ids: Array, rows: RowParams) -> Sampled:
             def drawn(logits: Array, lanes: LaneState, lane_ids: Array, rows: RowParams) -> Sampled:
@@ -173,7 +173,7 @@ class StepFunctions:
             block_tables: Array,
             lane_ids: Array,
             rows: RowParams,
-            slots: Array,
+            slots: Array | None,
         ) -> tuple[Written, LaneState, Sampled]:
             logits_at = jnp.zeros(tokens.shape[0], jnp.int32)
             lora_rows = adapters(lora, slots)
@@ -191,7 +191,7 @@ class StepFunctions:
             block_tables: Array,
             lane_ids: Array,
             rows: RowParams,
-            slots: Array,
+            slots: Array | None,
             drafts: Array,
         ) -> tuple[Written, LaneState, Sampled, Array]:
             """A decode step whose rows bring drafts: tokens [B, T] are each row's input token, then

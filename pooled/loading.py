@@ -24,7 +24,7 @@ from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
 from engine.tokenizer import ChatTemplate, Tokenizer
 from pooled.context_policy import served_context
-from pooled.lora_policy import LoraPolicy, LoraRefused
+from pooled.lora_policy import LoraPolicy
 from pooled.model_host import Embedder, Loaded, model_id_for
 from pooled.settings import Settings
 
@@ -86,7 +86,7 @@ def load_start_adapters(engine: Engine, model: LoadedModel, settings: Settings) 
     for name, path in settings.lora:
         try:
             engine.load_adapter(name, policy.read(name, path, model.config, at_runtime=False)).result()
-        except (LoraRefused, AdapterRefused) as error:
+        except AdapterRefused as error:
             hint = " (set --max-loras)" if error.code == "lora_disabled" else ""
             raise CheckpointError(f"--lora {name}: {error.message}{hint}") from error
 

@@ -15,18 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.adapters import AdapterRefused
 from engine.config import ModelConfig
 from engine.errors import CheckpointError
 from engine.lora_adapter import ADAPTER_WEIGHTS, LoraAdapter, read_peft_adapter
-
-
-class LoraRefused(Exception):
-    """An adapter the policy does not let in; `code` names the rule, `message` the reason."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -37,28 +29,28 @@ class LoraPolicy:
     digests: Mapping[str, str] = field(default_factory=dict)  # name → sha256 (hex); empty: no allow-list
 
     def read(self, name: str, path: str, config: ModelConfig, at_runtime: bool) -> LoraAdapter:
-        """The adapter at `path`, checked; LoraRefused naming the rule it breaks."""
+        """The adapter at `path`, checked; AdapterRefused naming the rule it breaks (its `code`)."""
         directory = self._directory(path, at_runtime)
         weights = directory / ADAPTER_WEIGHTS
         if not weights.is_file():
-            raise LoraRefused("lora_not_found", f"{path}: no {ADAPTER_WEIGHTS} (a PEFT adapter directory is needed)")
+            raise AdapterRefused("lora_not_found", f"{path}: no {ADAPTER_WEIGHTS} (a PEFT adapter directory is needed)")
         size = weights.stat().st_size
         if size > self.max_bytes:
-            raise LoraRefused(
+            raise AdapterRefused(
                 "lora_too_large", f"{path}: {size} bytes of weights, above --lora-max-bytes {self.max_bytes}"
             )
         try:
             adapter = read_peft_adapter(directory, config)
         except CheckpointError as error:
-            raise LoraRefused("lora_mismatch", str(error)) from error
+            raise AdapterRefused("lora_mismatch", str(error)) from error
         if adapter.rank > self.max_rank:
-            raise LoraRefused("lora_rank", f"{path}: rank {adapter.rank} is above --max-lora-rank {self.max_rank}")
+            raise AdapterRefused("lora_rank", f"{path}: rank {adapter.rank} is above --max-lora-rank {self.max_rank}")
         if self.digests:
             expected = self.digests.get(name)
             if expected is None:
-                raise LoraRefused("lora_not_allowed", f"{name!r} is not in the --lora-sha256 allow-list")
+                raise AdapterRefused("lora_not_allowed", f"{name!r} is not in the --lora-sha256 allow-list")
             if adapter.sha256 != expected.lower():
-                raise LoraRefused(
+                raise AdapterRefused(
                     "lora_digest", f"{path}: sha256 {adapter.sha256} is not the allowed {expected.lower()} for {name!r}"
                 )
         return adapter
@@ -68,9 +60,9 @@ class LoraPolicy:
         if not at_runtime:
             return given
         if ".." in given.parts:
-            raise LoraRefused("lora_path", f"{path}: '..' is not allowed in an adapter path")
+            raise AdapterRefused("lora_path", f"{path}: '..' is not allowed in an adapter path")
         if not self.roots:
-            raise LoraRefused("lora_path", "loading adapters at run time needs --lora-root (none is set)")
+            raise AdapterRefused("lora_path", "loading adapters at run time needs --lora-root (none is set)")
         # A relative path names a directory inside the roots (the first that has it).
         candidates = [given] if given.is_absolute() else [root.expanduser() / given for root in self.roots]
         resolved = next((c.resolve() for c in candidates if c.exists()), candidates[0].resolve())
@@ -78,4 +70,4 @@ class LoraPolicy:
             if resolved.is_relative_to(root.expanduser().resolve()):
                 return resolved
         roots = ", ".join(str(root) for root in self.roots)
-        raise LoraRefused("lora_path", f"{path} resolves to {resolved}, outside every --lora-root ({roots})")
+        raise AdapterRefused("lora_path", f"{path} resolves to {resolved}, outside every --lora-root ({roots})")

@@ -17,19 +17,21 @@ import statistics
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 from bench import machine_line, write_section
 
-from engine.api import GenerationRequest
+from engine.api import GenerationRequest, SamplingParams
 from engine.checkpoint.loader import LoadedModel, load_model
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.lora_adapter import LoraAdapter, LoraPair, projection_shapes
 from pooled.loading import resolve_dtype
 from pooled.model_host import default_model_path
-from tests.engine.engine_harness import Collected, greedy_request, prompt
+from tests.engine.engine_harness import Collected, prompt
 
 STREAMS, PROMPT_TOKENS, OUTPUT_TOKENS, ROUNDS = 32, 32, 64, 3
+GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 ADAPTERS, RANK = 4, 16
 
 
@@ -58,7 +60,7 @@ def tokens_per_second(model: LoadedModel, slots: int) -> float:
             requests = [
                 GenerationRequest(
                     tuple(prompt(round_ * STREAMS + i, PROMPT_TOKENS)),
-                    greedy_request([], OUTPUT_TOKENS).sampling,
+                    GREEDY,
                     OUTPUT_TOKENS,
                     adapter=names[i % slots] if slots else None,
                 )
@@ -94,8 +96,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", type=Path, help="a page whose `bench:lora` section this run replaces")
     args = parser.parse_args()
-    import jax
-
     model = load_model(default_model_path(), dtype=resolve_dtype("auto", jax.default_backend()), progress=False)
     plain = tokens_per_second(model, 0)
     adapted = tokens_per_second(model, ADAPTERS)

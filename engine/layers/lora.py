@@ -67,13 +67,10 @@ class LoraRows:
     kept: Array  # bool [B, S·R]
 
 
-def layer_rows(batch: LoraBatch | None, layer: int) -> LoraRows | None:
-    if batch is None:
-        return None
+def kept_columns(batch: LoraBatch) -> Array:
+    """bool [B, S·R]: the columns of each row's own slot (none for slot 0)."""
     rank = batch.stack.rank
-    columns = batch.stack.slots * rank
-    kept = (jnp.arange(columns) // rank + 1)[None, :] == batch.slots[:, None]
-    return LoraRows(batch.stack.layers[layer], kept)
+    return (jnp.arange(batch.stack.slots * rank) // rank + 1)[None, :] == batch.slots[:, None]
 
 
 def stack_adapters(

@@ -13,7 +13,7 @@ from engine.layers.attention import Attention
 from engine.layers.embedding import Embedding
 from engine.layers.kv_cache import AnyCache, CacheOut, PagedLayerCache
 from engine.layers.linear import float_matmuls, logical_param, quantized_param
-from engine.layers.lora import LoraBatch, LoraRows, layer_rows
+from engine.layers.lora import LoraBatch, LoraRows, kept_columns
 from engine.layers.mlp import GatedMLP, MoE
 from engine.layers.norms import RMSNorm
 from engine.layers.rope import Rotation, rope_rotation
@@ -94,6 +94,7 @@ class Transformer(nn.Module):
             real = positions < (block_tables.shape[1] - 1) * caches[0].k.shape[2]
         rotation = rope_rotation(c, positions, real)
         new_caches = []
+        kept = None if lora is None else kept_columns(lora)
         for i in range(c.num_layers):
             x, layer_cache = DecoderLayer(c, c.is_moe_layer(i), self.dtype, name=f"layer_{i}")(
                 x,
@@ -102,7 +103,7 @@ class Transformer(nn.Module):
                 None if caches is None else caches[i],
                 block_tables,
                 draft_step,
-                layer_rows(lora, i),
+                None if lora is None or kept is None else LoraRows(lora.stack.layers[i], kept),
             )
             new_caches.append(layer_cache)
         if logits_at is not None:

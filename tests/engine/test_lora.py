@@ -28,8 +28,8 @@ def base(tiny_checkpoint: Callable[[str], Path], cache_dir: Path, name: str) -> 
     return load_model(tiny_checkpoint(TINY_ADAPTERS[name][0]), cache_dir=cache_dir, progress=False)
 
 
-def rows(count: int, slots: list[int]) -> jnp.ndarray:
-    return jnp.asarray(slots if slots else [0] * count, jnp.int32)
+def rows(slots: list[int]) -> jnp.ndarray:
+    return jnp.asarray(slots, jnp.int32)
 
 
 @pytest.mark.parametrize("name", sorted(TINY_ADAPTERS))
@@ -43,7 +43,7 @@ def test_adapter_logits_match_peft(
     # Slot 2 of three, at twice the adapter's rank: padding columns and other slots add nothing.
     stack = stack_adapters(model.config, [None, adapter, None], 2 * adapter.rank)
     tokens = prompt["tokens"]
-    logits, _ = model.forward(tokens, prompt["positions"], lora=LoraBatch(stack, rows(2, [2, 2])))
+    logits, _ = model.forward(tokens, prompt["positions"], lora=LoraBatch(stack, rows([2, 2])))
     np.testing.assert_allclose(np.asarray(logits), expected, atol=1e-4, rtol=0)
 
 
@@ -55,7 +55,7 @@ def test_an_adapter_whose_b_is_zero_gives_the_base_models_logits_exactly(
     prompt = golden("llama_tied")
     plain, _ = model.forward(prompt["tokens"], prompt["positions"])
     stack = stack_adapters(model.config, [adapter], adapter.rank)
-    adapted, _ = model.forward(prompt["tokens"], prompt["positions"], lora=LoraBatch(stack, rows(2, [1, 1])))
+    adapted, _ = model.forward(prompt["tokens"], prompt["positions"], lora=LoraBatch(stack, rows([1, 1])))
     np.testing.assert_array_equal(np.asarray(adapted), np.asarray(plain))
 
 
@@ -70,11 +70,9 @@ def test_rows_of_three_adapters_and_none_each_get_what_they_get_alone(
     tokens = jnp.concatenate([prompt["tokens"], prompt["tokens"]])  # four rows: slots 1, 2, 3 and none
     positions = jnp.concatenate([prompt["positions"], prompt["positions"]])
     slots = [1, 2, 3, 0]
-    together, _ = model.forward(tokens, positions, lora=LoraBatch(stack, rows(4, slots)))
+    together, _ = model.forward(tokens, positions, lora=LoraBatch(stack, rows(slots)))
     for row, slot in enumerate(slots):
-        alone, _ = model.forward(
-            tokens[row : row + 1], positions[row : row + 1], lora=LoraBatch(stack, rows(1, [slot]))
-        )
+        alone, _ = model.forward(tokens[row : row + 1], positions[row : row + 1], lora=LoraBatch(stack, rows([slot])))
         np.testing.assert_array_equal(np.asarray(together[row]), np.asarray(alone[0]))
         if slot:
             expected = golden_logits(names[slot - 1])[row % 2]

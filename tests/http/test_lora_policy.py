@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.adapters import AdapterRefused
 from engine.checkpoint.loader import load_model
 from engine.config import ModelConfig
 from engine.engine import Engine
@@ -15,7 +16,7 @@ from engine.families import family_for_hf_config
 from engine.lora_adapter import file_sha256
 from pooled import settings as settings_module
 from pooled.loading import load_start_adapters
-from pooled.lora_policy import LoraPolicy, LoraRefused
+from pooled.lora_policy import LoraPolicy
 from tests.engine.tiny_checkpoints import TINY_MODELS, build_tiny_checkpoint
 from tests.engine.tiny_lora import build_tiny_adapter
 
@@ -38,7 +39,7 @@ def root(tmp_path: Path) -> Path:
 
 
 def refused(read: Callable[[], object], code: str, match: str) -> None:
-    with pytest.raises(LoraRefused, match=match) as caught:
+    with pytest.raises(AdapterRefused, match=match) as caught:
         read()
     assert caught.value.code == code
 
