@@ -1,13 +1,16 @@
 """Read a LoRA adapter in PEFT's format (`adapter_config.json` + `adapter_model.safetensors`) and
 check it against the served model: which projections it targets, its rank and scale, and each
-low-rank pair in the engine's layout.
+low-rank pair in the engine's layout. llama.cpp's LoRA GGUF files have their own reader
+(engine/checkpoint/gguf_lora.py), which checks its pairs here; engine/lora_formats.py picks the
+reader for a path.
 
 PEFT adds `scale · B(A(x))` to a targeted linear layer, with A [r, in] and B [out, r] and
 `scale = lora_alpha / r` (`/ sqrt(r)` with `use_rslora`). Here each pair is stored as the
 engine's projections take their kernels, inputs first: `a` [*in, r], and `b` [r, *out] with the
 scale folded in, the projection's own axes split as its kernel's are (q: [D] → [N, H], o: [N, H]
-→ [D]). Anything the engine would not compute as PEFT does — DoRA, trained biases, extra saved
-modules, per-module rank or alpha patterns, embedding or expert targets — is refused by name.
+→ [D]). Anything the engine would not compute as PEFT does — DoRA, activated LoRA, trained
+biases, extra saved modules, per-module rank or alpha patterns, embedding or expert targets — is
+refused by name.
 """
 
 import hashlib
@@ -89,9 +92,26 @@ def read_peft_adapter(path: Path, config: ModelConfig) -> LoraAdapter:
             raise CheckpointError(f"{weights_file}: tensor {name} is not a LoRA pair of a decoder projection")
         key = (int(match["layer"]), TARGETS[match["module"]][1])
         halves.setdefault(key, {})[match["half"]] = np.asarray(tensor, np.float32)
+    return build_adapter(path, weights_file, halves, rank, alpha, scale, config)
+
+
+def build_adapter(
+    path: Path,
+    weights_file: Path,
+    halves: dict[tuple[int, str], dict[str, np.ndarray]],
+    rank: int,
+    alpha: float,
+    scale: float,
+    config: ModelConfig,
+    half_names: tuple[str, str] = ("lora_A", "lora_B"),
+) -> LoraAdapter:
+    """The adapter of `halves` ((layer, projection) → {"A": [r, in], "B": [out, r]}, as PEFT
+    stores them), each pair checked against `config`; `half_names` as the file names A and B."""
     if not halves:
         raise CheckpointError(f"{weights_file}: no LoRA tensors")
-    pairs = {key: _pair(weights_file, key, half, rank, scale, config) for key, half in sorted(halves.items())}
+    pairs = {
+        key: _pair(weights_file, key, half, rank, scale, config, half_names) for key, half in sorted(halves.items())
+    }
     targets = tuple(t for _, t in TARGETS.values() if any(projection == t for _, projection in pairs))
     return LoraAdapter(
         path=path,
@@ -123,6 +143,7 @@ def _adapter_settings(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{config_file}: not a LoRA adapter (peft_type {settings.get('peft_type')!r})")
     refused = {
         "use_dora": "DoRA",
+        "alora_invocation_tokens": "activated LoRA (alora_invocation_tokens)",
         "modules_to_save": "modules saved whole (modules_to_save)",
         "rank_pattern": "per-module ranks (rank_pattern)",
         "alpha_pattern": "per-module alphas (alpha_pattern)",
@@ -137,7 +158,13 @@ def _adapter_settings(path: Path) -> dict[str, Any]:
 
 
 def _pair(
-    source: Path, key: tuple[int, str], half: dict[str, np.ndarray], rank: int, scale: float, config: ModelConfig
+    source: Path,
+    key: tuple[int, str],
+    half: dict[str, np.ndarray],
+    rank: int,
+    scale: float,
+    config: ModelConfig,
+    half_names: tuple[str, str],
 ) -> LoraPair:
     layer, projection = key
     where = f"{source}: layer {layer} {projection}"
@@ -146,14 +173,15 @@ def _pair(
     shapes = projection_shapes(config, layer)
     if projection not in shapes:
         raise CheckpointError(f"{where}: a mixture-of-experts layer's MLP cannot take a LoRA adapter")
+    name_a, name_b = half_names
     if set(half) != {"A", "B"}:
-        raise CheckpointError(f"{where}: lora_{'B' if 'A' in half else 'A'} is missing")
+        raise CheckpointError(f"{where}: {name_b if 'A' in half else name_a} is missing")
     inputs, outputs = shapes[projection]
     a, b = half["A"], half["B"]  # [r, in], [out, r]
     expected_a, expected_b = (rank, math.prod(inputs)), (math.prod(outputs), rank)
     if a.shape != expected_a or b.shape != expected_b:
         raise CheckpointError(
-            f"{where}: lora_A {list(a.shape)} and lora_B {list(b.shape)} do not fit the served model "
+            f"{where}: {name_a} {list(a.shape)} and {name_b} {list(b.shape)} do not fit the served model "
             f"(rank {rank}: {list(expected_a)} and {list(expected_b)})"
         )
     return LoraPair(a=a.T.reshape(*inputs, rank), b=(b.T * np.float32(scale)).reshape(rank, *outputs))

@@ -1,14 +1,15 @@
 """The trust policy for LoRA adapters: what a path may name, and what an adapter may be, before
 its weights reach the engine.
 
-An adapter named at start-up (`--lora NAME=PATH`) is the operator's own choice: any readable
-directory. One named at run time (the admin route) must resolve — symlinks followed, `..`
-refused outright — inside one of the `--lora-root` directories (a relative path is taken inside
-them); with none set, run-time loading is refused. Every adapter's weights file is at most
-`--lora-max-bytes` (checked before it is read), its rank at most `--max-lora-rank`, and with an
-allow-list (`--lora-sha256 NAME=DIGEST`) an adapter must be listed under its name with the
-digest of its weights. Shapes and targets are
-checked against the served model by the reader (engine/lora_adapter.py).
+An adapter is a PEFT adapter directory or a llama.cpp LoRA GGUF file (engine/lora_formats.py).
+One named at start-up (`--lora NAME=PATH`) is the operator's own choice: any readable path. One
+named at run time (the admin route) must resolve — symlinks followed, `..` refused outright —
+inside one of the `--lora-root` directories (a relative path is taken inside them); with none
+set, run-time loading is refused. Every adapter's weights file (`adapter_model.safetensors`, or
+the GGUF file itself) is at most `--lora-max-bytes` (checked before it is read), its rank at most
+`--max-lora-rank`, and with an allow-list (`--lora-sha256 NAME=DIGEST`) an adapter must be listed
+under its name with the digest of its weights file. Shapes and targets are checked against the
+served model by the readers (engine/lora_adapter.py, engine/checkpoint/gguf_lora.py).
 """
 
 from collections.abc import Mapping
@@ -18,7 +19,8 @@ from pathlib import Path
 from engine.adapters import AdapterRefused
 from engine.config import ModelConfig
 from engine.errors import CheckpointError
-from engine.lora_adapter import ADAPTER_WEIGHTS, LoraAdapter, read_peft_adapter
+from engine.lora_adapter import ADAPTER_WEIGHTS, LoraAdapter
+from engine.lora_formats import NEEDED, adapter_weights_file, read_lora_adapter
 
 
 @dataclass(frozen=True)
@@ -30,17 +32,20 @@ class LoraPolicy:
 
     def read(self, name: str, path: str, config: ModelConfig, at_runtime: bool) -> LoraAdapter:
         """The adapter at `path`, checked; AdapterRefused naming the rule it breaks (its `code`)."""
-        directory = self._directory(path, at_runtime)
-        weights = directory / ADAPTER_WEIGHTS
+        location = self._location(path, at_runtime)
+        try:
+            weights = adapter_weights_file(location)
+        except CheckpointError as error:
+            raise AdapterRefused("lora_not_found", str(error)) from error
         if not weights.is_file():
-            raise AdapterRefused("lora_not_found", f"{path}: no {ADAPTER_WEIGHTS} (a PEFT adapter directory is needed)")
+            raise AdapterRefused("lora_not_found", f"{path}: no {ADAPTER_WEIGHTS} ({NEEDED})")
         size = weights.stat().st_size
         if size > self.max_bytes:
             raise AdapterRefused(
                 "lora_too_large", f"{path}: {size} bytes of weights, above --lora-max-bytes {self.max_bytes}"
             )
         try:
-            adapter = read_peft_adapter(directory, config)
+            adapter = read_lora_adapter(location, config)
         except CheckpointError as error:
             raise AdapterRefused("lora_mismatch", str(error)) from error
         if adapter.rank > self.max_rank:
@@ -55,7 +60,7 @@ class LoraPolicy:
                 )
         return adapter
 
-    def _directory(self, path: str, at_runtime: bool) -> Path:
+    def _location(self, path: str, at_runtime: bool) -> Path:
         given = Path(path).expanduser()
         if not at_runtime:
             return given
@@ -63,7 +68,7 @@ class LoraPolicy:
             raise AdapterRefused("lora_path", f"{path}: '..' is not allowed in an adapter path")
         if not self.roots:
             raise AdapterRefused("lora_path", "loading adapters at run time needs --lora-root (none is set)")
-        # A relative path names a directory inside the roots (the first that has it).
+        # A relative path names an adapter inside the roots (the first that has it).
         candidates = [given] if given.is_absolute() else [root.expanduser() / given for root in self.roots]
         resolved = next((c.resolve() for c in candidates if c.exists()), candidates[0].resolve())
         for root in self.roots:

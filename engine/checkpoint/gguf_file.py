@@ -68,7 +68,7 @@ _GLOBAL_TENSORS = {
     "output.weight": "lm_head.weight",
 }
 
-_BLOCK_TENSORS = {
+BLOCK_TENSORS = {
     "attn_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
     "attn_q": "self_attn.q_proj",
@@ -159,17 +159,22 @@ def reader_metadata(reader: GGUFReader, path: Path, prefix: str = "") -> dict[st
         raise CheckpointError(f"{path}: corrupt GGUF metadata ({' '.join(str(error).split())})") from error
 
 
+def check_tensor_type(tensor: ReaderTensor, path: Path) -> None:
+    """CheckpointError unless `tensor` has a type this reader dequantizes."""
+    if tensor.tensor_type not in SUPPORTED_TENSOR_TYPES:
+        supported = ", ".join(sorted(t.name for t in SUPPORTED_TENSOR_TYPES))
+        raise CheckpointError(
+            f"{path}: tensor {tensor.name} has type {tensor.tensor_type.name}; supported: {supported}"
+        )
+
+
 class GGUFTensors(Mapping[str, np.ndarray]):
     """HF-named float32 view of a GGUF file's tensors, dequantized on each lookup."""
 
     def __init__(self, tensors: list[ReaderTensor], hf_config: dict, path: Path) -> None:
         self._entries: dict[str, tuple[ReaderTensor, int | None, _Transform | None]] = {}
         for tensor in tensors:
-            if tensor.tensor_type not in SUPPORTED_TENSOR_TYPES:
-                supported = ", ".join(sorted(t.name for t in SUPPORTED_TENSOR_TYPES))
-                raise CheckpointError(
-                    f"{path}: tensor {tensor.name} has type {tensor.tensor_type.name}; supported: {supported}"
-                )
+            check_tensor_type(tensor, path)
             self._add(tensor, hf_config, path)
 
     def _add(self, tensor: ReaderTensor, hf_config: dict, path: Path) -> None:
@@ -179,7 +184,7 @@ class GGUFTensors(Mapping[str, np.ndarray]):
             self._entries[_GLOBAL_TENSORS[tensor.name]] = (tensor, None, None)
             return
         match = _BLOCK_NAME.fullmatch(tensor.name)
-        if match is None or (match["part"] not in _BLOCK_TENSORS and match["part"] not in _EXPERT_TENSORS):
+        if match is None or (match["part"] not in BLOCK_TENSORS and match["part"] not in _EXPERT_TENSORS):
             raise CheckpointError(f"{path}: tensor {tensor.name} is not understood by this reader")
         prefix, part, suffix = f"model.layers.{match['layer']}", match["part"], match["suffix"]
         if part in _EXPERT_TENSORS:
@@ -187,7 +192,7 @@ class GGUFTensors(Mapping[str, np.ndarray]):
                 name = f"{prefix}.mlp.experts.{expert}.{_EXPERT_TENSORS[part]}.{suffix}"
                 self._entries[name] = (tensor, expert, None)
             return
-        self._entries[f"{prefix}.{_BLOCK_TENSORS[part]}.{suffix}"] = (tensor, None, _rotary_fix(part, hf_config))
+        self._entries[f"{prefix}.{BLOCK_TENSORS[part]}.{suffix}"] = (tensor, None, _rotary_fix(part, hf_config))
 
     def __getitem__(self, name: str) -> np.ndarray:
         tensor, expert, transform = self._entries[name]
@@ -209,13 +214,15 @@ def _rotary_fix(part: str, hf_config: dict) -> _Transform | None:
     if part not in ("attn_q", "attn_k") or not family_for_hf_config(hf_config).traits.gguf_interleaved_qk:
         return None
     heads = hf_config["num_attention_heads"] if part == "attn_q" else hf_config["num_key_value_heads"]
+    return lambda weights: unpermute_qk_rows(weights, heads)
 
-    def unpermute(weights: np.ndarray) -> np.ndarray:
-        half_head = weights.shape[0] // heads // 2
-        by_head = weights.reshape(heads, half_head, 2, *weights.shape[1:])
-        return np.ascontiguousarray(by_head.swapaxes(1, 2).reshape(weights.shape))
 
-    return unpermute
+def unpermute_qk_rows(weights: np.ndarray, heads: int) -> np.ndarray:
+    """`weights` [heads · head_dim, ...] (q or k rows, or a LoRA's lora_b for them) back in HF's
+    row order from llama.cpp's: each head's interleaved rotary pairs as its two halves again."""
+    half_head = weights.shape[0] // heads // 2
+    by_head = weights.reshape(heads, half_head, 2, *weights.shape[1:])
+    return np.ascontiguousarray(by_head.swapaxes(1, 2).reshape(weights.shape))
 
 
 def open_reader(path: Path) -> GGUFReader:

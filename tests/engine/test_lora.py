@@ -1,7 +1,8 @@
 """LoRA adapters in the forward pass: each family with a tiny random PEFT adapter against
-transformers + peft (goldens by tools/reference/tiny_lora.py), an adapter whose B is zero against
-the base model, rows of different adapters in one batch against each row alone, and the adapters
-the reader refuses."""
+transformers + peft (goldens by tools/reference/tiny_lora.py), and the same adapter converted to
+a llama.cpp LoRA GGUF (tests/engine/test_lora_gguf.py checks its reader); an adapter whose B is
+zero against the base model, rows of different adapters in one batch against each row alone, and
+the adapters the reader refuses."""
 
 import json
 from collections.abc import Callable
@@ -14,7 +15,10 @@ import pytest
 from engine.checkpoint.loader import LoadedModel, load_model
 from engine.errors import CheckpointError
 from engine.layers.lora import LoraBatch, stack_adapters
-from engine.lora_adapter import read_peft_adapter
+from engine.lora_adapter import LoraAdapter, read_peft_adapter
+from engine.lora_formats import read_lora_adapter
+from tests.engine.tiny_checkpoints import TINY_MODELS
+from tests.engine.tiny_gguf_lora import write_lora_gguf
 from tests.engine.tiny_lora import TINY_ADAPTERS, build_tiny_adapter
 
 GOLDENS = Path(__file__).parent.parent / "goldens"
@@ -32,12 +36,30 @@ def rows(slots: list[int]) -> jnp.ndarray:
     return jnp.asarray(slots, jnp.int32)
 
 
-@pytest.mark.parametrize("name", sorted(TINY_ADAPTERS))
+def read_as(form: str, name: str, tmp_path: Path, model: LoadedModel) -> LoraAdapter:
+    """Tiny adapter `name` as a PEFT directory ("peft") or converted to a llama.cpp GGUF ("gguf")."""
+    directory = build_tiny_adapter(name, tmp_path / name)
+    if form == "gguf":
+        directory = write_lora_gguf(directory, TINY_MODELS[TINY_ADAPTERS[name][0]], tmp_path / f"{name}.gguf")
+    return read_lora_adapter(directory, model.config)
+
+
+# Every adapter as PEFT; as GGUF, a Llama one (its q/k rows permuted by the converter) and a Qwen3
+# one (head_dim apart from hidden / heads). rsLoRA is scaled otherwise by llama.cpp.
+@pytest.mark.parametrize(
+    ("form", "name"),
+    [("peft", name) for name in sorted(TINY_ADAPTERS)] + [("gguf", "llama_all"), ("gguf", "qwen3_all")],
+)
 def test_adapter_logits_match_peft(
-    name: str, tiny_checkpoint: Callable[[str], Path], cache_dir: Path, golden: Callable[[str], dict], tmp_path: Path
+    form: str,
+    name: str,
+    tiny_checkpoint: Callable[[str], Path],
+    cache_dir: Path,
+    golden: Callable[[str], dict],
+    tmp_path: Path,
 ) -> None:
     model = base(tiny_checkpoint, cache_dir, name)
-    adapter = read_peft_adapter(build_tiny_adapter(name, tmp_path / name), model.config)
+    adapter = read_as(form, name, tmp_path, model)
     expected, prompt = golden_logits(name), golden(TINY_ADAPTERS[name][0])
     assert np.abs(expected - prompt["logits"]).max() > 1e-2  # the adapter does change the model
     # Slot 2 of three, at twice the adapter's rank: padding columns and other slots add nothing.
@@ -90,6 +112,7 @@ def _rewrite_config(directory: Path, **changes: object) -> None:
     ("changes", "reason"),
     [
         ({"use_dora": True}, "DoRA is not supported"),
+        ({"alora_invocation_tokens": [5, 6]}, r"activated LoRA \(alora_invocation_tokens\) is not supported"),
         ({"bias": "all"}, "trained biases"),
         ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
         ({"rank_pattern": {"q_proj": 2}}, "rank_pattern"),

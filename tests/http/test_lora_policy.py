@@ -18,6 +18,7 @@ from pooled import settings as settings_module
 from pooled.loading import load_start_adapters
 from pooled.lora_policy import LoraPolicy
 from tests.engine.tiny_checkpoints import TINY_MODELS, build_tiny_checkpoint
+from tests.engine.tiny_gguf_lora import write_lora_gguf
 from tests.engine.tiny_lora import build_tiny_adapter
 
 LLAMA = TINY_MODELS["llama_tied"]
@@ -78,6 +79,26 @@ def test_size_rank_shape_and_digest_refusals(config: ModelConfig, root: Path) ->
     wrong = LoraPolicy(digests={"a": "0" * 64})
     refused(lambda: wrong.read("a", str(adapter), config, False), "lora_digest", f"sha256 {digest} is not the allowed")
     refused(lambda: LoraPolicy().read("a", str(root), config, False), "lora_not_found", "no adapter_model.safetensors")
+
+
+def test_a_llama_cpp_gguf_file_is_its_own_weights_file(config: ModelConfig, root: Path, tmp_path: Path) -> None:
+    path = write_lora_gguf(build_tiny_adapter("llama_all", tmp_path / "peft"), LLAMA, root / "a.gguf")
+    size, digest = path.stat().st_size, file_sha256(path)
+    assert LoraPolicy(roots=(root,)).read("a", "a.gguf", config, at_runtime=True).path == path.resolve()
+    read = LoraPolicy(roots=(root,), max_bytes=size - 1).read
+    refused(lambda: read("a", "a.gguf", config, True), "lora_too_large", f"{size} bytes of weights, above")
+    assert LoraPolicy(roots=(root,), max_bytes=size).read("a", "a.gguf", config, True).size_bytes == size
+    refused(lambda: LoraPolicy(max_rank=2).read("a", str(path), config, False), "lora_rank", "rank 4 is above")
+    assert LoraPolicy(digests={"a": digest}).read("a", str(path), config, False).sha256 == digest
+    peft_digest = file_sha256(tmp_path / "peft" / "adapter_model.safetensors")  # the same pairs, another file
+    wrong = LoraPolicy(digests={"a": peft_digest})
+    refused(lambda: wrong.read("a", str(path), config, False), "lora_digest", f"sha256 {digest} is not the allowed")
+    other = model_config(TINY_MODELS["qwen3"])
+    refused(lambda: LoraPolicy().read("a", str(path), other, False), "lora_mismatch", "an adapter for 'llama' models")
+    needed = r"\(a PEFT adapter directory or a llama.cpp LoRA GGUF file is needed\)"
+    (root / "a.bin").write_bytes(path.read_bytes())
+    refused(lambda: LoraPolicy().read("a", str(root / "a.bin"), config, False), "lora_not_found", needed)
+    refused(lambda: LoraPolicy().read("a", str(root / "b.gguf"), config, False), "lora_not_found", needed)
 
 
 def test_lora_flags_repeat_and_read_their_variables() -> None:
