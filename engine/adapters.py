@@ -17,6 +17,7 @@ on the device.
 """
 
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Literal
@@ -45,6 +46,7 @@ class ServedAdapter:
     state: AdapterState = "loading"
     running: int = 0  # requests in flight that use it
     requests: int = 0  # requests it has been asked for, in all
+    loaded_at: float = 0.0  # Unix time its slot was written
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,8 @@ class AdapterTable:
 
     def loaded(self, job: AdapterJob) -> None:
         with self._lock:
-            self._by_name[job.name].state = "ready"
+            served = self._by_name[job.name]
+            served.state, served.loaded_at = "ready", time.time()
 
     def unloaded(self, job: AdapterJob) -> None:
         with self._lock:

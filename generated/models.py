@@ -163,7 +163,7 @@ class AnthropicMessage(BaseModel):
     content: list[AnthropicTextBlock | AnthropicToolUseBlock | AnthropicThinkingBlock | AnthropicRedactedThinkingBlock]
     model: str
     """
-    The served model's id, whatever the request named.
+    The served model's id, or the name of the LoRA adapter the request ran with.
     """
     stop_reason: (
         Literal[
@@ -263,7 +263,7 @@ class AnthropicMessagesRequest(BaseModel):
     )
     model: str
     """
-    Any string is accepted (e.g. `claude-opus-4-8`); the loaded model answers.
+    Any string is accepted (e.g. `claude-opus-4-8`); the loaded model answers, or the LoRA adapter of that name when one is loaded.
     """
     messages: Annotated[list[AnthropicMessageParam], Field(min_length=1)]
     max_tokens: Annotated[StrictInt, Field(ge=1)]
@@ -306,6 +306,9 @@ class AnthropicModelInfo(BaseModel):
     )
     type: Literal["model"]
     id: str
+    """
+    The served model's id, or a LoRA adapter's name.
+    """
     display_name: str
     created_at: AwareDatetime
     """
@@ -573,7 +576,7 @@ class ChatCompletion(BaseModel):
     """
     model: str
     """
-    The served model's id (as `/v1/models` lists it), whatever the request named.
+    The served model's id (as `/v1/models` lists it), or the name of the LoRA adapter the request ran with.
     """
     choices: list[ChatCompletionChoice]
     usage: CompletionUsage
@@ -718,7 +721,7 @@ class ChatCompletionRequest(BaseModel):
     )
     model: str | None = None
     """
-    Any string is accepted; the loaded model answers. The answer's `model` is the served model's id.
+    Any string is accepted; the loaded model answers, or the LoRA adapter of that name when one is loaded (`/v1/models` lists them). The answer's `model` is the served model's id, or the adapter's name.
     """
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_tokens: Annotated[StrictInt | None, Field(ge=1)] = None
@@ -785,6 +788,10 @@ class ChatCompletionRequest(BaseModel):
     chat_template_kwargs: dict[str, Any] | None = None
     """
     Extension (vLLM). Extra variables for the chat template, e.g. `{"enable_thinking": false}`.
+    """
+    lora_adapter: str | None = None
+    """
+    Extension. The name of a loaded LoRA adapter to run the request with (it takes precedence over `model`); a name that is not loaded is a 400 listing the loaded ones. `GET /v1/lora_adapters` and `/v1/models` list them.
     """
     user: str | None = None
     metadata: dict[str, Any] | None = None
@@ -1069,11 +1076,15 @@ class CompletionRequest(BaseModel):
     )
     model: str | None = None
     """
-    Any string is accepted; the loaded model answers.
+    Any string is accepted; the loaded model answers, or the LoRA adapter of that name when one is loaded (`/v1/models` lists them).
     """
     prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]
     """
     The prompt: a string, an array of strings (one completion each), an array of token ids, or an array of token-id arrays. An empty prompt is a 400.
+    """
+    lora_adapter: str | None = None
+    """
+    Extension. The name of a loaded LoRA adapter to run the request with (it takes precedence over `model`); a name that is not loaded is a 400 listing the loaded ones. `GET /v1/lora_adapters` and `/v1/models` list them.
     """
     suffix: str | None = None
     """
@@ -1169,7 +1180,7 @@ class CreateResponseRequest(BaseModel):
     )
     model: str | None = None
     """
-    Any string is accepted; the loaded model answers.
+    Any string is accepted; the loaded model answers, or the LoRA adapter of that name when one is loaded (`/v1/models` lists them).
     """
     input: str | list[ResponseInputItemParam] | None = None
     """
@@ -1475,6 +1486,94 @@ LogitBiasAdditionalProperty = TypeAliasType(
 )
 
 
+class LoraAdapter(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    object: Literal["lora_adapter"]
+    name: str
+    parent: str
+    """
+    The id of the model it adapts (as `/v1/models` lists it).
+    """
+    path: str
+    """
+    Where its weights were read from.
+    """
+    rank: Annotated[StrictInt, Field(ge=1)]
+    alpha: StrictFloat
+    targets: list[Literal["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]]
+    """
+    The projections it changes, by their Hugging Face module names.
+    """
+    size_bytes: Annotated[StrictInt, Field(ge=0)]
+    """
+    The size of its weights file.
+    """
+    sha256: Annotated[str, Field(pattern="^[0-9a-f]{64}$")]
+    """
+    The digest of its weights file (what `--lora-sha256` checks).
+    """
+    loaded_at: StrictInt
+    """
+    Unix time in seconds when it was loaded.
+    """
+    requests: Annotated[StrictInt, Field(ge=0)]
+    """
+    Requests that have run with it since it was loaded.
+    """
+    running: Annotated[StrictInt, Field(ge=0)]
+    """
+    Requests running with it now.
+    """
+    state: Literal["ready", "unloading"]
+    """
+    `unloading`: new requests naming it are refused; it goes once its running requests finish.
+    """
+
+
+class LoraAdapterDeleted(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    object: Literal["lora_adapter.deleted"]
+    name: str
+    deleted: Literal[True]
+
+
+class LoraAdapterList(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    object: Literal["list"]
+    data: list[LoraAdapter]
+    """
+    By name.
+    """
+    slots: Annotated[StrictInt, Field(ge=0)]
+    """
+    How many adapters the engine can hold at once (`--max-loras`).
+    """
+
+
+class LoraAdapterLoadRequest(BaseModel):
+    """
+    An adapter to load. Unknown fields are accepted and ignored.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    name: Annotated[str, Field(pattern="^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
+    """
+    The name requests use (`model` or `lora_adapter`); letters, digits and `._:/-`, at most 128.
+    """
+    path: Annotated[str, Field(min_length=1)]
+    """
+    A PEFT adapter directory (`adapter_config.json` + `adapter_model.safetensors`) or a llama.cpp LoRA GGUF file. It must resolve, symlinks followed, inside a `--lora-root` directory; a relative path is taken inside them.
+    """
+
+
 class Metrics(BaseModel):
     """
     Counters, gauges and latency histograms as JSON, named as vLLM names them (Prometheus has the same figures under `pooled_` names at `/metrics/prometheus`). `requests_running` and `requests_served_total` (counted by the HTTP layer) are always present; the engine's fields are present once the engine runs.
@@ -1639,6 +1738,10 @@ class OpenAIModel(BaseModel):
     """
     Extension. How many requests (or choices) the engine decodes at once; the chat model only.
     """
+    parent: str | None = None
+    """
+    Extension (vLLM). On a LoRA adapter only: the id of the model it adapts. Requests run with the adapter when their `model` names it.
+    """
 
 
 class OpenAIModelList(BaseModel):
@@ -1648,7 +1751,7 @@ class OpenAIModelList(BaseModel):
     object: Literal["list"]
     data: list[OpenAIModel]
     """
-    The chat model, then the encoders served beside it; empty until they are ready.
+    The chat model, its LoRA adapters (with `parent`), then the encoders served beside it; empty until they are ready.
     """
 
 
@@ -2278,7 +2381,7 @@ class ResponseObject(BaseModel):
     max_tool_calls: StrictInt | None = None
     model: str
     """
-    The served model's id, whatever the request named.
+    The served model's id, or the name of the LoRA adapter the request ran with.
     """
     output: list[ResponseOutputMessage | ResponseFunctionToolCall | ResponseCustomToolCall | ResponseReasoningItem]
     parallel_tool_calls: StrictBool

@@ -30,6 +30,9 @@ OPERATION_HANDLERS: dict[str, str] = {
     "detokenize": "detokenize",
     "listModels": "list_models",
     "retrieveModel": "retrieve_model",
+    "listLoraAdapters": "list_lora_adapters",
+    "loadLoraAdapter": "load_lora_adapter",
+    "unloadLoraAdapter": "unload_lora_adapter",
     "createMessage": "create_message",
     "countMessageTokens": "count_message_tokens",
     "getHealth": "get_health",
@@ -299,6 +302,50 @@ async def retrieve_model(
             models.AnthropicModelInfo,
         ),
     )
+
+
+@router.api_route(
+    "/v1/lora_adapters",
+    methods=["GET", "HEAD"],
+    operation_id="listLoraAdapters",
+    include_in_schema=False,
+)
+async def list_lora_adapters(
+    request: Request,
+) -> Response:
+    """List the loaded LoRA adapters."""
+    result = await handlers.list_lora_adapters(request)
+    return _respond(result, (models.LoraAdapterList,))
+
+
+@router.api_route(
+    "/v1/lora_adapters",
+    methods=["POST"],
+    operation_id="loadLoraAdapter",
+    include_in_schema=False,
+)
+async def load_lora_adapter(
+    request: Request,
+    body: Annotated[models.LoraAdapterLoadRequest, Body()],
+) -> Response:
+    """Load a LoRA adapter while the engine serves."""
+    result = await handlers.load_lora_adapter(request, body=body)
+    return _respond(result, (models.LoraAdapter,))
+
+
+@router.api_route(
+    "/v1/lora_adapters/{name:path}",
+    methods=["DELETE"],
+    operation_id="unloadLoraAdapter",
+    include_in_schema=False,
+)
+async def unload_lora_adapter(
+    request: Request,
+    name: Annotated[str, Path()],
+) -> Response:
+    """Unload a LoRA adapter."""
+    result = await handlers.unload_lora_adapter(request, name=name)
+    return _respond(result, (models.LoraAdapterDeleted,))
 
 
 @router.api_route(

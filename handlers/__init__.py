@@ -9,6 +9,7 @@ from handlers.banner import get_banner
 from handlers.docs import get_api_root, get_docs, get_docs_asset, get_openapi_document
 from handlers.embeddings import create_embedding
 from handlers.health import get_health
+from handlers.lora_adapters import list_lora_adapters, load_lora_adapter, unload_lora_adapter
 from handlers.metrics import get_metrics, get_prometheus_metrics
 from handlers.models import list_models, retrieve_model
 from handlers.openai_chat import create_chat_completion
@@ -41,7 +42,10 @@ __all__ = [
     "get_prometheus_metrics",
     "get_response",
     "list_input_items",
+    "list_lora_adapters",
     "list_models",
+    "load_lora_adapter",
     "retrieve_model",
     "tokenize",
+    "unload_lora_adapter",
 ]

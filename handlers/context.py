@@ -54,6 +54,44 @@ class EncoderService(Protocol):
     def token_input(self, token_ids: Sequence[int]) -> EncoderInput: ...
 
 
+@dataclass(frozen=True)
+class AdapterEntry:
+    """A LoRA adapter the engine serves, as the admin routes and `/v1/models` show it."""
+
+    name: str
+    path: str
+    rank: int
+    alpha: float
+    targets: tuple[str, ...]  # Hugging Face module names (q_proj, …)
+    size_bytes: int
+    sha256: str
+    loaded_at: int  # Unix seconds
+    requests: int  # run with it since it was loaded
+    running: int
+    state: Literal["ready", "unloading"]
+
+
+class AdapterAdmin(Protocol):
+    """The served model's LoRA adapters (pooled/adapter_admin.py): loads and unloads go through
+    the trust policy and run on the engine thread. Refusals raise `engine.adapters.AdapterRefused`
+    naming the rule (its `code`)."""
+
+    @property
+    def slots(self) -> int: ...
+
+    def listing(self) -> list[AdapterEntry]:
+        """By name; an adapter still loading is not listed."""
+        ...
+
+    async def load(self, name: str, path: str) -> AdapterEntry:
+        """Once requests can name it."""
+        ...
+
+    async def unload(self, name: str) -> None:
+        """Once the requests running with it have finished and its slot is free."""
+        ...
+
+
 class ModelService(Protocol):
     """The loaded (or loading) model as the HTTP side sees it."""
 
@@ -117,6 +155,11 @@ class ModelService(Protocol):
         """The checkpoint's chat template, or None when it ships none."""
         ...
 
+    @property
+    def adapters(self) -> AdapterAdmin | None:
+        """The LoRA adapters of a generating model once it serves, else None."""
+        ...
+
 
 @dataclass(frozen=True)
 class GenerationLimits:
@@ -146,6 +189,7 @@ class ServerContext:
     responses: ResponseStore
     counters: Counters = field(default_factory=Counters)
     limits: GenerationLimits = field(default_factory=GenerationLimits)
+    lora_admin: bool = True  # whether the /v1/lora_adapters routes are served (--lora-admin)
     # System-prompt lines dropped from rendered prompts (see handlers/generation/volatile_lines.py).
     volatile_lines: re.Pattern[str] = field(default_factory=volatile_line_pattern)
 

@@ -33,6 +33,17 @@ def _openai_model(server: ServerContext) -> models.OpenAIModel:
     )
 
 
+def _adapter_names(server: ServerContext) -> list[str]:
+    adapters = server.model.adapters
+    return [entry.name for entry in adapters.listing() if entry.state == "ready"] if adapters is not None else []
+
+
+def _openai_adapters(server: ServerContext) -> list[models.OpenAIModel]:
+    """The LoRA adapters requests may name as their `model`, each with the model it adapts."""
+    base = _openai_model(server)
+    return [base.model_copy(update={"id": name, "parent": base.id}) for name in _adapter_names(server)]
+
+
 def _openai_encoders(server: ServerContext) -> list[models.OpenAIModel]:
     """The encoders served beside the model; the chat model's own embedding pass (`--embeddings`)
     is listed once, as the chat model."""
@@ -51,11 +62,12 @@ def _openai_encoders(server: ServerContext) -> list[models.OpenAIModel]:
     ]
 
 
-def _anthropic_model(server: ServerContext) -> models.AnthropicModelInfo:
+def _anthropic_model(server: ServerContext, name: str | None = None) -> models.AnthropicModelInfo:
+    """The served model, or the adapter `name` on it."""
     return models.AnthropicModelInfo(
         type="model",
-        id=server.model.model_id,
-        display_name=server.model.model_id,
+        id=name or server.model.model_id,
+        display_name=name or server.model.model_id,
         created_at=datetime.fromtimestamp(server.created, UTC),
         lifecycle="active",
         max_model_len=server.model.ctx or 1,
@@ -66,15 +78,22 @@ async def list_models(request: Request) -> models.OpenAIModelList | models.Anthr
     server = context(request)
     ready = server.model.state == "serving"
     if wants_anthropic(request):
-        entries = [_anthropic_model(server)] if ready else []
-        first = entries[0].id if entries else None
-        return models.AnthropicModelList(data=entries, has_more=False, first_id=first, last_id=first)
-    chat = [_openai_model(server)] if server.model.kind == "chat" else []  # an encoder lists itself
-    return models.OpenAIModelList(object="list", data=[*chat, *_openai_encoders(server)] if ready else [])
+        names = [None, *_adapter_names(server)] if ready else []
+        entries = [_anthropic_model(server, name) for name in names]
+        first, last = (entries[0].id, entries[-1].id) if entries else (None, None)
+        return models.AnthropicModelList(data=entries, has_more=False, first_id=first, last_id=last)
+    if not ready:
+        return models.OpenAIModelList(object="list", data=[])
+    chat = [_openai_model(server), *_openai_adapters(server)] if server.model.kind == "chat" else []
+    return models.OpenAIModelList(object="list", data=[*chat, *_openai_encoders(server)])
 
 
 async def retrieve_model(request: Request, model_id: str) -> models.OpenAIModel | models.AnthropicModelInfo:
     server = context(request)
+    if server.model.state == "serving" and model_id in _adapter_names(server):
+        if wants_anthropic(request):
+            return _anthropic_model(server, model_id)
+        return next(m for m in _openai_adapters(server) if m.id == model_id)
     if server.model.state == "serving" and not wants_anthropic(request):
         encoder = next((m for m in _openai_encoders(server) if m.id == model_id), None)
         if encoder is not None:

@@ -34,6 +34,7 @@ def server_context(settings: Settings, model: ModelService) -> ServerContext:
         responses=responses,
         limits=limits,
         volatile_lines=volatile_line_pattern(settings.volatile_line_pattern),
+        lora_admin=settings.lora_admin,
     )
 
 

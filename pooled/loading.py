@@ -23,6 +23,7 @@ from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
 from engine.tokenizer import ChatTemplate, Tokenizer
+from pooled.adapter_admin import EngineAdapters
 from pooled.context_policy import served_context
 from pooled.lora_policy import LoraPolicy
 from pooled.model_host import Embedder, Loaded, model_id_for
@@ -80,12 +81,11 @@ def lora_policy(settings: Settings) -> LoraPolicy:
     )
 
 
-def load_start_adapters(engine: Engine, model: LoadedModel, settings: Settings) -> None:
+def load_start_adapters(adapters: EngineAdapters, settings: Settings) -> None:
     """The `--lora NAME=PATH` adapters, through the trust policy, into the engine's slots."""
-    policy = lora_policy(settings)
     for name, path in settings.lora:
         try:
-            engine.load_adapter(name, policy.read(name, path, model.config, at_runtime=False)).result()
+            adapters.load_at_start(name, path)
         except AdapterRefused as error:
             hint = " (set --max-loras)" if error.code == "lora_disabled" else ""
             raise CheckpointError(f"--lora {name}: {error.message}{hint}") from error
@@ -168,8 +168,9 @@ def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int
     context = served_context(checkpoint.model, settings, config)
     runners = {name: encoder.runner for name, encoder in encoders.items()}
     engine = Engine.build(context.model, config, report, runners)
+    adapters = EngineAdapters(engine, context.model.config, lora_policy(settings))
     try:
-        load_start_adapters(engine, context.model, settings)
+        load_start_adapters(adapters, settings)
     except CheckpointError:
         engine.shutdown()
         raise
@@ -182,6 +183,7 @@ def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int
         checkpoint.chat_template,
         engine,
         {name: encoder.face for name, encoder in encoders.items()},
+        adapters=adapters,
     )
 
 

@@ -24,7 +24,7 @@ from engine.encoder import LoadedEncoder
 from engine.encoder_engine import EncoderEngine
 from engine.engine import Engine
 from engine.tokenizer import ChatTemplate, Tokenizer
-from handlers.context import ModelKind, ModelState
+from handlers.context import AdapterAdmin, ModelKind, ModelState
 from pooled.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,7 @@ class Loaded:
     engine: Engine | EncoderEngine
     encoders: Mapping[str, Embedder] = field(default_factory=dict)  # by name, the model itself if an encoder
     kind: ModelKind = "chat"
+    adapters: AdapterAdmin | None = None  # a generating model's LoRA adapters
 
 
 Loader = Callable[[Path, Settings, Callable[[str, int, int], None]], Loaded]
@@ -152,6 +153,10 @@ class ModelHost:
     @property
     def encoders(self) -> Mapping[str, Embedder]:
         return self._loaded.encoders if self._loaded else {}
+
+    @property
+    def adapters(self) -> AdapterAdmin | None:
+        return self._loaded.adapters if self._loaded else None
 
     def start(self) -> None:
         threading.Thread(target=self._load, name="pooled-load", daemon=True).start()

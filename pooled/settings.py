@@ -153,8 +153,8 @@ class Settings:
     lora: tuple[tuple[str, str], ...] = setting(
         (),
         _named,
-        "NAME=PATH of a PEFT adapter directory loaded at start (repeatable; any readable path: the "
-        "operator chose it). Needs --max-loras.",
+        "NAME=PATH of a PEFT adapter directory or a llama.cpp LoRA GGUF loaded at start (repeatable; any "
+        "readable path: the operator chose it). Needs --max-loras.",
         repeatable=True,
     )
     lora_root: tuple[str, ...] = setting(
@@ -173,6 +173,12 @@ class Settings:
         "NAME=DIGEST: an allow-list of adapters by name and the sha256 of their weights file "
         "(repeatable); when given, any other adapter is refused.",
         repeatable=True,
+    )
+    lora_admin: bool = setting(
+        True,
+        _switch,
+        "Whether /v1/lora_adapters lists, loads and unloads adapters while serving (they need the API "
+        "key when one is set); false: those routes answer 403.",
     )
     host: str = setting("127.0.0.1", str, "Address to listen on.")
     port: int = setting(8080, int, "Port to listen on.")

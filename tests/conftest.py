@@ -39,6 +39,7 @@ class StubModel:
     tokenizer: Any = None
     chat_template: Any = None
     encoders: dict[str, Any] = field(default_factory=dict)
+    adapters: Any = None
 
 
 @pytest.fixture

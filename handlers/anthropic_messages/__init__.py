@@ -15,6 +15,7 @@ from handlers.anthropic_messages.request import messages_prompt, plan_message
 from handlers.anthropic_messages.response import PING, MessageStream, message
 from handlers.availability import loaded_tokenizer, serving
 from handlers.context import context
+from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
 from handlers.generation.engine_bridge import ANTHROPIC_BUSY, open_generations
 from handlers.generation.sse import EventStream
@@ -26,10 +27,11 @@ async def create_message(
     """`beta` (Claude Code's `?beta=true`) and the `anthropic-*` headers change nothing here."""
     ready = serving(request, ANTHROPIC_BUSY.unavailable)
     server, model, tokenizer, limits = ready.server, ready.model, ready.tokenizer, ready.server.limits
-    plan = plan_message(body, model.chat_template, tokenizer, ready.ctx, limits, server.volatile_lines)
+    adapter = chosen_adapter(model, body.model)
+    plan = plan_message(body, model.chat_template, tokenizer, ready.ctx, limits, server.volatile_lines, adapter)
     if body.stream:
         (generation,), close = await open_generations(model, [plan.generation], limits, ANTHROPIC_BUSY)
-        stream = MessageStream(plan, generation, model.model_id, tokenizer)
+        stream = MessageStream(plan, generation, answering_model(model, plan.generation.adapter), tokenizer)
         return EventStream(stream.lines(), limits.keepalive_interval_s, close, keepalive=PING)
     return await unless_disconnected(request, message(plan, model, tokenizer, limits))
 

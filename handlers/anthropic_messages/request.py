@@ -58,6 +58,7 @@ def plan_message(
     context: int,
     limits: GenerationLimits,
     volatile: re.Pattern[str],
+    adapter: str | None = None,
 ) -> MessagesPlan:
     stops = stop_strings(body.stop_sequences, "stop_sequences")
     prompt, tools = messages_prompt(body, template, tokenizer, volatile)
@@ -72,6 +73,7 @@ def plan_message(
         constraint=with_reasoning_budget(
             tools.constraint(tokenizer, prompt.tool_format), _thinking_budget(body.thinking), tokenizer, prompt
         ),
+        adapter=adapter,
     )
     return MessagesPlan(generation, prompt, stops, tools)
 

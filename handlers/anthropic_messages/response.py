@@ -22,6 +22,7 @@ from handlers.anthropic_messages.blocks import ContentBlocks
 from handlers.anthropic_messages.request import MessagesPlan
 from handlers.context import GenerationLimits, ModelService
 from handlers.errors import ApiError, anthropic_error_body
+from handlers.generation.adapter_choice import answering_model
 from handlers.generation.engine_bridge import ANTHROPIC_BUSY, Generation, start_generation
 from handlers.generation.identity import AnswerIdentity
 from handlers.generation.rows import FinishReason, UsageCount, row_events
@@ -82,7 +83,7 @@ async def message(
             finish = event.finish or finish
     blocks.close()
     usage.add_rows([row])
-    return _message(model.model_id, blocks, _stop(finish, row), usage)
+    return _message(answering_model(model, plan.generation.adapter), blocks, _stop(finish, row), usage)
 
 
 class MessageStream:

@@ -7,6 +7,7 @@ from fastapi.responses import Response
 
 from generated import models
 from handlers.availability import serving
+from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
 from handlers.generation.engine_bridge import OPENAI_BUSY, open_generations
 from handlers.generation.sse import EventStream
@@ -19,9 +20,10 @@ async def create_chat_completion(
 ) -> models.ChatCompletion | Response:
     ready = serving(request, OPENAI_BUSY.unavailable)
     model, tokenizer, limits = ready.model, ready.tokenizer, ready.server.limits
-    plan = plan_chat(body, model.chat_template, tokenizer, ready.ctx, model.decode_lanes, limits)
+    adapter = chosen_adapter(model, body.model, body.lora_adapter)
+    plan = plan_chat(body, model.chat_template, tokenizer, ready.ctx, model.decode_lanes, limits, adapter)
     if body.stream:
         (generation,), close = await open_generations(model, [plan.generation], limits, OPENAI_BUSY)
-        stream = ChatStream(plan, generation, model.model_id, tokenizer)
+        stream = ChatStream(plan, generation, answering_model(model, plan.generation.adapter), tokenizer)
         return EventStream(stream.lines(), limits.keepalive_interval_s, close)
     return await unless_disconnected(request, chat_completion(plan, model, tokenizer, limits))

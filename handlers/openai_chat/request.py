@@ -39,6 +39,7 @@ def plan_chat(
     context: int,
     decode_lanes: int,
     limits: GenerationLimits,
+    adapter: str | None = None,
 ) -> ChatPlan:
     n = check_choices(body.n or 1, decode_lanes)
     stops = stop_strings(body.stop)
@@ -58,6 +59,7 @@ def plan_chat(
         max_tokens=output_budget(requested, len(prompt.token_ids), context, limits.max_output_tokens),
         n=n,
         constraint=tools.constraint(tokenizer, prompt.tool_format) or _response_format(body.response_format, tokenizer),
+        adapter=adapter,
     )
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return ChatPlan(generation, prompt, stops, tools, logprobs, include_usage)

@@ -16,6 +16,7 @@ from engine.tokenizer import Tokenizer
 from generated import models
 from handlers.context import GenerationLimits, ModelService
 from handlers.errors import ApiError, openai_error_body
+from handlers.generation.adapter_choice import answering_model
 from handlers.generation.engine_bridge import OPENAI_BUSY, Generation, start_generation
 from handlers.generation.identity import AnswerIdentity
 from handlers.generation.rows import FinishReason, UsageCount, row_events
@@ -66,7 +67,7 @@ async def chat_completion(
             if event.finish:
                 finishes[event.row] = _finish(event.finish, rows[event.row])
     usage.add_rows(rows)
-    identity = AnswerIdentity.new("chatcmpl-", model.model_id)
+    identity = AnswerIdentity.new("chatcmpl-", answering_model(model, plan.generation.adapter))
     return models.ChatCompletion(
         id=identity.id,
         object="chat.completion",

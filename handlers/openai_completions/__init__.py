@@ -7,6 +7,7 @@ from fastapi.responses import Response
 
 from generated import models
 from handlers.availability import serving
+from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
 from handlers.generation.engine_bridge import OPENAI_BUSY, open_generations
 from handlers.generation.sse import EventStream
@@ -17,12 +18,14 @@ from handlers.openai_completions.response import CompletionRun, completion, comp
 async def create_completion(request: Request, body: models.CompletionRequest) -> models.Completion | Response:
     ready = serving(request, OPENAI_BUSY.unavailable)
     model, tokenizer, limits = ready.model, ready.tokenizer, ready.server.limits
-    plan = plan_completion(body, tokenizer, ready.ctx, model.decode_lanes, limits)
+    adapter = chosen_adapter(model, body.model, body.lora_adapter)
+    plan = plan_completion(body, tokenizer, ready.ctx, model.decode_lanes, limits, adapter)
     generations, close = await open_generations(model, plan.requests, limits, OPENAI_BUSY)
     run = CompletionRun(plan, generations, tokenizer)
+    answering = answering_model(model, adapter)
     if body.stream:
-        return EventStream(completion_stream(run, model.model_id), limits.keepalive_interval_s, close)
+        return EventStream(completion_stream(run, answering), limits.keepalive_interval_s, close)
     try:
-        return await unless_disconnected(request, completion(run, model.model_id))
+        return await unless_disconnected(request, completion(run, answering))
     finally:
         await close()

@@ -35,7 +35,12 @@ class CompletionPlan:
 
 
 def plan_completion(
-    body: models.CompletionRequest, tokenizer: Tokenizer, context: int, decode_lanes: int, limits: GenerationLimits
+    body: models.CompletionRequest,
+    tokenizer: Tokenizer,
+    context: int,
+    decode_lanes: int,
+    limits: GenerationLimits,
+    adapter: str | None = None,
 ) -> CompletionPlan:
     if body.suffix:
         raise ApiError(400, "'suffix' (fill-in-the-middle) is not supported by pooled.", param="suffix")
@@ -58,6 +63,7 @@ def plan_completion(
             sampling=sampling,
             max_tokens=output_budget(requested, len(ids), context, limits.max_output_tokens),
             n=n,
+            adapter=adapter,
         )
         for ids in prompts
     ]

@@ -8,6 +8,7 @@ from fastapi.responses import Response
 from generated import models
 from handlers.availability import loaded_tokenizer, serving
 from handlers.context import context
+from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
 from handlers.generation.engine_bridge import OPENAI_BUSY, open_generations
 from handlers.generation.sse import EventStream
@@ -19,9 +20,10 @@ from handlers.openai_responses.response import ResponseRun, response_answer, res
 async def create_response(request: Request, body: models.CreateResponseRequest) -> models.ResponseObject | Response:
     ready = serving(request, OPENAI_BUSY.unavailable)
     server, model, tokenizer, limits = ready.server, ready.model, ready.tokenizer, ready.server.limits
-    plan = plan_response(body, model.chat_template, tokenizer, ready.ctx, limits, server.responses)
+    adapter = chosen_adapter(model, body.model)
+    plan = plan_response(body, model.chat_template, tokenizer, ready.ctx, limits, server.responses, adapter)
     store = server.responses if body.store is not False else None
-    run = ResponseRun(plan, echoed_fields(body, model.model_id), store, tokenizer)
+    run = ResponseRun(plan, echoed_fields(body, answering_model(model, plan.generation.adapter)), store, tokenizer)
     if body.stream:
         (generation,), close = await open_generations(model, [plan.generation], limits, OPENAI_BUSY)
         return EventStream(response_stream(run, generation), limits.keepalive_interval_s, close)

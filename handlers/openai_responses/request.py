@@ -62,6 +62,7 @@ def plan_response(
     context: int,
     limits: GenerationLimits,
     store: ResponseStore,
+    adapter: str | None = None,
 ) -> ResponsePlan:
     if body.background:
         raise ApiError(400, "Background responses are not served; leave 'background' unset.", param="background")
@@ -87,7 +88,9 @@ def plan_response(
         if forced
         else plan.use.constraint(tokenizer, rendered.prompt.tool_format) or _text_format(body.text, tokenizer)
     )
-    generation = GenerationRequest(rendered.prompt.token_ids, sampling, max_tokens, constraint=constraint)
+    generation = GenerationRequest(
+        rendered.prompt.token_ids, sampling, max_tokens, constraint=constraint, adapter=adapter
+    )
     return ResponsePlan(generation, rendered, logprobs)
 
 

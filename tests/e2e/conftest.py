@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -37,19 +38,25 @@ STARTUP_TIMEOUT_S = 900  # loading plus compiling every engine shape bucket, on 
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
     encoders = tmp_path_factory.mktemp("encoders")
     embedding = build_tiny_encoder(EMBEDDING_ENCODER, encoders / EMBEDDING_ENCODER)
     rerank = write_encoder_gguf(
         build_tiny_encoder(RERANK_ENCODER, encoders / "directory"), encoders / f"{RERANK_ENCODER}.gguf"
     )
-    serve = [
-        *(str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *SMALL_ENGINE),
-        *("--embedding-model", str(embedding), "--rerank-model", str(rerank)),
-    ]
+    encoder_args = ("--embedding-model", str(embedding), "--rerank-model", str(rerank))
+    with running_server(
+        tmp_path_factory, [*SMALL_ENGINE, *encoder_args, "--request-timeout", str(REQUEST_TIMEOUT_S)]
+    ) as base:
+        yield base
+
+
+@contextmanager
+def running_server(tmp_path_factory: pytest.TempPathFactory, args: list[str]) -> Iterator[str]:
+    """`pooled serve` with the default model and `args`, once it answers; stopped by SIGINT after."""
+    port = free_port()
+    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
     process = subprocess.Popen(
-        [*serve, "--request-timeout", str(REQUEST_TIMEOUT_S)],
+        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *args],
         cwd=tmp_path_factory.mktemp("cwd"),
         stdout=log,
         stderr=subprocess.STDOUT,

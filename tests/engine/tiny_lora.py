@@ -52,7 +52,15 @@ def module_shapes(config: dict[str, Any], module: str) -> tuple[int, int]:
 
 def adapter_tensors(name: str, seed: int = SEED, zero_b: bool = False) -> dict[str, np.ndarray]:
     base, settings = TINY_ADAPTERS[name]
-    config, rank = TINY_MODELS[base], settings["r"]
+    return random_lora_tensors(TINY_MODELS[base], settings, seed, zero_b)
+
+
+def random_lora_tensors(
+    config: dict[str, Any], settings: dict[str, Any], seed: int = SEED, zero_b: bool = False
+) -> dict[str, np.ndarray]:
+    """PEFT's tensors of a random adapter with `settings` (adapter_config.json fields) for a model
+    with the Hugging Face `config`."""
+    rank = settings["r"]
     rng = np.random.default_rng(seed)
     sparse = set(config.get("mlp_only_layers", [])) ^ set(range(config["num_hidden_layers"]))
     moe_layers = sparse if config.get("num_experts") else set()
@@ -74,7 +82,14 @@ def adapter_tensors(name: str, seed: int = SEED, zero_b: bool = False) -> dict[s
 
 def build_tiny_adapter(name: str, directory: Path, seed: int = SEED, zero_b: bool = False) -> Path:
     """Writes adapter_config.json and adapter_model.safetensors for TINY_ADAPTERS[name]."""
-    _, settings = TINY_ADAPTERS[name]
+    base, settings = TINY_ADAPTERS[name]
+    return write_peft_adapter(directory, TINY_MODELS[base], settings, seed, zero_b)
+
+
+def write_peft_adapter(
+    directory: Path, config: dict[str, Any], settings: dict[str, Any], seed: int = SEED, zero_b: bool = False
+) -> Path:
+    """A random adapter for the model with the Hugging Face `config`, as PEFT saves one."""
     directory.mkdir(parents=True, exist_ok=True)
     adapter_config = {
         "peft_type": "LORA",
@@ -88,5 +103,5 @@ def build_tiny_adapter(name: str, directory: Path, seed: int = SEED, zero_b: boo
         **settings,
     }
     (directory / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2))
-    save_file(adapter_tensors(name, seed, zero_b), str(directory / "adapter_model.safetensors"))
+    save_file(random_lora_tensors(config, settings, seed, zero_b), str(directory / "adapter_model.safetensors"))
     return directory

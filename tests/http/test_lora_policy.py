@@ -15,7 +15,8 @@ from engine.errors import CheckpointError
 from engine.families import family_for_hf_config
 from engine.lora_adapter import file_sha256
 from pooled import settings as settings_module
-from pooled.loading import load_start_adapters
+from pooled.adapter_admin import EngineAdapters
+from pooled.loading import load_start_adapters, lora_policy
 from pooled.lora_policy import LoraPolicy
 from tests.engine.tiny_checkpoints import TINY_MODELS, build_tiny_checkpoint
 from tests.engine.tiny_gguf_lora import write_lora_gguf
@@ -129,6 +130,6 @@ def test_a_start_up_adapter_refused_fails_the_load_naming_it(tmp_path: Path) -> 
         engine = Engine.build(model, dataclasses.replace(config, max_loras=settings.max_loras), lambda *_: None)
         try:
             with pytest.raises(CheckpointError, match=reason):
-                load_start_adapters(engine, model, settings)
+                load_start_adapters(EngineAdapters(engine, model.config, lora_policy(settings)), settings)
         finally:
             engine.shutdown()
