@@ -549,6 +549,59 @@ class AnthropicUsage(BaseModel):
     """
 
 
+class CatalogList(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    object: Literal["list"]
+    data: list[CatalogRow]
+    models_dir: str
+    """
+    The models folder (`--models-dir`).
+    """
+
+
+class CatalogRow(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    family: str
+    format: Literal["gguf", "safetensors"]
+    size_bytes: Annotated[StrictInt, Field(ge=0)]
+    """
+    All its files.
+    """
+    trained_ctx: Annotated[StrictInt, Field(ge=1)]
+    licence: str
+    size_class: str
+    memory_bytes: Annotated[StrictInt, Field(ge=0)]
+    """
+    What serving it needs.
+    """
+    state: Literal["absent", "partial", "complete", "verified"]
+    """
+    On disk: `absent`, `partial` (some bytes, see `bytes_on_disk`), `complete` (every file under its final name, digests not checked by pooled), `verified` (every file's sha256 checked).
+    """
+    bytes_on_disk: Annotated[StrictInt, Field(ge=0)]
+    available: StrictBool
+    """
+    Whether this machine has the memory to serve it now.
+    """
+    reason: str | None
+    """
+    When not available, why (the memory it needs against the memory free).
+    """
+    loaded: StrictBool
+    """
+    Whether it is the model being served.
+    """
+    download: DownloadProgress | None
+    """
+    The running download of this entry, or its last one; null when none.
+    """
+
+
 class ChatChoiceLogprobs(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -1275,6 +1328,39 @@ class DetokenizeResponse(BaseModel):
     prompt: str
 
 
+class DownloadCancelled(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    cancelled: StrictBool
+    """
+    Whether a download was running.
+    """
+    download: DownloadProgress | None
+
+
+class DownloadProgress(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: str
+    state: Literal["running", "done", "failed", "cancelled"]
+    bytes: Annotated[StrictInt, Field(ge=0)]
+    """
+    On disk now, resumed bytes included.
+    """
+    total: Annotated[StrictInt, Field(ge=0)]
+    rate_bytes_per_s: Annotated[StrictFloat, Field(ge=0.0)]
+    eta_s: Annotated[StrictFloat | None, Field(ge=0.0)]
+    """
+    Seconds left at the current rate; null when not running or not known.
+    """
+    error: str | None
+    """
+    When failed: why (a digest mismatch naming both digests, a full disk, an HTTP status, retries spent).
+    """
+
+
 class EmbeddingObject(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -1348,9 +1434,9 @@ class Health(BaseModel):
     """
     The process answers and its engine is not dead.
     """
-    state: Literal["loading", "serving", "draining", "dead"]
+    state: Literal["loading", "serving", "switching", "draining", "dead"]
     """
-    `loading` (the model is being read, compiled or warmed up), `serving`, `draining` (a shutdown lets in-flight requests finish), `dead` (the engine thread has ended; see `cause` and `reason`).
+    `loading` (the model is being read, compiled or warmed up), `serving`, `switching` (one model is replaced by another: the old one's requests finish, then the new one loads), `draining` (a shutdown lets in-flight requests finish), `dead` (the engine thread has ended; see `cause` and `reason`).
     """
     ready: StrictBool
     """
@@ -1403,6 +1489,10 @@ class Health(BaseModel):
     engine: HealthEngine | None
     """
     The engine plan it settled on; null while loading, and for an encoder served alone.
+    """
+    download: DownloadProgress | None
+    """
+    The running (or last) download into the models folder; null when none ran.
     """
 
 
@@ -1661,6 +1751,29 @@ class MetricsHistogramBucket(BaseModel):
     count: Annotated[StrictInt, Field(ge=0)]
 
 
+class ModelIdRequest(BaseModel):
+    """
+    A model by id. Unknown fields are accepted and ignored.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    id: Annotated[str, Field(min_length=1)]
+    """
+    A catalog entry's id, or a model in the models folder as `/v1/models` lists it.
+    """
+
+
+class ModelRemoved(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    object: Literal["model.removed"]
+    id: str
+    freed_bytes: Annotated[StrictInt, Field(ge=0)]
+
+
 class OpenAIError(BaseModel):
     """
     The error inside an OpenAI-shaped error body.
@@ -1738,6 +1851,22 @@ class OpenAIModel(BaseModel):
     """
     Extension. How many requests (or choices) the engine decodes at once; the chat model only.
     """
+    active: StrictBool | None = None
+    """
+    Extension. True on `data[0]`, the model being served (or loading, or switched to).
+    """
+    status: Literal["serving", "switching", "failed", "loading", "unloaded"] | None = None
+    """
+    Extension, on `data[0]` only. `failed`: the last switch's model did not load and this one serves again (see `reason`).
+    """
+    available: StrictBool | None = None
+    """
+    Extension, on a model a request could switch to. Whether this machine can serve it now.
+    """
+    reason: str | None = None
+    """
+    Extension, present only with a reason: why the last switch failed (on `data[0]`), or why a model is not available.
+    """
     parent: str | None = None
     """
     Extension (vLLM). On a LoRA adapter only: the id of the model it adapts. Requests run with the adapter when their `model` names it.
@@ -1751,7 +1880,7 @@ class OpenAIModelList(BaseModel):
     object: Literal["list"]
     data: list[OpenAIModel]
     """
-    The chat model, its LoRA adapters (with `parent`), then the encoders served beside it; empty until they are ready.
+    `data[0]` the served model (`active: true`, with its `status`), its LoRA adapters (with `parent`), the encoders served beside it, then every model a request naming it would switch to (catalog entries on disk and models in the models folder; none with `--switch-allow-implicit false`). Empty until the model is ready.
     """
 
 

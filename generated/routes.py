@@ -29,6 +29,11 @@ OPERATION_HANDLERS: dict[str, str] = {
     "tokenize": "tokenize",
     "detokenize": "detokenize",
     "listModels": "list_models",
+    "listCatalog": "list_catalog",
+    "startDownload": "start_download",
+    "cancelDownload": "cancel_download",
+    "removeModel": "remove_model",
+    "switchModel": "switch_model",
     "retrieveModel": "retrieve_model",
     "listLoraAdapters": "list_lora_adapters",
     "loadLoraAdapter": "load_lora_adapter",
@@ -281,6 +286,79 @@ async def list_models(
             models.AnthropicModelList,
         ),
     )
+
+
+@router.api_route(
+    "/v1/models/catalog",
+    methods=["GET", "HEAD"],
+    operation_id="listCatalog",
+    include_in_schema=False,
+)
+async def list_catalog(
+    request: Request,
+) -> Response:
+    """List every model the server can fetch or switch to."""
+    result = await handlers.list_catalog(request)
+    return _respond(result, (models.CatalogList,))
+
+
+@router.api_route(
+    "/v1/models/download",
+    methods=["POST"],
+    operation_id="startDownload",
+    include_in_schema=False,
+)
+async def start_download(
+    request: Request,
+    body: Annotated[models.ModelIdRequest, Body()],
+) -> Response:
+    """Download a catalog entry in the background."""
+    result = await handlers.start_download(request, body=body)
+    return _respond(result, (models.CatalogRow,))
+
+
+@router.api_route(
+    "/v1/models/download/cancel",
+    methods=["POST"],
+    operation_id="cancelDownload",
+    include_in_schema=False,
+)
+async def cancel_download(
+    request: Request,
+) -> Response:
+    """Stop the running download."""
+    result = await handlers.cancel_download(request)
+    return _respond(result, (models.DownloadCancelled,))
+
+
+@router.api_route(
+    "/v1/models/remove",
+    methods=["POST"],
+    operation_id="removeModel",
+    include_in_schema=False,
+)
+async def remove_model(
+    request: Request,
+    body: Annotated[models.ModelIdRequest, Body()],
+) -> Response:
+    """Delete a catalog entry's files."""
+    result = await handlers.remove_model(request, body=body)
+    return _respond(result, (models.ModelRemoved,))
+
+
+@router.api_route(
+    "/v1/models/switch",
+    methods=["POST"],
+    operation_id="switchModel",
+    include_in_schema=False,
+)
+async def switch_model(
+    request: Request,
+    body: Annotated[models.ModelIdRequest, Body()],
+) -> Response:
+    """Replace the served model."""
+    result = await handlers.switch_model(request, body=body)
+    return _respond(result, (models.OpenAIModel,))
 
 
 @router.api_route(

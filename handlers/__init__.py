@@ -11,6 +11,7 @@ from handlers.embeddings import create_embedding
 from handlers.health import get_health
 from handlers.lora_adapters import list_lora_adapters, load_lora_adapter, unload_lora_adapter
 from handlers.metrics import get_metrics, get_prometheus_metrics
+from handlers.model_library import cancel_download, list_catalog, remove_model, start_download, switch_model
 from handlers.models import list_models, retrieve_model
 from handlers.openai_chat import create_chat_completion
 from handlers.openai_completions import create_completion
@@ -20,6 +21,7 @@ from handlers.stored_responses import delete_response, get_response, list_input_
 from handlers.tokens import detokenize, tokenize
 
 __all__ = [
+    "cancel_download",
     "count_message_tokens",
     "count_response_input_tokens",
     "create_chat_completion",
@@ -41,11 +43,15 @@ __all__ = [
     "get_openapi_document",
     "get_prometheus_metrics",
     "get_response",
+    "list_catalog",
     "list_input_items",
     "list_lora_adapters",
     "list_models",
     "load_lora_adapter",
+    "remove_model",
     "retrieve_model",
+    "start_download",
+    "switch_model",
     "tokenize",
     "unload_lora_adapter",
 ]

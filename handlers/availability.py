@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from engine.tokenizer import Tokenizer
-from handlers.context import ModelService, ServerContext, context
+from handlers.context import LibraryRefused, ModelLibrary, ModelService, ServerContext, context
 from handlers.errors import ApiError
+from handlers.model_library import library_error
 
 RETRY_AFTER_LOADING_S = 5
 
@@ -32,6 +33,13 @@ def not_serving(model: ModelService, unavailable_status: int) -> ApiError:
             unavailable_status,
             "The model is still loading; retry after the Retry-After delay (GET /health shows progress).",
             code="model_not_ready",
+            headers={"Retry-After": str(RETRY_AFTER_LOADING_S)},
+        )
+    if model.state == "switching":
+        return ApiError(
+            unavailable_status,
+            f"The server is switching to {model.model_id}; retry after the Retry-After delay.",
+            code="model_switching",
             headers={"Retry-After": str(RETRY_AFTER_LOADING_S)},
         )
     if model.state == "draining":
@@ -75,6 +83,29 @@ def serving(request: Request, unavailable_status: int = 503) -> Serving:
     if model.tokenizer is None or model.ctx is None:
         raise not_serving(model, unavailable_status)
     return Serving(server, model, model.tokenizer, model.ctx)
+
+
+async def serving_for(request: Request, requested: str | None, unavailable_status: int = 503) -> Serving:
+    """`serving`, once the server serves the model `requested` names: a request naming another model
+    on disk (not an adapter of the one served) switches to it first (--switch-allow-implicit). A
+    switch already under way to another model is the usual 503 with Retry-After."""
+    server = context(request)
+    library = server.library
+    if requested and library is not None and library.implicit_switch and _switches_to(server, library, requested):
+        try:
+            await library.switch(requested)
+        except LibraryRefused as refused:
+            if refused.code != "busy":
+                raise library_error(refused) from None
+    return serving(request, unavailable_status)
+
+
+def _switches_to(server: ServerContext, library: ModelLibrary, name: str) -> bool:
+    """Whether `name` is another model on disk, not an adapter of the one served."""
+    adapters = server.model.adapters
+    if adapters is not None and any(entry.name == name for entry in adapters.listing()):
+        return False
+    return library.names_model(name)
 
 
 def loaded_tokenizer(model: ModelService, unavailable_status: int = 503) -> Tokenizer:

@@ -19,7 +19,7 @@ from engine.tokenizer import ChatTemplate, Tokenizer
 from handlers.generation.volatile_lines import volatile_line_pattern
 from handlers.response_store import ResponseStore
 
-ModelState = Literal["loading", "serving", "draining", "dead"]
+ModelState = Literal["loading", "serving", "switching", "draining", "dead"]
 EncoderKind = Literal["embedding", "rerank"]
 ModelKind = Literal["chat", "embedding", "rerank"]
 
@@ -92,6 +92,99 @@ class AdapterAdmin(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class DownloadView:
+    id: str
+    state: Literal["running", "done", "failed", "cancelled"]
+    bytes: int
+    total: int
+    rate_bytes_per_s: float
+    eta_s: float | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class CatalogView:
+    """A catalog entry as `/v1/models/catalog` shows it."""
+
+    id: str
+    family: str
+    format: Literal["gguf", "safetensors"]
+    size_bytes: int
+    trained_ctx: int
+    licence: str
+    size_class: str
+    memory_bytes: int
+    state: Literal["absent", "partial", "complete", "verified"]
+    bytes_on_disk: int
+    available: bool
+    reason: str | None
+    loaded: bool
+    download: DownloadView | None
+
+
+@dataclass(frozen=True)
+class SwitchTarget:
+    """A model a request naming `id` would switch to: a catalog entry on disk, or a model file or
+    directory in the models folder."""
+
+    id: str
+    kind: ModelKind
+    available: bool
+    reason: str | None
+    trained_ctx: int | None
+
+
+class LibraryRefused(Exception):
+    """A download, removal or switch the library cannot do now; `code` says which rule:
+    `not_found` (no such model), `busy` (a download, switch, load or drain under way, or the model
+    is in use), `unavailable` (this machine lacks the memory for it) or `switch_failed` (the new
+    model did not load; the old one serves again)."""
+
+    def __init__(self, code: Literal["not_found", "busy", "unavailable", "switch_failed"], message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+class ModelLibrary(Protocol):
+    """The models folder and its catalog (pooled/model_library.py): what can be fetched, removed
+    or switched to, and the switch itself."""
+
+    @property
+    def models_dir(self) -> str: ...
+
+    @property
+    def implicit_switch(self) -> bool:
+        """Whether a request naming another model switches to it (--switch-allow-implicit)."""
+        ...
+
+    def catalog(self) -> list[CatalogView]: ...
+
+    def targets(self) -> list[SwitchTarget]:
+        """Every model a switch could serve, the one served excluded."""
+        ...
+
+    def names_model(self, model_id: str) -> bool:
+        """Whether `model_id` names a model a switch could serve (the one served excluded)."""
+        ...
+
+    def download(self) -> DownloadView | None:
+        """The running download, or the last one."""
+        ...
+
+    def start_download(self, model_id: str) -> CatalogView: ...
+
+    def cancel_download(self) -> tuple[bool, DownloadView | None]: ...
+
+    def remove(self, model_id: str) -> int:
+        """Bytes freed."""
+        ...
+
+    async def switch(self, model_id: str) -> None:
+        """Once the model serves (a switch to the one served returns at once)."""
+        ...
+
+
 class ModelService(Protocol):
     """The loaded (or loading) model as the HTTP side sees it."""
 
@@ -156,6 +249,11 @@ class ModelService(Protocol):
         ...
 
     @property
+    def switch_failure(self) -> tuple[str, str] | None:
+        """(model id, reason) of the last switch whose model did not load, until one succeeds."""
+        ...
+
+    @property
     def adapters(self) -> AdapterAdmin | None:
         """The LoRA adapters of a generating model once it serves, else None."""
         ...
@@ -190,6 +288,7 @@ class ServerContext:
     counters: Counters = field(default_factory=Counters)
     limits: GenerationLimits = field(default_factory=GenerationLimits)
     lora_admin: bool = True  # whether the /v1/lora_adapters routes are served (--lora-admin)
+    library: ModelLibrary | None = None  # the models folder and its catalog; None in unit tests without one
     # System-prompt lines dropped from rendered prompts (see handlers/generation/volatile_lines.py).
     volatile_lines: re.Pattern[str] = field(default_factory=volatile_line_pattern)
 

@@ -12,6 +12,7 @@ from fastapi import Request
 from engine.metrics import EngineStats
 from generated import models
 from handlers.context import ServerContext, context
+from handlers.model_library import download_progress
 
 
 def _engine(stats: EngineStats) -> models.HealthEngine:
@@ -46,6 +47,7 @@ def health(server: ServerContext) -> models.Health:
             "reason": reason,
             # The decoder's shape and KV pages; an encoder served alone has neither.
             "engine": _engine(engine.stats()) if engine is not None and model.kind == "chat" else None,
+            "download": download_progress(server.library.download()) if server.library is not None else None,
         }
     )
 

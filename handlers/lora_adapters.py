@@ -38,9 +38,10 @@ _HINTS = {"lora_disabled": " Start the server with --max-loras N to serve adapte
 
 
 async def list_lora_adapters(request: Request) -> models.LoraAdapterList:
-    server, adapters = _admin(request)
-    entries = [lora_adapter(entry, server.model.model_id) for entry in adapters.listing()]
-    return models.LoraAdapterList(object="list", data=entries, slots=adapters.slots)
+    server = _administered(request)
+    adapters = server.model.adapters  # none on an encoder: nothing to list
+    entries = [lora_adapter(entry, server.model.model_id) for entry in adapters.listing()] if adapters else []
+    return models.LoraAdapterList(object="list", data=entries, slots=adapters.slots if adapters else 0)
 
 
 async def load_lora_adapter(request: Request, body: models.LoraAdapterLoadRequest) -> models.LoraAdapter:
@@ -59,7 +60,7 @@ def lora_adapter(entry: AdapterEntry, parent: str) -> models.LoraAdapter:
     return models.LoraAdapter.model_validate({"object": "lora_adapter", "parent": parent, **asdict(entry)})
 
 
-def _admin(request: Request) -> tuple[ServerContext, AdapterAdmin]:
+def _administered(request: Request) -> ServerContext:
     server = context(request)
     if not server.lora_admin:
         raise ApiError(
@@ -68,6 +69,11 @@ def _admin(request: Request) -> tuple[ServerContext, AdapterAdmin]:
             code="lora_admin_disabled",
         )
     require_ready(request)
+    return server
+
+
+def _admin(request: Request) -> tuple[ServerContext, AdapterAdmin]:
+    server = _administered(request)
     adapters = server.model.adapters
     if adapters is None:
         raise ApiError(

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from fastapi import Request
 
 from generated import models
-from handlers.context import ServerContext, context
+from handlers.context import ServerContext, SwitchTarget, context
 from handlers.errors import ApiError
 
 
@@ -40,14 +40,13 @@ def _adapter_names(server: ServerContext) -> list[str]:
 
 def _openai_adapters(server: ServerContext) -> list[models.OpenAIModel]:
     """The LoRA adapters requests may name as their `model`, each with the model it adapts."""
-    base = _openai_model(server)
+    base = _openai_model(server)  # without data[0]'s status
     return [base.model_copy(update={"id": name, "parent": base.id}) for name in _adapter_names(server)]
 
 
-def _openai_encoders(server: ServerContext) -> list[models.OpenAIModel]:
-    """The encoders served beside the model; the chat model's own embedding pass (`--embeddings`)
-    is listed once, as the chat model."""
-    chat_id = server.model.model_id if server.model.kind == "chat" else None
+def _openai_encoders(server: ServerContext, own: bool = False) -> list[models.OpenAIModel]:
+    """The encoders served beside the model (`own`: the encoder served as the model); the chat
+    model's own embedding pass (`--embeddings`) is listed once, as the chat model."""
     return [
         models.OpenAIModel(
             id=name,
@@ -58,7 +57,7 @@ def _openai_encoders(server: ServerContext) -> list[models.OpenAIModel]:
             max_model_len=encoder.max_tokens,
         )
         for name, encoder in server.model.encoders.items()
-        if name != chat_id
+        if (name == server.model.model_id) == own
     ]
 
 
@@ -74,32 +73,71 @@ def _anthropic_model(server: ServerContext, name: str | None = None) -> models.A
     )
 
 
+def served_model(server: ServerContext) -> models.OpenAIModel:
+    """`data[0]`: the model served, loading or switched to, with its status."""
+    model = server.model
+    failed = model.switch_failure
+    status = model.state if model.state in ("loading", "switching") else "failed" if failed else "serving"
+    own = _openai_encoders(server, own=True) if model.kind != "chat" else []
+    entry = own[0] if own else _openai_model(server)
+    reason = {"reason": failed[1]} if failed else {}
+    return entry.model_copy(update={"active": True, "status": status, **reason})
+
+
+def _targets(server: ServerContext) -> list[SwitchTarget]:
+    library = server.library
+    return library.targets() if library is not None and library.implicit_switch else []
+
+
+def _openai_target(server: ServerContext, target: SwitchTarget) -> models.OpenAIModel:
+    entry = models.OpenAIModel(
+        id=target.id,
+        kind=target.kind,
+        object="model",
+        created=server.created,
+        owned_by="pooled",
+        max_model_len=target.trained_ctx or 1,
+        available=target.available,
+    )
+    return entry.model_copy(update={"reason": target.reason}) if target.reason else entry
+
+
+def _listed(server: ServerContext) -> bool:
+    return server.model.state in ("serving", "switching")
+
+
 async def list_models(request: Request) -> models.OpenAIModelList | models.AnthropicModelList:
     server = context(request)
-    ready = server.model.state == "serving"
+    targets = _targets(server) if _listed(server) else []
     if wants_anthropic(request):
-        names = [None, *_adapter_names(server)] if ready else []
+        names = [None, *_adapter_names(server), *(t.id for t in targets)] if _listed(server) else []
         entries = [_anthropic_model(server, name) for name in names]
         first, last = (entries[0].id, entries[-1].id) if entries else (None, None)
         return models.AnthropicModelList(data=entries, has_more=False, first_id=first, last_id=last)
-    if not ready:
+    if not _listed(server):
         return models.OpenAIModelList(object="list", data=[])
-    chat = [_openai_model(server), *_openai_adapters(server)] if server.model.kind == "chat" else []
-    return models.OpenAIModelList(object="list", data=[*chat, *_openai_encoders(server)])
+    adapters = _openai_adapters(server) if server.model.kind == "chat" else []
+    encoders = _openai_encoders(server)
+    switchable = [_openai_target(server, target) for target in targets]
+    return models.OpenAIModelList(object="list", data=[served_model(server), *adapters, *encoders, *switchable])
 
 
 async def retrieve_model(request: Request, model_id: str) -> models.OpenAIModel | models.AnthropicModelInfo:
     server = context(request)
-    if server.model.state == "serving" and model_id in _adapter_names(server):
-        if wants_anthropic(request):
-            return _anthropic_model(server, model_id)
-        return next(m for m in _openai_adapters(server) if m.id == model_id)
-    if server.model.state == "serving" and not wants_anthropic(request):
-        encoder = next((m for m in _openai_encoders(server) if m.id == model_id), None)
-        if encoder is not None:
-            return encoder
-    if server.model.state != "serving" or model_id != server.model.model_id or server.model.kind != "chat":
-        raise ApiError(
-            404, f"No model '{model_id}'; this server serves '{server.model.model_id}'.", code="model_not_found"
+    anthropic = wants_anthropic(request)
+    if _listed(server) and model_id == server.model.model_id:
+        return _anthropic_model(server) if anthropic else served_model(server)
+    if _listed(server) and model_id in _adapter_names(server):
+        return (
+            _anthropic_model(server, model_id)
+            if anthropic
+            else next(m for m in _openai_adapters(server) if m.id == model_id)
         )
-    return _anthropic_model(server) if wants_anthropic(request) else _openai_model(server)
+    if _listed(server) and not anthropic:
+        listed = [*_openai_encoders(server), *(_openai_target(server, t) for t in _targets(server))]
+        found = next((m for m in listed if m.id == model_id), None)
+        if found is not None:
+            return found
+    if _listed(server) and anthropic and any(t.id == model_id for t in _targets(server)):
+        return _anthropic_model(server, model_id)
+    raise ApiError(404, f"No model '{model_id}'; this server serves '{server.model.model_id}'.", code="model_not_found")

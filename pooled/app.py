@@ -8,7 +8,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp
 
 from generated.routes import router
-from handlers.context import GenerationLimits, ModelService, ServerContext
+from handlers.context import GenerationLimits, ModelLibrary, ModelService, ServerContext
 from handlers.generation.volatile_lines import volatile_line_pattern
 from handlers.response_store import ResponseStore
 from pooled import errors
@@ -17,8 +17,8 @@ from pooled.guards import Guards
 from pooled.settings import Settings
 
 
-def server_context(settings: Settings, model: ModelService) -> ServerContext:
-    """The state handlers share: the model, the response store, the request counters."""
+def server_context(settings: Settings, model: ModelService, library: ModelLibrary | None = None) -> ServerContext:
+    """The state handlers share: the model, its library, the response store, the request counters."""
     responses = ResponseStore(settings.stored_responses, settings.stored_responses_bytes, settings.stored_response_idle)
     limits = GenerationLimits(
         request_timeout_s=settings.request_timeout,
@@ -35,6 +35,7 @@ def server_context(settings: Settings, model: ModelService) -> ServerContext:
         limits=limits,
         volatile_lines=volatile_line_pattern(settings.volatile_line_pattern),
         lora_admin=settings.lora_admin,
+        library=library,
     )
 
 

@@ -6,14 +6,18 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import uvicorn
 
 from handlers.banner import banner
 from pooled import settings as settings_module
 from pooled.app import build_app, server_context
+from pooled.catalog import CatalogError, load_catalog
+from pooled.downloads import Downloader
 from pooled.loading import load_serving
-from pooled.model_host import ModelHost, ModelNotFound, resolve_model_path
+from pooled.model_host import ModelHost, ModelNotFound
+from pooled.model_library import FolderLibrary, model_to_serve
 from pooled.server import DrainingServer
 
 log = logging.getLogger("pooled")
@@ -28,17 +32,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def serve(settings: settings_module.Settings) -> int:
+    models_dir = Path(settings.models_dir).expanduser()
     try:
-        path = resolve_model_path(settings)
-    except ModelNotFound as error:
+        catalog = load_catalog(Path(settings.catalog).expanduser() if settings.catalog else None)
+        path, model_id = model_to_serve(settings.model, catalog, models_dir)
+    except (ModelNotFound, CatalogError) as error:
         log.error("%s", error)
         return 2
-    host = ModelHost(settings, path, load_serving, on_ready=lambda: print(banner(context), flush=True))
-    context = server_context(settings, host)
+    host = ModelHost(settings, path, load_serving, lambda: print(banner(context), flush=True), model_id)
+    downloader = Downloader(models_dir, settings.download_retries, stall_timeout_s=settings.download_stall_timeout)
+    library = FolderLibrary(host, catalog, models_dir, downloader, settings.switch_allow_implicit)
+    context = server_context(settings, host, library)
     config = uvicorn.Config(build_app(settings, context), host=settings.host, port=settings.port, log_level="info")
     host.start()
     log.info("listening on http://%s:%d (model %s loading)", settings.host, settings.port, host.model_id)
     DrainingServer(config, host, context.counters, settings.drain_grace).run()
+    downloader.cancel()
     host.close()
     if host.state == "dead":
         # It kept answering (503, /health with the cause) until told to stop; a supervisor must

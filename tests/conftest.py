@@ -40,6 +40,7 @@ class StubModel:
     chat_template: Any = None
     encoders: dict[str, Any] = field(default_factory=dict)
     adapters: Any = None
+    switch_failure: tuple[str, str] | None = None
 
 
 @pytest.fixture

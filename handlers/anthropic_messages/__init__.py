@@ -13,7 +13,7 @@ from fastapi.responses import Response
 from generated import models
 from handlers.anthropic_messages.request import messages_prompt, plan_message
 from handlers.anthropic_messages.response import PING, MessageStream, message
-from handlers.availability import loaded_tokenizer, serving
+from handlers.availability import loaded_tokenizer, serving_for
 from handlers.context import context
 from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
@@ -25,7 +25,7 @@ async def create_message(
     request: Request, body: models.AnthropicMessagesRequest, beta: str | None = None
 ) -> models.AnthropicMessage | Response:
     """`beta` (Claude Code's `?beta=true`) and the `anthropic-*` headers change nothing here."""
-    ready = serving(request, ANTHROPIC_BUSY.unavailable)
+    ready = await serving_for(request, body.model, ANTHROPIC_BUSY.unavailable)
     server, model, tokenizer, limits = ready.server, ready.model, ready.tokenizer, ready.server.limits
     adapter = chosen_adapter(model, body.model)
     plan = plan_message(body, model.chat_template, tokenizer, ready.ctx, limits, server.volatile_lines, adapter)

@@ -6,7 +6,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from generated import models
-from handlers.availability import serving
+from handlers.availability import serving_for
 from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
 from handlers.generation.engine_bridge import OPENAI_BUSY, open_generations
@@ -18,7 +18,7 @@ from handlers.openai_chat.response import ChatStream, chat_completion
 async def create_chat_completion(
     request: Request, body: models.ChatCompletionRequest
 ) -> models.ChatCompletion | Response:
-    ready = serving(request, OPENAI_BUSY.unavailable)
+    ready = await serving_for(request, body.model, OPENAI_BUSY.unavailable)
     model, tokenizer, limits = ready.model, ready.tokenizer, ready.server.limits
     adapter = chosen_adapter(model, body.model, body.lora_adapter)
     plan = plan_chat(body, model.chat_template, tokenizer, ready.ctx, model.decode_lanes, limits, adapter)

@@ -6,7 +6,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from generated import models
-from handlers.availability import serving
+from handlers.availability import serving_for
 from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
 from handlers.generation.engine_bridge import OPENAI_BUSY, open_generations
@@ -16,7 +16,7 @@ from handlers.openai_completions.response import CompletionRun, completion, comp
 
 
 async def create_completion(request: Request, body: models.CompletionRequest) -> models.Completion | Response:
-    ready = serving(request, OPENAI_BUSY.unavailable)
+    ready = await serving_for(request, body.model, OPENAI_BUSY.unavailable)
     model, tokenizer, limits = ready.model, ready.tokenizer, ready.server.limits
     adapter = chosen_adapter(model, body.model, body.lora_adapter)
     plan = plan_completion(body, tokenizer, ready.ctx, model.decode_lanes, limits, adapter)

@@ -6,7 +6,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from generated import models
-from handlers.availability import loaded_tokenizer, serving
+from handlers.availability import loaded_tokenizer, serving_for
 from handlers.context import context
 from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
@@ -18,7 +18,7 @@ from handlers.openai_responses.response import ResponseRun, response_answer, res
 
 
 async def create_response(request: Request, body: models.CreateResponseRequest) -> models.ResponseObject | Response:
-    ready = serving(request, OPENAI_BUSY.unavailable)
+    ready = await serving_for(request, body.model, OPENAI_BUSY.unavailable)
     server, model, tokenizer, limits = ready.server, ready.model, ready.tokenizer, ready.server.limits
     adapter = chosen_adapter(model, body.model)
     plan = plan_response(body, model.chat_template, tokenizer, ready.ctx, limits, server.responses, adapter)

@@ -80,9 +80,12 @@ def running_server(tmp_path_factory: pytest.TempPathFactory, args: list[str]) ->
 
 
 def _ready(base: str) -> bool:
-    """Ready once a one-token completion is answered (health turns ready before the engine may)."""
+    """Ready once a one-token completion is answered (health turns ready before the engine may);
+    a model that failed to load fails the test at once, with the reason."""
     try:
-        if not httpx.get(f"{base}/health", timeout=2).json().get("ready"):
+        health = httpx.get(f"{base}/health", timeout=2).json()
+        assert health["state"] != "dead", f"the model did not load: {health['reason']}"
+        if not health["ready"]:
             return False
         probe = httpx.post(f"{base}/v1/completions", json={"prompt": "Hi", "max_tokens": 1}, timeout=120)
     except httpx.TransportError:

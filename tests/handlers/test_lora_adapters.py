@@ -191,8 +191,12 @@ def test_the_routes_wait_for_the_model_and_an_encoder_has_no_adapters(
         answer = client.get("/v1/lora_adapters")
         assert answer.status_code == 503 and answer.headers["Retry-After"] == "5"
     with client_for(Settings(), smollm2, fake_engine, None) as encoder:
-        answer = encoder.post("/v1/lora_adapters", json={"name": "a", "path": "a"})
-        assert answer.status_code == 400 and answer.json()["error"]["code"] == "lora_disabled"
+        assert encoder.get("/v1/lora_adapters").json() == {"object": "list", "data": [], "slots": 0}
+        for answer in (
+            encoder.post("/v1/lora_adapters", json={"name": "a", "path": "a"}),
+            encoder.delete("/v1/lora_adapters/a"),
+        ):
+            assert answer.status_code == 400 and answer.json()["error"]["code"] == "lora_disabled"
 
 
 @pytest.mark.parametrize("headers", [{}, {"anthropic-version": "2023-06-01"}], ids=["openai", "anthropic"])

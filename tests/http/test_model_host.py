@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from pooled.model_host import Loaded, ModelHost, ModelNotFound, default_model_path, model_id_for, resolve_model_path
+from pooled.catalog import load_catalog
+from pooled.model_host import (
+    Loaded,
+    ModelHost,
+    ModelNotFound,
+    SwitchFailed,
+    SwitchRefused,
+    default_model_path,
+    model_id_for,
+)
+from pooled.model_library import model_to_serve
 from pooled.settings import Settings
 
 
@@ -66,5 +77,86 @@ def test_default_model_is_the_smollm2_wheel() -> None:
 
 
 def test_missing_model_path_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(ModelNotFound, match="does not exist"):
-        resolve_model_path(Settings(model=str(tmp_path / "nope.gguf")))
+    with pytest.raises(ModelNotFound, match="is not a file or directory, and no model .* in the catalog or the models"):
+        model_to_serve(str(tmp_path / "nope.gguf"), load_catalog(), tmp_path)
+    with pytest.raises(ModelNotFound, match="'smollm2-135m-instruct-q4_1' is in the catalog but not downloaded"):
+        model_to_serve("smollm2-135m-instruct-q4_1", load_catalog(), tmp_path)
+
+
+class Engine:
+    """What the host asks of an engine when it switches models."""
+
+    def __init__(self, name: str, idle: bool = True) -> None:
+        self.name, self.idle = name, idle
+        self.state, self.failure = "serving", None
+        self.calls: list[str] = []
+
+    def drain(self) -> None:
+        self.calls.append("drain")
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        self.calls.append(f"wait_idle {timeout}")
+        return self.idle
+
+    def shutdown(self) -> None:
+        self.calls.append("shutdown")
+
+
+def loaded(engine: Engine, ctx: int) -> Loaded:
+    return Loaded(ctx, ctx, None, "none", object(), None, engine)  # type: ignore[arg-type]
+
+
+def serving_host(tmp_path: Path, loads: dict[str, Engine | Exception], gate: threading.Event) -> ModelHost:
+    """A host whose loader gives each path's engine (or raises), the new ones once `gate` is set."""
+
+    def loader(path: Path, settings: Settings, report) -> Loaded:  # type: ignore[no-untyped-def]
+        if path.name != "old":
+            assert gate.wait(10)
+        result = loads[path.name]
+        if isinstance(result, Exception):
+            raise result
+        return loaded(result, 1024 if path.name == "old" else 2048)
+
+    host = ModelHost(Settings(switch_grace=7.0), tmp_path / "old", loader)
+    host.start()
+    wait_until_settled(host)
+    assert host.state == "serving"
+    return host
+
+
+def test_a_switch_drains_the_old_engine_then_serves_the_new_model(tmp_path: Path) -> None:
+    old, new, gate = Engine("old"), Engine("new"), threading.Event()
+    host = serving_host(tmp_path, {"old": old, "new": new}, gate)
+    done = host.switch(tmp_path / "new", "pooled/new")
+    with pytest.raises(SwitchRefused, match="switching"):
+        host.switch(tmp_path / "new", "pooled/new")  # one at a time
+    deadline = time.monotonic() + 10
+    while "shutdown" not in old.calls:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert old.calls == ["drain", "wait_idle 7.0", "shutdown"]  # in order, before the new load
+    assert (host.state, host.engine, host.model_id) == ("switching", None, "pooled/new")
+    gate.set()
+    done.result(timeout=10)
+    assert (host.state, host.engine, host.ctx, host.switch_failure) == ("serving", new, 2048, None)
+
+
+def test_a_failed_switch_serves_the_old_model_again_and_says_why(tmp_path: Path) -> None:
+    old, gate = Engine("old"), threading.Event()
+    host = serving_host(tmp_path, {"old": old, "broken": ValueError("no tokenizer in broken\ndetail")}, gate)
+    done = host.switch(tmp_path / "broken", "pooled/broken")
+    gate.set()
+    with pytest.raises(SwitchFailed, match="pooled/broken did not load: no tokenizer in broken"):
+        done.result(timeout=10)
+    assert (host.state, host.engine, host.model_id, host.ctx) == ("serving", old, "pooled/old", 1024)
+    assert host.switch_failure == ("pooled/broken", "no tokenizer in broken")
+
+
+def test_a_drain_during_a_switch_wins(tmp_path: Path) -> None:
+    old, new, gate = Engine("old"), Engine("new"), threading.Event()
+    host = serving_host(tmp_path, {"old": old, "new": new}, gate)
+    done = host.switch(tmp_path / "new", "pooled/new")
+    host.drain()
+    gate.set()
+    done.result(timeout=10)
+    assert host.state == "draining" and new.calls == ["drain"]
