@@ -71,7 +71,9 @@ class CatalogError(ValueError):
 class CatalogFile:
     name: str  # path inside the entry's folder, e.g. "model.gguf" or "1_Pooling/config.json"
     url: str
-    sha256: str  # lower-case hex
+    # Lower-case hex. None only for a file whose digest nobody published (`pooled pull URL` without
+    # --sha256): its download computes one and records it; a catalog file always has one.
+    sha256: str | None
     size: int  # bytes
 
 

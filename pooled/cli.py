@@ -1,4 +1,9 @@
-"""`pooled serve`: parse settings, start loading the model, open the listener at once."""
+"""`pooled`: `serve` parses settings, starts loading the model and opens the listener at once;
+`pull`, `list` and `rm` manage the models folder (pooled/model_commands.py).
+
+The server's modules (the engine, FastAPI, uvicorn: seconds of imports) are imported by `serve`
+alone, so the model commands answer at once.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import uvicorn
-
-from handlers.banner import banner
+from pooled import model_commands
 from pooled import settings as settings_module
-from pooled.app import build_app, server_context
-from pooled.catalog import CatalogError, load_catalog
-from pooled.downloads import Downloader
-from pooled.loading import load_serving
-from pooled.model_host import ModelHost, ModelNotFound
-from pooled.model_library import FolderLibrary, model_to_serve
-from pooled.server import DrainingServer
 
 log = logging.getLogger("pooled")
 
@@ -28,10 +24,22 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve a model on 127.0.0.1:8080")
     settings_module.add_arguments(serve)
+    model_commands.add_parsers(commands)
     return parser
 
 
 def serve(settings: settings_module.Settings) -> int:
+    import uvicorn
+
+    from handlers.banner import banner
+    from pooled.app import build_app, server_context
+    from pooled.catalog import CatalogError, load_catalog
+    from pooled.downloads import Downloader
+    from pooled.loading import load_serving
+    from pooled.model_host import ModelHost, ModelNotFound
+    from pooled.model_library import FolderLibrary, model_to_serve
+    from pooled.server import DrainingServer
+
     models_dir = Path(settings.models_dir).expanduser()
     try:
         catalog = load_catalog(Path(settings.catalog).expanduser() if settings.catalog else None)
@@ -59,13 +67,13 @@ def serve(settings: settings_module.Settings) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     arguments = vars(_parser().parse_args(argv))
     command = arguments.pop("command")
     settings = settings_module.load(arguments)
     if command == "serve":
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         return serve(settings)
-    return 2
+    return model_commands.run(command, arguments, settings)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,13 @@ left by a cancelled, failed or killed download is resumed with `Range: bytes=N-`
 the check without a request (as a 416 for it would). The part's bytes are hashed as they are
 written (an existing part's are hashed once first), so the sha256 check after the last byte is not
 a second read; a match renames the part to its final name and records the digest
-(pooled/models_dir.py), a mismatch deletes the part, which can never become right. A dropped
-connection, a stall (no bytes for `stall_timeout_s`), a 5xx or a 429 is retried after an
-exponential backoff, at most `retries` times in a row: an attempt that brought bytes starts the
-count again. Any other HTTP status, a disk that is full (the part is kept for a later start), more
-bytes than the catalog's size, or a digest mismatch ends the download as failed, its reason in the
-progress.
+(pooled/models_dir.py), a mismatch deletes the part, which can never become right. A file with no
+known digest (`pooled pull URL` without --sha256) is checked by its size only and records the
+digest computed. A dropped connection, a stall (no bytes for `stall_timeout_s`), a 5xx or a 429 is
+retried after an exponential backoff, at most `retries` times in a row: an attempt that brought
+bytes starts the count again. Any other HTTP status, a disk that is full (the part is kept for a
+later start), more bytes than the catalog's size, or a digest mismatch ends the download as failed,
+its reason in the progress.
 
 Threads: a Downloader runs each download on a daemon thread of its own ("pooled-download-<id>"),
 one at a time (a lock guards the check and the start, so a second start is DownloadBusy). Only
@@ -352,8 +353,9 @@ class _Job:
         final = file_path(self.entry, self.models_dir, file)
         if not final.is_file():
             return False
-        if final.stat().st_size == file.size and sha256_file(final) == file.sha256:
-            record_verified(self.entry.folder(self.models_dir), file.name, file.sha256)
+        digest = sha256_file(final) if final.stat().st_size == file.size else None
+        if digest is not None and file.sha256 in (None, digest):
+            record_verified(self.entry.folder(self.models_dir), file.name, digest)
             return True
         log.warning("%s does not match the catalog's %s: fetching it again", final, self.entry.id)
         final.unlink()
@@ -449,16 +451,16 @@ class _Job:
 
     def _finish(self, file: CatalogFile, part: Path, hashed: _PartHash) -> None:
         got = hashed.digest.hexdigest()
-        if got != file.sha256:
+        if file.sha256 is not None and got != file.sha256:
             part.unlink()
             self._recount()
             raise _Failed(
-                f"{file.name}: sha256 {got} does not match the catalog's {file.sha256}; the download is deleted"
+                f"{file.name}: sha256 {got} does not match the expected {file.sha256}; the download is deleted"
             )
         with part.open("rb+") as stream:  # on disk before the name says it is finished
             os.fsync(stream.fileno())
         os.replace(part, file_path(self.entry, self.models_dir, file))
-        record_verified(self.entry.folder(self.models_dir), file.name, file.sha256)
+        record_verified(self.entry.folder(self.models_dir), file.name, got)
 
     def _advance(self, count: int, transferred: int) -> None:
         now = time.monotonic()

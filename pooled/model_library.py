@@ -13,17 +13,14 @@ concurrent requests for the same switch await the one future.
 from __future__ import annotations
 
 import asyncio
-import functools
-import json
 from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
 
-from engine.checkpoint.gguf_file import read_gguf_metadata
 from engine.encoder import is_encoder_checkpoint
-from engine.errors import CheckpointError
 from handlers.context import CatalogView, DownloadView, LibraryRefused, ModelKind, SwitchTarget
 from pooled.catalog import CatalogEntry, availability
+from pooled.checkpoint_context import trained_context
 from pooled.downloads import DownloadBusy, Downloader, DownloadProgress
 from pooled.model_host import ModelHost, ModelNotFound, SwitchFailed, SwitchRefused, default_model_path, model_id_for
 from pooled.models_dir import disk_state, folder_models, remove_entry
@@ -210,30 +207,7 @@ def _entry_target(entry: CatalogEntry) -> SwitchTarget:
 def _file_target(path: Path) -> SwitchTarget:
     """A model put in the folder by hand: its memory is not known before it loads."""
     kind: ModelKind = "embedding" if is_encoder_checkpoint(path) else "chat"
-    return SwitchTarget(model_id_for(path), kind, True, None, _trained_context(path))
-
-
-def _trained_context(path: Path) -> int | None:
-    try:
-        return _context_on_disk(path, path.stat().st_mtime_ns)
-    except OSError:
-        return None
-
-
-@functools.lru_cache(maxsize=256)
-def _context_on_disk(path: Path, modified_ns: int) -> int | None:
-    """The checkpoint's trained context, read once per version of the file (a GGUF's metadata is
-    parsed whole, its vocabulary included)."""
-    try:
-        if path.suffix == ".gguf":
-            metadata = read_gguf_metadata(path, prefix="general.architecture")
-            length = read_gguf_metadata(path, prefix=f"{metadata.get('general.architecture')}.context_length")
-            found = next(iter(length.values()), None)
-        else:
-            found = json.loads((path / "config.json").read_text()).get("max_position_embeddings")
-    except (OSError, ValueError, CheckpointError):
-        return None
-    return found if isinstance(found, int) else None
+    return SwitchTarget(model_id_for(path), kind, True, None, trained_context(path))
 
 
 def _download_view(progress: DownloadProgress | None) -> DownloadView | None:

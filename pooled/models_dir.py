@@ -76,7 +76,14 @@ def record_verified(folder: Path, name: str, sha256: str) -> None:
 
 def is_verified(entry: CatalogEntry, models_dir: Path, file: CatalogFile, record: dict[str, str]) -> bool:
     """Whether `file` is there at its size and recorded with the catalog's digest."""
-    return record.get(file.name) == file.sha256 and _size(file_path(entry, models_dir, file)) == file.size
+    return recorded(file, record) and _size(file_path(entry, models_dir, file)) == file.size
+
+
+def recorded(file: CatalogFile, record: dict[str, str]) -> bool:
+    """Whether the folder's record holds `file` as checked: with its known digest, or with any
+    for a file whose digest was not known before it was fetched."""
+    digest = record.get(file.name)
+    return digest is not None and file.sha256 in (None, digest)
 
 
 def disk_state(entry: CatalogEntry, models_dir: Path) -> DiskState:
@@ -90,7 +97,7 @@ def disk_state(entry: CatalogEntry, models_dir: Path) -> DiskState:
         on_disk += (final or 0) + (partial or 0)
         if final == file.size:
             sized += 1
-            verified += record.get(file.name) == file.sha256
+            verified += recorded(file, record)
     count = len(entry.files)
     state: Literal["absent", "partial", "complete", "verified"]
     if verified == count:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -369,9 +369,13 @@ def _parser_of(name: str) -> Callable[[str], Any]:
     return parse
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add one flag per setting; an unset flag leaves the value to the environment or default."""
+def add_arguments(parser: argparse.ArgumentParser, only: Collection[str] | None = None) -> None:
+    """Add one flag per setting, or per setting named in `only` (a command that reads a few, such as
+    `pooled pull`, takes them under serve's names); an unset flag leaves the value to the environment
+    or default."""
     for item in fields(Settings):
+        if only is not None and item.name not in only:
+            continue
         parser.add_argument(
             flag_name(item.name),
             dest=item.name,
