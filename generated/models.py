@@ -1434,9 +1434,9 @@ class Health(BaseModel):
     """
     The process answers and its engine is not dead.
     """
-    state: Literal["loading", "serving", "switching", "draining", "dead"]
+    state: Literal["loading", "serving", "switching", "unloaded", "draining", "dead"]
     """
-    `loading` (the model is being read, compiled or warmed up), `serving`, `switching` (one model is replaced by another: the old one's requests finish, then the new one loads), `draining` (a shutdown lets in-flight requests finish), `dead` (the engine thread has ended; see `cause` and `reason`).
+    `loading` (the model is being read, compiled or warmed up), `serving`, `switching` (one model is replaced by another: the old one's requests finish, then the new one loads), `unloaded` (freed after `--idle-unload` seconds without requests; the next request loads it again), `draining` (a shutdown lets in-flight requests finish), `dead` (the engine thread has ended; see `cause` and `reason`).
     """
     ready: StrictBool
     """

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -33,6 +35,14 @@ def not_serving(model: ModelService, unavailable_status: int) -> ApiError:
             unavailable_status,
             "The model is still loading; retry after the Retry-After delay (GET /health shows progress).",
             code="model_not_ready",
+            headers={"Retry-After": str(RETRY_AFTER_LOADING_S)},
+        )
+    if model.state == "unloaded":
+        return ApiError(
+            unavailable_status,
+            "The model was unloaded after an idle spell; a generation request loads it again. Retry after the "
+            "Retry-After delay.",
+            code="model_unloaded",
             headers={"Retry-After": str(RETRY_AFTER_LOADING_S)},
         )
     if model.state == "switching":
@@ -90,6 +100,7 @@ async def serving_for(request: Request, requested: str | None, unavailable_statu
     on disk (not an adapter of the one served) switches to it first (--switch-allow-implicit). A
     switch already under way to another model is the usual 503 with Retry-After."""
     server = context(request)
+    await awake(server.model)
     library = server.library
     if requested and library is not None and library.implicit_switch and _switches_to(server, library, requested):
         try:
@@ -98,6 +109,15 @@ async def serving_for(request: Request, requested: str | None, unavailable_statu
             if refused.code != "busy":
                 raise library_error(refused) from None
     return serving(request, unavailable_status)
+
+
+async def awake(model: ModelService) -> None:
+    """Waits for the model to load again when an idle unload freed it (the request that finds it
+    unloaded starts the load; later ones wait for the same)."""
+    waking = model.wake()
+    if waking is not None:
+        with contextlib.suppress(Exception):  # a reload that failed leaves the model dead: `serving` says so
+            await asyncio.shield(asyncio.wrap_future(waking))
 
 
 def _switches_to(server: ServerContext, library: ModelLibrary, name: str) -> bool:

@@ -35,6 +35,7 @@ def banner(server: ServerContext) -> str:
     status = {
         "loading": "loading (requests get 503 with Retry-After: 5 until it is ready)",
         "serving": "ready",
+        "unloaded": "unloaded after an idle spell (the next request loads it again)",
         "switching": "switching models (requests get 503 with Retry-After: 5 until the new one is ready)",
         "draining": "draining: finishing requests in flight, refusing new ones",
         "dead": "stopped: " + ": ".join(model.failure or ("unknown", "")),

@@ -8,7 +8,9 @@ depend on its shape only: they never import JAX or the engine's internals.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -19,7 +21,7 @@ from engine.tokenizer import ChatTemplate, Tokenizer
 from handlers.generation.volatile_lines import volatile_line_pattern
 from handlers.response_store import ResponseStore
 
-ModelState = Literal["loading", "serving", "switching", "draining", "dead"]
+ModelState = Literal["loading", "serving", "switching", "unloaded", "draining", "dead"]
 EncoderKind = Literal["embedding", "rerank"]
 ModelKind = Literal["chat", "embedding", "rerank"]
 
@@ -248,6 +250,11 @@ class ModelService(Protocol):
         """The checkpoint's chat template, or None when it ships none."""
         ...
 
+    def wake(self) -> Future[None] | None:
+        """After an idle unload, starts loading the model again; the future ends when it serves.
+        None when there is nothing to wait for."""
+        ...
+
     @property
     def switch_failure(self) -> tuple[str, str] | None:
         """(model id, reason) of the last switch whose model did not load, until one succeeds."""
@@ -277,6 +284,7 @@ class Counters:
 
     served: int = 0
     in_flight: int = 0
+    last_active: float = field(default_factory=time.monotonic)  # when a model request last began or ended
 
 
 @dataclass

@@ -22,7 +22,7 @@ from handlers.errors import ApiError
 
 
 async def create_embedding(request: Request, body: models.EmbeddingRequest) -> models.EmbeddingResponse:
-    model = serving_model(request)
+    model = await serving_model(request)
     name, encoder = choose_encoder(model, body.model, ["embedding"])
     texts_or_tokens = _inputs(body.input)
     check_count(len(texts_or_tokens), context(request).limits.max_embedding_inputs, "input")

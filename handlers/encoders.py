@@ -23,7 +23,7 @@ from engine.api import (
     QueueFull,
     RequestRefused,
 )
-from handlers.availability import not_serving, require_ready
+from handlers.availability import awake, not_serving, require_ready
 from handlers.context import EncoderKind, EncoderService, ModelService, context
 from handlers.errors import ApiError
 from handlers.generation.engine_bridge import FAILED_STATUS
@@ -31,7 +31,8 @@ from handlers.generation.engine_bridge import FAILED_STATUS
 FLAGS = {"embedding": "--embedding-model", "rerank": "--rerank-model"}
 
 
-def serving_model(request: Request) -> ModelService:
+async def serving_model(request: Request) -> ModelService:
+    await awake(context(request).model)
     require_ready(request)
     return context(request).model
 

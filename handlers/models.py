@@ -77,7 +77,7 @@ def served_model(server: ServerContext) -> models.OpenAIModel:
     """`data[0]`: the model served, loading or switched to, with its status."""
     model = server.model
     failed = model.switch_failure
-    status = model.state if model.state in ("loading", "switching") else "failed" if failed else "serving"
+    status = model.state if model.state in ("loading", "switching", "unloaded") else "failed" if failed else "serving"
     own = _openai_encoders(server, own=True) if model.kind != "chat" else []
     entry = own[0] if own else _openai_model(server)
     reason = {"reason": failed[1]} if failed else {}
@@ -103,7 +103,7 @@ def _openai_target(server: ServerContext, target: SwitchTarget) -> models.OpenAI
 
 
 def _listed(server: ServerContext) -> bool:
-    return server.model.state in ("serving", "switching")
+    return server.model.state in ("serving", "switching", "unloaded")
 
 
 async def list_models(request: Request) -> models.OpenAIModelList | models.AnthropicModelList:

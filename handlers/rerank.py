@@ -21,7 +21,7 @@ from handlers.encoders import check_count, choose_encoder, encode, serving_model
 
 
 async def create_rerank(request: Request, body: models.RerankRequest) -> models.RerankResponse:
-    model = serving_model(request)
+    model = await serving_model(request)
     name, encoder = choose_encoder(model, body.model, ["rerank", "embedding"])
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
     check_count(len(documents), context(request).limits.max_embedding_inputs, "documents")

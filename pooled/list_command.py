@@ -21,7 +21,7 @@ from pooled.catalog import CatalogEntry
 from pooled.checkpoint_context import trained_context
 from pooled.command_io import catalog_of, models_dir_of, note
 from pooled.human_units import human_size
-from pooled.model_ids import PREFIX, bare, folder_model_id
+from pooled.model_ids import PREFIX, bare, model_id_for
 from pooled.models_dir import disk_state, folder_models
 from pooled.server_api import PooledServer, find_server
 from pooled.settings import Settings
@@ -75,7 +75,7 @@ def catalog_row(entry: CatalogEntry, models_dir: Path) -> ModelRow:
 def folder_rows(models_dir: Path, catalog_ids: Collection[str]) -> list[ModelRow]:
     """The models put in the folder by hand (pooled/models_dir.py's folder_models)."""
     return [
-        ModelRow(folder_model_id(path), "folder", size, "on disk", size, trained_context(path), path=str(path))
+        ModelRow(model_id_for(path), "folder", size, "on disk", size, trained_context(path), path=str(path))
         for path in folder_models(models_dir, catalog_ids)
         for size in [size_on_disk(path)]
     ]

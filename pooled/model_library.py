@@ -22,10 +22,10 @@ from handlers.context import CatalogView, DownloadView, LibraryRefused, ModelKin
 from pooled.catalog import CatalogEntry, availability
 from pooled.checkpoint_context import trained_context
 from pooled.downloads import DownloadBusy, Downloader, DownloadProgress
-from pooled.model_host import ModelHost, ModelNotFound, SwitchFailed, SwitchRefused, default_model_path, model_id_for
+from pooled.model_host import ModelHost, ModelNotFound, SwitchFailed, SwitchRefused, default_model_path
+from pooled.model_ids import PREFIX, bare, model_id_for
 from pooled.models_dir import disk_state, folder_models, remove_entry
 
-PREFIX = "pooled/"
 ENCODER_FAMILIES = frozenset({"bert", "xlm-roberta"})
 
 
@@ -99,11 +99,11 @@ class FolderLibrary:
         if (
             self._switch is not None
             and not self._switch[1].done()
-            and model_id in (self._switch[0], _bare(self._switch[0]))
+            and model_id in (self._switch[0], bare(self._switch[0]))
         ):
             await _finished(self._switch[1])
             return
-        if self._host.state == "serving" and model_id in (self._host.model_id, _bare(self._host.model_id)):
+        if self._host.state == "serving" and model_id in (self._host.model_id, bare(self._host.model_id)):
             return
         path, target = self._resolve(model_id)
         if not target.available:
@@ -124,7 +124,7 @@ class FolderLibrary:
         raise LibraryRefused("not_found", f"{not_on_disk(model_id, self._catalog)}; a switch can serve: {known}")
 
     def _entry(self, model_id: str) -> CatalogEntry:
-        entry = self._catalog.get(_bare(model_id))
+        entry = self._catalog.get(bare(model_id))
         if entry is None:
             known = ", ".join(sorted(self._catalog)) or "none"
             raise LibraryRefused("not_found", f"no catalog entry {model_id!r}; the catalog has: {known}")
@@ -157,7 +157,7 @@ def find_model(
 ) -> tuple[Path, SwitchTarget] | None:
     """A catalog entry on disk (`id` or `pooled/id`), or a model in the folder by the id
     `/v1/models` gives it; None when neither is there."""
-    entry = catalog.get(_bare(model_id))
+    entry = catalog.get(bare(model_id))
     if entry is not None and disk_state(entry, models_dir).state in ("complete", "verified"):
         return entry.model_path(models_dir), _entry_target(entry)
     for path in folder_models(models_dir, catalog.keys()):
@@ -182,13 +182,9 @@ def model_to_serve(model: str | None, catalog: Mapping[str, CatalogEntry], model
 
 def not_on_disk(model_id: str, catalog: Mapping[str, CatalogEntry]) -> str:
     """Why `find_model` found nothing, with what to do about it."""
-    if _bare(model_id) in catalog:
+    if bare(model_id) in catalog:
         return f"{model_id!r} is in the catalog but not downloaded (POST /v1/models/download, or pooled pull)"
     return f"no model {model_id!r} in the catalog or the models folder"
-
-
-def _bare(model_id: str) -> str:
-    return model_id.removeprefix(PREFIX)
 
 
 async def _finished(done: Future[None]) -> None:

@@ -32,7 +32,7 @@ from pooled.command_io import (
 )
 from pooled.downloads import DownloadProgress, download
 from pooled.human_units import human_size
-from pooled.model_ids import folder_model_id
+from pooled.model_ids import model_id_for
 from pooled.models_dir import disk_state
 from pooled.progress_bar import ProgressBar
 from pooled.server_api import PooledServer, ServerRefused, find_server
@@ -155,7 +155,7 @@ def pull_url(url: str, digest: str | None, models_dir: Path, settings: Settings)
         bar.close()
     if progress.state != "done":
         raise CommandFailed(FAILED, f"{where.name}: the download failed: {progress.error}")
-    model_id = folder_model_id(where.final)
+    model_id = model_id_for(where.final)
     if where.sha256 is not None:
         print(f"{where.final}: verified against --sha256 ({human_size(size)}); {_serve_hint(model_id)}")
     else:

@@ -24,7 +24,7 @@ from pooled.catalog import CatalogEntry
 from pooled.command_io import FAILED, USAGE, CommandFailed, catalog_entry, catalog_of, known_ids, models_dir_of
 from pooled.human_units import human_size
 from pooled.list_command import size_on_disk
-from pooled.model_ids import PREFIX, folder_model_id
+from pooled.model_ids import PREFIX, model_id_for
 from pooled.models_dir import LOCK, disk_state, folder_models, remove_entry
 from pooled.server_api import PooledServer, ServerRefused, find_server
 from pooled.settings import Settings
@@ -46,7 +46,7 @@ def rm(arguments: Mapping[str, Any], settings: Settings) -> int:
     entry = catalog_entry(catalog, target)
     if entry is not None:
         return remove_catalog_entry(entry, models_dir)
-    by_id = {folder_model_id(path): path for path in folder_models(models_dir, catalog.keys())}
+    by_id = {model_id_for(path): path for path in folder_models(models_dir, catalog.keys())}
     path = by_id.get(target) or by_id.get(PREFIX + target)
     if path is None:
         raise CommandFailed(
@@ -54,7 +54,7 @@ def rm(arguments: Mapping[str, Any], settings: Settings) -> int:
             f"no model {target!r}: the catalog has {known_ids(catalog)}; "
             f"the models folder {models_dir} has {', '.join(sorted(by_id)) or 'no other models'}",
         )
-    return remove_folder_model(path, models_dir, folder_model_id(path), arguments["yes"])
+    return remove_folder_model(path, models_dir, model_id_for(path), arguments["yes"])
 
 
 def remove_through_server(server: PooledServer, model_id: str) -> int:

@@ -6,7 +6,9 @@ host starts draining: model routes answer 503 while requests in flight finish,
 `/health` says "draining", and the listener stays open. Uvicorn's own
 once-per-0.1 s tick ends the drain when nothing is in flight or the grace
 period is over, and the process exits 0 (1 if the model was dead: it failed to
-load or its engine stopped). A second signal exits at once.
+load or its engine stopped). A second signal exits at once. The same tick unloads
+the model after `--idle-unload` seconds without model requests (the host does
+the work on a thread of its own).
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ class DrainingServer(uvicorn.Server):
             self.should_exit = self.force_exit = True
 
     async def on_tick(self, counter: int) -> bool:
+        idle_s = self.host.settings.idle_unload
+        last = max(self.counters.last_active, self.host.serving_since)
+        quiet = self.counters.in_flight == 0 and time.monotonic() - last > (idle_s or 0)
+        if idle_s is not None and quiet and self.host.state == "serving":
+            self.host.unload()
         if self.drain_started is not None and not self.should_exit:
             over = time.monotonic() - self.drain_started > self.grace_s
             if self.counters.in_flight == 0 or over:

@@ -25,6 +25,15 @@ def _optional_int(value: str) -> int | None:
     return None if value.lower() in ("", "auto", "none") else int(value)
 
 
+def _optional_float(value: str) -> float | None:
+    if value.lower() in ("", "none", "off"):
+        return None
+    seconds = float(value)
+    if seconds <= 0:
+        raise ValueError("seconds above 0, or none")
+    return seconds
+
+
 def _optional_str(value: str) -> str | None:
     return value or None
 
@@ -307,6 +316,12 @@ class Settings:
     stored_response_idle: float = setting(3600.0, float, "Seconds a stored response is kept after its last use.")
     drain_grace: float = setting(
         30.0, float, "Seconds a shutdown (SIGTERM/SIGINT) lets requests in flight finish before exiting."
+    )
+    idle_unload: float | None = setting(
+        None,
+        _optional_float,
+        "Seconds without model requests after which the model's memory is freed; the next request loads it "
+        "again (its first token waits for the load; /health says unloaded meanwhile). Unset: never.",
     )
     switch_grace: float = setting(
         30.0, float, "Seconds a model switch lets the old model's requests in flight finish before cancelling them."

@@ -26,7 +26,7 @@ import httpx
 from pooled.catalog import CatalogEntry, CatalogFile, size_class_of
 from pooled.downloads import DownloadProgress, ProgressCallback, download
 from pooled.human_units import human_size
-from pooled.model_ids import folder_model_id
+from pooled.model_ids import model_id_for
 from pooled.models_dir import disk_state, part_path, read_verified, remove_entry, sha256_file
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -143,7 +143,7 @@ def already_there(pull: UrlPull) -> tuple[bool, str]:
         return True, f"{pull.final} is already there and verified ({size}, sha256 {digest})"
     return False, (
         f"{pull.final} is already there with sha256 {digest}, not {pull.sha256}: "
-        f"remove it first (pooled rm {folder_model_id(pull.final)} --yes)"
+        f"remove it first (pooled rm {model_id_for(pull.final)} --yes)"
     )
 
 

@@ -42,6 +42,9 @@ class StubModel:
     adapters: Any = None
     switch_failure: tuple[str, str] | None = None
 
+    def wake(self) -> None:
+        return None
+
 
 @pytest.fixture
 def model() -> StubModel:

@@ -53,6 +53,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @contextmanager
 def running_server(tmp_path_factory: pytest.TempPathFactory, args: list[str]) -> Iterator[str]:
     """`pooled serve` with the default model and `args`, once it answers; stopped by SIGINT after."""
+    with running_process(tmp_path_factory, args) as (base, _):
+        yield base
+
+
+@contextmanager
+def running_process(tmp_path_factory: pytest.TempPathFactory, args: list[str]) -> Iterator[tuple[str, int]]:
+    """`running_server`'s base URL, and the server's process id."""
     port = free_port()
     log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
     process = subprocess.Popen(
@@ -69,7 +76,7 @@ def running_server(tmp_path_factory: pytest.TempPathFactory, args: list[str]) ->
             assert process.poll() is None, Path(log.name).read_text(errors="replace")[-4000:]
             assert time.monotonic() < deadline, "the server did not become ready"
             time.sleep(1)
-        yield base
+        yield base, process.pid
     finally:
         process.send_signal(signal.SIGINT)
         try:

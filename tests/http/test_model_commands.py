@@ -22,7 +22,7 @@ import pytest
 
 from pooled.catalog import load_catalog
 from pooled.downloads import download
-from pooled.model_ids import folder_model_id
+from pooled.model_ids import model_id_for
 from tests.e2e.conftest import running_server
 from tests.e2e.test_switching import servable
 from tests.http.file_server import Blob, FileServer
@@ -275,14 +275,11 @@ def test_rm_of_a_folder_model_needs_yes(folder: Folder, tmp_path: Path) -> None:
     assert outside.read_bytes() == b"keep me" and not (folder.models / "linked.gguf").is_symlink()
 
 
-def test_the_folder_ids_are_the_servers(tmp_path: Path) -> None:
-    from pooled.model_host import model_id_for  # the engine's imports: only here
-
+def test_a_folder_model_is_named_by_its_file_or_directory(tmp_path: Path) -> None:
     (tmp_path / "SmolLM2-135M.Q4_1.gguf").write_bytes(b"")
     (tmp_path / "Tiny.Llama").mkdir()
-    for path in (tmp_path / "SmolLM2-135M.Q4_1.gguf", tmp_path / "Tiny.Llama"):
-        assert folder_model_id(path) == model_id_for(path)
-    assert folder_model_id(tmp_path / "SmolLM2-135M.Q4_1.gguf") == "pooled/smollm2-135m-q4_1"
+    assert model_id_for(tmp_path / "SmolLM2-135M.Q4_1.gguf") == "pooled/smollm2-135m-q4_1"
+    assert model_id_for(tmp_path / "Tiny.Llama") == "pooled/tiny-llama"
 
 
 # -- through a running server ---------------------------------------------------------------------

@@ -17,8 +17,8 @@ from pooled.model_host import (
     SwitchFailed,
     SwitchRefused,
     default_model_path,
-    model_id_for,
 )
+from pooled.model_ids import model_id_for
 from pooled.model_library import model_to_serve
 from pooled.settings import Settings
 
@@ -160,3 +160,32 @@ def test_a_drain_during_a_switch_wins(tmp_path: Path) -> None:
     gate.set()
     done.result(timeout=10)
     assert host.state == "draining" and new.calls == ["drain"]
+
+
+def test_an_idle_unload_frees_the_engine_and_a_wake_loads_it_again(tmp_path: Path) -> None:
+    engines = [Engine("first"), Engine("second")]
+    gate = threading.Event()
+
+    def loader(path: Path, settings: Settings, report) -> Loaded:  # type: ignore[no-untyped-def]
+        if len(engines) == 1:  # the reload
+            assert gate.wait(10)
+        return loaded(engines.pop(0), 1024)
+
+    host = ModelHost(Settings(idle_unload=5.0), tmp_path / "m", loader)
+    host.start()
+    wait_until_settled(host)
+    first = host.engine
+    assert host.wake() is None  # serving: nothing to wait for
+    host.unload()
+    assert host.state == "unloaded"
+    deadline = time.monotonic() + 10
+    while host.engine is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert first.calls == ["drain", "shutdown"]  # type: ignore[union-attr]
+    waking = host.wake()
+    assert waking is not None and host.wake() is waking  # every request waits for the one reload
+    assert host.state == "loading"
+    gate.set()
+    waking.result(timeout=10)
+    assert host.state == "serving" and host.engine is not None and host.engine is not first
