@@ -17,6 +17,7 @@ from generated import models
 OPERATION_HANDLERS: dict[str, str] = {
     "createChatCompletion": "create_chat_completion",
     "createCompletion": "create_completion",
+    "openResponsesSocket": "open_responses_socket",
     "createResponse": "create_response",
     "countResponseInputTokens": "count_response_input_tokens",
     "getResponse": "get_response",
@@ -93,6 +94,20 @@ async def create_completion(
     """Create a text completion."""
     result = await handlers.create_completion(request, body=body)
     return _respond(result, (models.Completion,))
+
+
+@router.api_route(
+    "/v1/responses",
+    methods=["GET", "HEAD"],
+    operation_id="openResponsesSocket",
+    include_in_schema=False,
+)
+async def open_responses_socket(
+    request: Request,
+) -> Response:
+    """The Responses API's WebSocket mode (connect with `Upgrade` to a WebSocket)."""
+    result = await handlers.open_responses_socket(request)
+    return _respond(result, (models.ResponseStreamEvent,))
 
 
 @router.api_route(

@@ -15,7 +15,7 @@ from handlers.model_library import cancel_download, list_catalog, remove_model, 
 from handlers.models import list_models, retrieve_model
 from handlers.openai_chat import create_chat_completion
 from handlers.openai_completions import create_completion
-from handlers.openai_responses import count_response_input_tokens, create_response
+from handlers.openai_responses import count_response_input_tokens, create_response, open_responses_socket
 from handlers.rerank import create_rerank, create_rerank_unversioned, create_rerank_v2
 from handlers.stored_responses import delete_response, get_response, list_input_items
 from handlers.tokens import detokenize, tokenize
@@ -47,6 +47,7 @@ __all__ = [
     "list_input_items",
     "list_lora_adapters",
     "list_models",
+    "open_responses_socket",
     "load_lora_adapter",
     "remove_model",
     "retrieve_model",

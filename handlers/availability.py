@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
-from fastapi import Request
+from starlette.requests import HTTPConnection
 
 from engine.tokenizer import Tokenizer
 from handlers.context import LibraryRefused, ModelLibrary, ModelService, ServerContext, context
@@ -16,7 +16,7 @@ from handlers.model_library import library_error
 RETRY_AFTER_LOADING_S = 5
 
 
-def require_ready(request: Request, unavailable_status: int = 503) -> None:
+def require_ready(request: HTTPConnection, unavailable_status: int = 503) -> None:
     """Raise the API's 'not now' answer unless the model is serving.
 
     While the model loads or the server drains, OpenAI paths answer 503 and Anthropic paths pass
@@ -76,7 +76,7 @@ class Serving:
     ctx: int
 
 
-def serving(request: Request, unavailable_status: int = 503) -> Serving:
+def serving(request: HTTPConnection, unavailable_status: int = 503) -> Serving:
     """The serving model, or the API's 'not now' answer (see `require_ready`)."""
     require_ready(request, unavailable_status)
     server = context(request)
@@ -95,7 +95,7 @@ def serving(request: Request, unavailable_status: int = 503) -> Serving:
     return Serving(server, model, model.tokenizer, model.ctx)
 
 
-async def serving_for(request: Request, requested: str | None, unavailable_status: int = 503) -> Serving:
+async def serving_for(request: HTTPConnection, requested: str | None, unavailable_status: int = 503) -> Serving:
     """`serving`, once the server serves the model `requested` names: a request naming another model
     on disk (not an adapter of the one served) switches to it first (--switch-allow-implicit). A
     switch already under way to another model is the usual 503 with Retry-After."""

@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from fastapi import Request
+from starlette.requests import HTTPConnection
 
 from engine.api import EncoderInput, GenerationEngine
 from engine.tokenizer import ChatTemplate, Tokenizer
@@ -266,9 +266,91 @@ class ModelService(Protocol):
         ...
 
 
+SettingKind = Literal["string", "integer", "number", "boolean", "list"]
+SettingChange = Literal["live", "reload", "restart"]  # how a change takes effect
+SettingOrigin = Literal["default", "profile", "file", "env", "flag", "live"]
+
+
+@dataclass(frozen=True)
+class SettingRule:
+    """The values a setting allows beyond its kind (each part None or empty where there is none)."""
+
+    minimum: float | None
+    exclusive_minimum: float | None
+    maximum: float | None
+    choices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SettingView:
+    """One setting as `GET /v1/config/fields` lists it."""
+
+    name: str
+    kind: SettingKind
+    nullable: bool
+    default: Any  # as JSON
+    rule: SettingRule | None
+    change: SettingChange
+    secret: bool
+    flag: str
+    env: str
+    help: str
+
+
+@dataclass(frozen=True)
+class OriginView:
+    """Where a setting's value came from; `file` for one from the config file or its profile,
+    `profile` for one from the profile."""
+
+    origin: SettingOrigin
+    file: str | None = None
+    profile: str | None = None
+
+
+class ConfigRefused(Exception):
+    """A configuration change the server will not make, nothing of it applied: `status` (400 a
+    value, 403 a secret, 409 a change that needs a reload or a restart, or a reload that cannot
+    start now, 500 a reload that failed), `code`, and `param`, the setting it names."""
+
+    def __init__(self, status: int, code: str, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.param = status, code, message, param
+
+
+class ConfigService(Protocol):
+    """The server's settings (pooled/config_service.py): the values in force, what each setting
+    is, where each value came from, and changes while serving."""
+
+    def values(self) -> dict[str, Any]:
+        """Setting name → value as JSON; secrets left out."""
+        ...
+
+    def fields(self) -> list[SettingView]: ...
+
+    def origins(self) -> dict[str, OriginView]: ...
+
+    async def change(self, changes: Mapping[str, Any], reload: bool) -> dict[str, Any]:
+        """Applies `changes` (setting name → JSON value) whole or not at all, reloading the model
+        for those that need it when `reload`; returns `values()` after. Raises ConfigRefused."""
+        ...
+
+
+@dataclass(frozen=True)
+class AccessRules:
+    """What the guards in front of the handlers (pooled/guards.py) check on every request that a
+    configuration change may replace: the browser origins allowed besides the server's own, and
+    the largest body. Kept here beside `GenerationLimits` so one object holds everything a change
+    swaps."""
+
+    allow_origin: frozenset[str] = frozenset()
+    max_body: int = 4 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class GenerationLimits:
-    """Server-wide bounds on each generation (from `pooled.settings`)."""
+    """Server-wide bounds on each generation (from `pooled.settings`). Handlers read
+    `ServerContext.limits` once per request; a configuration change replaces the whole object
+    (one assignment), so a request sees the old bounds or the new ones, never a mix."""
 
     request_timeout_s: float = 300.0  # a request this long without progress answers 504 and frees its lanes
     max_output_tokens: int | None = None  # a cap on every request's output, besides the engine's own
@@ -289,6 +371,10 @@ class Counters:
 
 @dataclass
 class ServerContext:
+    """Shared by every request. `limits`, `access`, `lora_admin` and `volatile_lines` are replaced
+    (one assignment each, on the event loop) when `PATCH /v1/config` changes their settings: a
+    handler reads each once per request."""
+
     model: ModelService
     port: int
     created: int
@@ -299,8 +385,11 @@ class ServerContext:
     library: ModelLibrary | None = None  # the models folder and its catalog; None in unit tests without one
     # System-prompt lines dropped from rendered prompts (see handlers/generation/volatile_lines.py).
     volatile_lines: re.Pattern[str] = field(default_factory=volatile_line_pattern)
+    config: ConfigService | None = None  # the settings and their changes (/v1/config); None: not served
+    access: AccessRules = field(default_factory=AccessRules)  # what the guards check per request
 
 
-def context(request: Request) -> ServerContext:
+def context(request: HTTPConnection) -> ServerContext:
+    """The server's context, from a request or a WebSocket."""
     server_context: ServerContext = request.app.state.context
     return server_context

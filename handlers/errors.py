@@ -18,6 +18,7 @@ OPENAI_TYPES = {
     405: "invalid_request_error",
     409: "invalid_request_error",
     413: "invalid_request_error",
+    426: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",
     503: "service_unavailable_error",

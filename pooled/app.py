@@ -10,6 +10,7 @@ from starlette.types import ASGIApp
 from generated.routes import router
 from handlers.context import GenerationLimits, ModelLibrary, ModelService, ServerContext
 from handlers.generation.volatile_lines import volatile_line_pattern
+from handlers.openai_responses.websocket import responses_socket
 from handlers.response_store import ResponseStore
 from pooled import errors
 from pooled.counting import RequestCounting
@@ -44,5 +45,6 @@ def build_app(settings: Settings, server: ServerContext) -> ASGIApp:
     app = FastAPI(title="pooled", openapi_url=None, docs_url=None, redoc_url=None)
     app.state.context = server
     app.include_router(router)
+    app.add_api_websocket_route("/v1/responses", responses_socket)
     errors.install(app)
     return Guards(RequestCounting(app, server.counters), settings)

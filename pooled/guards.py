@@ -4,7 +4,8 @@ A model on 127.0.0.1 must not be reachable from a web page on another site, not
 even through DNS rebinding, so a foreign `Host` or `Origin` is 403 before
 anything else. The server's own origin is allowed: the docs page and browser
 tools send it on every POST. `--allow-origin` opens chosen origins, and only
-for those is a CORS preflight answered. The token (when set) is checked next;
+for those is a CORS preflight answered. The token (when set) is checked next
+(a WebSocket passes the same checks, and a refused one is closed unaccepted);
 the body limit is enforced while the body streams in, before JSON parsing.
 It is a plain ASGI middleware: it runs on the event loop and keeps no state
 between requests.
@@ -36,6 +37,10 @@ def presented_token(headers: Headers) -> str | None:
     return headers.get("x-api-key")
 
 
+POLICY_VIOLATION = 1008  # the WebSocket close code for a refused connection
+MAX_CLOSE_REASON = 123  # bytes a close frame's reason may hold
+
+
 class Guards:
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
         self.app = app
@@ -45,6 +50,9 @@ class Guards:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -66,12 +74,25 @@ class Guards:
             return
         await self._with_body_limit(scope, receive, send)
 
-    def _refusal(self, scope: Scope, headers: Headers) -> Response | None:
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket passes the same Host, Origin and key checks; a refused one is closed before
+        it is accepted (the client sees the handshake refused), the reason in the close frame."""
+        headers = Headers(scope=scope)
+        foreign = self._foreign(headers)
+        refusal = foreign[1] if foreign is not None else None
+        if refusal is None and not self._authorized(headers):
+            refusal = "Missing or wrong API key: send it as 'Authorization: Bearer <key>' or 'x-api-key'."
+        if refusal is not None:
+            await send({"type": "websocket.close", "code": POLICY_VIOLATION, "reason": refusal[:MAX_CLOSE_REASON]})
+            return
+        await self.app(scope, receive, send)
+
+    def _foreign(self, headers: Headers) -> tuple[str, str] | None:
+        """(code, message) when a request from this Host or Origin is refused, else None."""
         host = headers.get("host", "")
         if host not in self.allowed_hosts:
             port = self.settings.port
-            message = f"Host '{host}' is not this server; use 127.0.0.1:{port} or localhost:{port}."
-            return error_response(scope, 403, message, "forbidden_host")
+            return "forbidden_host", f"Host '{host}' is not this server; use 127.0.0.1:{port} or localhost:{port}."
         origin = headers.get("origin")
         if origin is not None:
             origin = origin.rstrip("/")
@@ -79,7 +100,14 @@ class Guards:
                 message = (
                     f"Origin '{origin}' may not use this server; start it with --allow-origin {origin} to allow it."
                 )
-                return error_response(scope, 403, message, "forbidden_origin")
+                return "forbidden_origin", message
+        return None
+
+    def _refusal(self, scope: Scope, headers: Headers) -> Response | None:
+        foreign = self._foreign(headers)
+        if foreign is not None:
+            code, message = foreign
+            return error_response(scope, 403, message, code)
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.settings.max_body:
             return self._too_large(scope)

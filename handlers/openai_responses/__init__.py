@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from fastapi import Request
 from fastapi.responses import Response
+from starlette.requests import HTTPConnection
 
 from generated import models
-from handlers.availability import loaded_tokenizer, serving_for
+from handlers.availability import Serving, loaded_tokenizer, serving_for
 from handlers.context import context
+from handlers.errors import ApiError
 from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
 from handlers.generation.engine_bridge import OPENAI_BUSY, open_generations
@@ -18,16 +20,24 @@ from handlers.openai_responses.response import ResponseRun, response_answer, res
 
 
 async def create_response(request: Request, body: models.CreateResponseRequest) -> models.ResponseObject | Response:
-    ready = await serving_for(request, body.model, OPENAI_BUSY.unavailable)
+    ready, run = await prepared_response(request, body)
+    model, limits = ready.model, ready.server.limits
+    if body.stream:
+        (generation,), close = await open_generations(model, [run.plan.generation], limits, OPENAI_BUSY)
+        return EventStream(response_stream(run, generation), limits.keepalive_interval_s, close)
+    return await unless_disconnected(request, response_answer(run, model, limits))
+
+
+async def prepared_response(
+    connection: HTTPConnection, body: models.CreateResponseRequest
+) -> tuple[Serving, ResponseRun]:
+    """The serving model and the response `body` asks for, planned: over HTTP or a WebSocket."""
+    ready = await serving_for(connection, body.model, OPENAI_BUSY.unavailable)
     server, model, tokenizer, limits = ready.server, ready.model, ready.tokenizer, ready.server.limits
     adapter = chosen_adapter(model, body.model)
     plan = plan_response(body, model.chat_template, tokenizer, ready.ctx, limits, server.responses, adapter)
     store = server.responses if body.store is not False else None
-    run = ResponseRun(plan, echoed_fields(body, answering_model(model, plan.generation.adapter)), store, tokenizer)
-    if body.stream:
-        (generation,), close = await open_generations(model, [plan.generation], limits, OPENAI_BUSY)
-        return EventStream(response_stream(run, generation), limits.keepalive_interval_s, close)
-    return await unless_disconnected(request, response_answer(run, model, limits))
+    return ready, ResponseRun(plan, echoed_fields(body, answering_model(model, adapter)), store, tokenizer)
 
 
 async def count_response_input_tokens(
@@ -37,3 +47,13 @@ async def count_response_input_tokens(
     tokenizer = loaded_tokenizer(server.model, OPENAI_BUSY.unavailable)
     rendered = render_input(body, server.model.chat_template, tokenizer, server.responses)
     return models.ResponseInputTokens(object="response.input_tokens", input_tokens=len(rendered.prompt.token_ids))
+
+
+async def open_responses_socket(request: Request) -> models.ResponseStreamEvent:
+    """A plain GET: the WebSocket itself is handlers/openai_responses/websocket.py's."""
+    raise ApiError(
+        426,
+        "GET /v1/responses is the Responses API's WebSocket mode: connect with 'Upgrade: websocket'.",
+        code="upgrade_required",
+        headers={"Upgrade": "websocket"},
+    )

@@ -110,22 +110,29 @@ async def response_answer(run: ResponseRun, model: ModelService, limits: Generat
 
 
 async def response_stream(run: ResponseRun, generation: Generation) -> AsyncGenerator[str, None]:
+    async for event in response_events(run, generation):
+        yield named_event(event["type"], event)
+
+
+async def response_events(run: ResponseRun, generation: Generation) -> AsyncGenerator[Event, None]:
+    """The stream's events, each with its `sequence_number`: as SSE (`response_stream`) or over a
+    WebSocket (handlers/openai_responses/websocket.py)."""
     sequence = 0
 
-    def line(event: Event) -> str:
+    def numbered(event: Event) -> Event:
         nonlocal sequence
         event["sequence_number"] = sequence
         sequence += 1
-        return named_event(event["type"], event)
+        return event
 
     for kind in ("response.created", "response.in_progress"):
-        yield line({"type": kind, "response": run.snapshot("in_progress")})
+        yield numbered({"type": kind, "response": run.snapshot("in_progress")})
     try:
         async for event in run.events(generation):
-            yield line(event)
+            yield numbered(event)
     except ApiError as error:
-        yield line({"type": "error", "code": error.code, "message": error.message, "param": error.param})
-        yield line({"type": "response.failed", "response": run.conclude(error)})
+        yield numbered({"type": "error", "code": error.code, "message": error.message, "param": error.param})
+        yield numbered({"type": "response.failed", "response": run.conclude(error)})
         return
     final = run.conclude()
-    yield line({"type": f"response.{final['status']}", "response": final})
+    yield numbered({"type": f"response.{final['status']}", "response": final})

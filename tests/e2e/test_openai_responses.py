@@ -142,3 +142,26 @@ def test_store_false_is_not_kept(client: openai.OpenAI) -> None:
     response = client.responses.create(input="Hi", store=False, max_output_tokens=4)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(response.id)
+
+
+def test_the_sdks_websocket_mode_streams_responses_and_chains_them(client: openai.OpenAI) -> None:
+    """`client.responses.connect()`: two responses on one socket, the second continuing the first,
+    each answered as its HTTP stream would be."""
+    asked = {"model": "pooled", "input": "Name a fruit.", "max_output_tokens": 8, "temperature": 0}
+    over_http = client.responses.create(**asked)
+    with client.responses.connect() as connection:
+        connection.response.create(**asked)
+        first = _socket_response(connection)
+        connection.response.create(**{**asked, "input": "Another one."}, previous_response_id=first.id)
+        second = _socket_response(connection)
+    assert first.output_text == over_http.output_text and first.status in ("completed", "incomplete")
+    assert second.previous_response_id == first.id and second.id != first.id
+    assert client.responses.retrieve(second.id).id == second.id  # stored, as over HTTP
+
+
+def _socket_response(connection: Any) -> Response:
+    for event in connection:
+        assert event.type != "error", event
+        if isinstance(event, (ResponseCompletedEvent, ResponseIncompleteEvent)):
+            return event.response
+    raise AssertionError("the socket closed before the response ended")
