@@ -13,6 +13,7 @@ concurrent requests for the same switch await the one future.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
@@ -53,6 +54,10 @@ class FolderLibrary:
     @property
     def implicit_switch(self) -> bool:
         return self._implicit
+
+    def set_implicit_switch(self, allowed: bool) -> None:
+        """`--switch-allow-implicit` changed while serving (one assignment; read per request)."""
+        self._implicit = allowed
 
     def catalog(self) -> list[CatalogView]:
         return [self._view(entry) for _, entry in sorted(self._catalog.items())]
@@ -103,6 +108,10 @@ class FolderLibrary:
         ):
             await _finished(self._switch[1])
             return
+        waking = self._host.wake()  # an idle-unloaded model loads again before it is switched away from
+        if waking is not None:
+            with contextlib.suppress(Exception):  # a failed reload leaves it dead: the switch says so
+                await asyncio.shield(asyncio.wrap_future(waking))
         if self._host.state == "serving" and model_id in (self._host.model_id, bare(self._host.model_id)):
             return
         path, target = self._resolve(model_id)

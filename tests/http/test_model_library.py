@@ -34,6 +34,7 @@ class Served(SimpleNamespace):
     loads: list[Path]
     models_dir: Path
     mirror: FileServer
+    host: ModelHost
 
 
 @pytest.fixture
@@ -58,7 +59,7 @@ def served(mirror: FileServer, tmp_path: Path) -> Iterator[Served]:
     downloader = Downloader(models_dir, backoff_s=BACKOFF_S, stall_timeout_s=STALL_S)
     library = FolderLibrary(host, {"fast": fast, "slow": crawl}, models_dir, downloader, True)
     with TestClient(build_app(settings, server_context(settings, host, library)), base_url=BASE_URL) as client:
-        yield Served(client=client, loads=loads, models_dir=models_dir, mirror=mirror)
+        yield Served(client=client, loads=loads, models_dir=models_dir, mirror=mirror, host=host)
     downloader.cancel()
 
 
@@ -122,3 +123,13 @@ def test_a_failed_switch_is_a_500_and_the_old_model_says_failed(served: Served) 
     assert failed.status_code == 500 and failed.json()["error"]["code"] == "switch_failed"
     first = served.client.get("/v1/models").json()["data"][0]
     assert first["id"] == "pooled/start" and first["status"] == "failed" and first["reason"] == "not a GGUF file"
+
+
+def test_a_switch_from_an_idle_unloaded_model_loads_it_again_first(served: Served) -> None:
+    served.client.post("/v1/models/download", json={"id": "fast"})
+    wait_for(lambda: row(served, "fast")["state"] == "verified", 10)
+    served.host.unload()
+    wait_for(lambda: served.host.engine is None)
+    switched = served.client.post("/v1/models/switch", json={"id": "fast"})
+    assert switched.status_code == 200 and switched.json()["id"] == "pooled/fast"
+    assert [path.name for path in served.loads] == ["start.gguf", "start.gguf", "fast.gguf"]
