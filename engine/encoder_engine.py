@@ -3,7 +3,8 @@ model or a cross-encoder). It offers what `Engine` offers (engine/api.py's `Gene
 encode requests take the same intake and the same batches (engine/encoding.py) on an engine
 thread of its own; a generation request is refused on its face, naming what the model serves.
 
-Threads: handler threads call `submit`, `encode`, `cancel`, `stats`, `drain` and `wait_idle`, and
+Threads: handler threads call `submit`, `encode`, `cancel`, `stats`, `drain`, `wait_idle` and
+`set_max_queue`, and
 share only the intake with the engine thread, which runs the batches and calls the sinks.
 `shutdown` runs on the thread that owns the engine.
 """
@@ -59,6 +60,10 @@ class EncoderEngine:
 
     def cancel(self, request_id: int) -> None:
         self._intake.cancel(request_id)
+
+    def set_max_queue(self, max_queue: int) -> None:
+        """As `Engine.set_max_queue`."""
+        self._intake.set_max_queue(max_queue)
 
     def drain(self) -> None:
         self._intake.drain()

@@ -11,8 +11,8 @@ each event.
 LoRA adapters (engine/adapters.py) are loaded and unloaded by jobs the engine thread runs
 between steps; a request names one by `adapter`.
 
-Threads: handler threads call `submit`, `cancel`, `stats`, `drain`, `wait_idle`, `load_adapter`
-and `unload_adapter`; they take the intake's (or the adapter table's) lock briefly and never wait
+Threads: handler threads call `submit`, `cancel`, `stats`, `drain`, `wait_idle`, `load_adapter`,
+`unload_adapter` and `set_max_queue`; they take the intake's (or the adapter table's) lock briefly and never wait
 on the device. `build` and `shutdown` run on the thread that
 owns the engine (the load thread, the server's shutdown).
 """
@@ -166,6 +166,11 @@ class Engine:
 
     def cancel(self, request_id: int) -> None:
         self._intake.cancel(request_id)
+
+    def set_max_queue(self, max_queue: int) -> None:
+        """How many requests may wait for lanes from now on (`--max-queue` changed while serving);
+        past it `submit` raises QueueFull. Requests already waiting keep their place."""
+        self._intake.set_max_queue(max_queue)
 
     def drain(self) -> None:
         """Refuses new requests (EngineUnavailable); in-flight ones finish."""

@@ -1,8 +1,9 @@
 """`Intake`: what the engine thread shares with every other thread, under one lock.
 
-Threads: handler threads enqueue requests, cancels and adapter jobs, drain, wait for idleness and
-read stats; the engine thread takes the inbox, the encode requests, the adapter jobs, the cancels
-and the disk tier's finished loads (`next_work`, which waits on the condition when there is
+Threads: handler threads enqueue requests, cancels and adapter jobs, drain, wait for idleness,
+read stats and change the queue bound (`set_max_queue`, a configuration change); the engine
+thread takes the inbox, the encode requests, the adapter jobs, the cancels and the disk tier's
+finished loads (`next_work`, which waits on the condition when there is
 nothing to do: nothing polls) and records what happened to each request. The disk tier's IO
 thread hands over each finished load (`fetched`). Either side holds the lock only for these
 exchanges and counters: never across a device call or a sink call.
@@ -151,6 +152,11 @@ class Intake:
                     return False
                 self._wake.wait(left)
             return True
+
+    def set_max_queue(self, max_queue: int) -> None:
+        """A new bound for requests waiting for lanes; those already waiting stay queued."""
+        with self.lock:
+            self.max_queue = max_queue
 
     @property
     def pending_requests(self) -> int:

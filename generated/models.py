@@ -1223,6 +1223,386 @@ class CompletionUsage(BaseModel):
     completion_tokens_details: CompletionTokensDetails | None = None
 
 
+class Config(BaseModel):
+    """
+    The settings in force, by name, as JSON: a list setting is an array of strings (a NAME=VALUE pair as that text), an unset one is null. Secret settings (`api_key`) are left out. Each setting is described by `GET /v1/config/fields`; `(live)` ones change with `PATCH /v1/config` at once, `(reload)` ones with `?reload=true`, `(restart)` ones only by starting the server again.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    config: str | None
+    """
+    `--config` (restart)
+    """
+    profile: str | None
+    """
+    `--profile` (restart)
+    """
+    model: str | None
+    """
+    `--model` (restart)
+    """
+    models_dir: str
+    """
+    `--models-dir` (restart)
+    """
+    catalog: str | None
+    """
+    `--catalog` (restart)
+    """
+    switch_allow_implicit: StrictBool
+    """
+    `--switch-allow-implicit` (live)
+    """
+    download_retries: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--download-retries` (restart)
+    """
+    download_stall_timeout: Annotated[StrictFloat, Field(gt=0.0)]
+    """
+    `--download-stall-timeout` (restart)
+    """
+    embedding_model: str | None
+    """
+    `--embedding-model` (reload)
+    """
+    embeddings: StrictBool
+    """
+    `--embeddings` (reload)
+    """
+    embedding_max_tokens: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--embedding-max-tokens` (reload)
+    """
+    rerank_model: str | None
+    """
+    `--rerank-model` (reload)
+    """
+    encoder_batch_tokens: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--encoder-batch-tokens` (reload)
+    """
+    max_embedding_inputs: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--max-embedding-inputs` (live)
+    """
+    max_loras: Annotated[StrictInt, Field(ge=0)]
+    """
+    `--max-loras` (reload)
+    """
+    max_lora_rank: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--max-lora-rank` (reload)
+    """
+    lora: list[str]
+    """
+    `--lora` (reload)
+    """
+    lora_root: list[str]
+    """
+    `--lora-root` (reload)
+    """
+    lora_max_bytes: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--lora-max-bytes` (reload)
+    """
+    lora_sha256: list[str]
+    """
+    `--lora-sha256` (reload)
+    """
+    lora_admin: StrictBool
+    """
+    `--lora-admin` (live)
+    """
+    host: str
+    """
+    `--host` (restart)
+    """
+    port: Annotated[StrictInt, Field(ge=0, le=65535)]
+    """
+    `--port` (restart)
+    """
+    allow_origin: list[str]
+    """
+    `--allow-origin` (live)
+    """
+    max_body: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--max-body` (live)
+    """
+    max_queue: Annotated[StrictInt, Field(ge=0)]
+    """
+    `--max-queue` (live)
+    """
+    ctx: Annotated[StrictInt | None, Field(ge=1)]
+    """
+    `--ctx` (reload)
+    """
+    rope_scaling: str | None
+    """
+    `--rope-scaling` (reload)
+    """
+    decode_lanes: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--decode-lanes` (reload)
+    """
+    dtype: str
+    """
+    `--dtype` (reload)
+    """
+    quantization: Literal["auto", "none", "w8a8", "w4a8"]
+    """
+    `--quantization` (reload)
+    """
+    kv_cache_dtype: Literal["bfloat16", "float32", "auto"]
+    """
+    `--kv-cache-dtype` (reload)
+    """
+    kv_memory: Annotated[StrictInt | None, Field(ge=1)]
+    """
+    `--kv-memory` (reload)
+    """
+    page_size: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--page-size` (reload)
+    """
+    prefill_chunk: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--prefill-chunk` (reload)
+    """
+    draft_tokens: Annotated[StrictInt, Field(ge=0)]
+    """
+    `--draft-tokens` (reload)
+    """
+    draft_rows: Annotated[StrictInt, Field(ge=0)]
+    """
+    `--draft-rows` (reload)
+    """
+    prefix_cache_dir: str
+    """
+    `--prefix-cache-dir` (reload)
+    """
+    prefix_cache_disk: Annotated[StrictInt, Field(ge=0)]
+    """
+    `--prefix-cache-disk` (reload)
+    """
+    devices: Annotated[StrictInt | None, Field(ge=1)]
+    """
+    `--devices` (reload)
+    """
+    stored_responses: Annotated[StrictInt, Field(ge=0)]
+    """
+    `--stored-responses` (restart)
+    """
+    stored_responses_bytes: Annotated[StrictInt, Field(ge=0)]
+    """
+    `--stored-responses-bytes` (restart)
+    """
+    stored_response_idle: Annotated[StrictFloat, Field(gt=0.0)]
+    """
+    `--stored-response-idle` (restart)
+    """
+    drain_grace: Annotated[StrictFloat, Field(ge=0.0)]
+    """
+    `--drain-grace` (restart)
+    """
+    idle_unload: Annotated[StrictFloat | None, Field(gt=0.0)]
+    """
+    `--idle-unload` (live)
+    """
+    switch_grace: Annotated[StrictFloat, Field(ge=0.0)]
+    """
+    `--switch-grace` (live)
+    """
+    request_timeout: Annotated[StrictFloat, Field(gt=0.0)]
+    """
+    `--request-timeout` (live)
+    """
+    max_output_tokens: Annotated[StrictInt | None, Field(ge=1)]
+    """
+    `--max-output-tokens` (live)
+    """
+    max_output_tokens_finish: Literal["length", "stop"]
+    """
+    `--max-output-tokens-finish` (live)
+    """
+    keepalive_interval: Annotated[StrictFloat, Field(gt=0.0)]
+    """
+    `--keepalive-interval` (live)
+    """
+    volatile_line_pattern: str | None
+    """
+    `--volatile-line-pattern` (live)
+    """
+
+
+class ConfigField(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    name: str
+    """
+    The setting's name in `/v1/config`, the config file and `PATCH /v1/config`.
+    """
+    kind: Literal["string", "integer", "number", "boolean", "list"]
+    """
+    The JSON type of its value; `list` is an array of strings.
+    """
+    nullable: StrictBool
+    """
+    Whether it may be unset (null).
+    """
+    default: Any
+    """
+    Its default, as JSON (null for a secret one).
+    """
+    rule: ConfigRule | None
+    """
+    The values it allows beyond its kind, or null when any value of its kind is allowed.
+    """
+    change: Literal["live", "reload", "restart"]
+    """
+    How a change takes effect: `live`, at once by `PATCH /v1/config`; `reload`, by `PATCH /v1/config?reload=true`, which loads the model again with it; `restart`, only by starting the server again.
+    """
+    secret: StrictBool
+    """
+    A secret setting is never shown by `GET /v1/config` and cannot be changed by `PATCH`.
+    """
+    flag: str
+    """
+    Its command-line flag.
+    """
+    env: str
+    """
+    Its environment variable.
+    """
+    help: str
+
+
+class ConfigFieldList(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    object: Literal["list"]
+    data: list[ConfigField]
+    """
+    Every setting, in the order of docs/configuration.md.
+    """
+
+
+class ConfigOrigin(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    origin: Literal["default", "profile", "file", "env", "flag", "live"]
+    """
+    `default`; `profile`, a `[profile.NAME]` table of the config file (`--profile`); `file`, the config file (`--config`); `env`, its `POOLED_*` variable; `flag`, its command-line flag; `live`, changed by `PATCH /v1/config` since the start.
+    """
+    file: str | None = None
+    """
+    The config file, for a value from it or its profile.
+    """
+    profile: str | None = None
+    """
+    The profile's name, for a value from one.
+    """
+
+
+class ConfigOrigins(BaseModel):
+    """
+    Setting name → where its value in force came from (every setting, secret ones too).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    config: ConfigOrigin
+    profile: ConfigOrigin
+    model: ConfigOrigin
+    models_dir: ConfigOrigin
+    catalog: ConfigOrigin
+    switch_allow_implicit: ConfigOrigin
+    download_retries: ConfigOrigin
+    download_stall_timeout: ConfigOrigin
+    embedding_model: ConfigOrigin
+    embeddings: ConfigOrigin
+    embedding_max_tokens: ConfigOrigin
+    rerank_model: ConfigOrigin
+    encoder_batch_tokens: ConfigOrigin
+    max_embedding_inputs: ConfigOrigin
+    max_loras: ConfigOrigin
+    max_lora_rank: ConfigOrigin
+    lora: ConfigOrigin
+    lora_root: ConfigOrigin
+    lora_max_bytes: ConfigOrigin
+    lora_sha256: ConfigOrigin
+    lora_admin: ConfigOrigin
+    host: ConfigOrigin
+    port: ConfigOrigin
+    api_key: ConfigOrigin
+    allow_origin: ConfigOrigin
+    max_body: ConfigOrigin
+    max_queue: ConfigOrigin
+    ctx: ConfigOrigin
+    rope_scaling: ConfigOrigin
+    decode_lanes: ConfigOrigin
+    dtype: ConfigOrigin
+    quantization: ConfigOrigin
+    kv_cache_dtype: ConfigOrigin
+    kv_memory: ConfigOrigin
+    page_size: ConfigOrigin
+    prefill_chunk: ConfigOrigin
+    draft_tokens: ConfigOrigin
+    draft_rows: ConfigOrigin
+    prefix_cache_dir: ConfigOrigin
+    prefix_cache_disk: ConfigOrigin
+    devices: ConfigOrigin
+    stored_responses: ConfigOrigin
+    stored_responses_bytes: ConfigOrigin
+    stored_response_idle: ConfigOrigin
+    drain_grace: ConfigOrigin
+    idle_unload: ConfigOrigin
+    switch_grace: ConfigOrigin
+    request_timeout: ConfigOrigin
+    max_output_tokens: ConfigOrigin
+    max_output_tokens_finish: ConfigOrigin
+    keepalive_interval: ConfigOrigin
+    volatile_line_pattern: ConfigOrigin
+
+
+class ConfigPatch(BaseModel):
+    """
+    Setting name → new value, as `GET /v1/config` shows values (JSON of the setting's kind: an integer setting takes an integer, not a string; null unsets a setting that may be unset; a list setting takes an array of strings). Every value is checked before any is applied: an unknown name or a bad value is a 400 naming it and what it takes, and nothing changes. A setting given the value it already has is no change.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+
+
+class ConfigRule(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    minimum: StrictFloat | None = None
+    """
+    The least value allowed.
+    """
+    exclusive_minimum: StrictFloat | None = None
+    """
+    Every value must be above it.
+    """
+    maximum: StrictFloat | None = None
+    """
+    The largest value allowed.
+    """
+    choices: list[str] | None = None
+    """
+    The values allowed.
+    """
+
+
 class CreateResponseRequest(BaseModel):
     """
     A Responses request. Unknown fields (e.g. Codex's `client_metadata`) are accepted and ignored. `input` may be absent when `previous_response_id` names a stored response.

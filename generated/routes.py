@@ -36,6 +36,10 @@ OPERATION_HANDLERS: dict[str, str] = {
     "removeModel": "remove_model",
     "switchModel": "switch_model",
     "retrieveModel": "retrieve_model",
+    "getConfig": "get_config",
+    "updateConfig": "update_config",
+    "listConfigFields": "list_config_fields",
+    "getConfigOrigins": "get_config_origins",
     "listLoraAdapters": "list_lora_adapters",
     "loadLoraAdapter": "load_lora_adapter",
     "unloadLoraAdapter": "unload_lora_adapter",
@@ -395,6 +399,64 @@ async def retrieve_model(
             models.AnthropicModelInfo,
         ),
     )
+
+
+@router.api_route(
+    "/v1/config",
+    methods=["GET", "HEAD"],
+    operation_id="getConfig",
+    include_in_schema=False,
+)
+async def get_config(
+    request: Request,
+) -> Response:
+    """The settings in force."""
+    result = await handlers.get_config(request)
+    return _respond(result, (models.Config,))
+
+
+@router.api_route(
+    "/v1/config",
+    methods=["PATCH"],
+    operation_id="updateConfig",
+    include_in_schema=False,
+)
+async def update_config(
+    request: Request,
+    body: Annotated[models.ConfigPatch, Body()],
+    reload: Annotated[bool, Query()] = False,
+) -> Response:
+    """Change settings while serving."""
+    result = await handlers.update_config(request, body=body, reload=reload)
+    return _respond(result, (models.Config,))
+
+
+@router.api_route(
+    "/v1/config/fields",
+    methods=["GET", "HEAD"],
+    operation_id="listConfigFields",
+    include_in_schema=False,
+)
+async def list_config_fields(
+    request: Request,
+) -> Response:
+    """What each setting is."""
+    result = await handlers.list_config_fields(request)
+    return _respond(result, (models.ConfigFieldList,))
+
+
+@router.api_route(
+    "/v1/config/origins",
+    methods=["GET", "HEAD"],
+    operation_id="getConfigOrigins",
+    include_in_schema=False,
+)
+async def get_config_origins(
+    request: Request,
+) -> Response:
+    """Where each setting's value came from."""
+    result = await handlers.get_config_origins(request)
+    return _respond(result, (models.ConfigOrigins,))
 
 
 @router.api_route(

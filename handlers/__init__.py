@@ -6,6 +6,7 @@ one is an error at generation and at import, never at request time.
 
 from handlers.anthropic_messages import count_message_tokens, create_message
 from handlers.banner import get_banner
+from handlers.config import get_config, get_config_origins, list_config_fields, update_config
 from handlers.docs import get_api_root, get_docs, get_docs_asset, get_openapi_document
 from handlers.embeddings import create_embedding
 from handlers.health import get_health
@@ -36,6 +37,8 @@ __all__ = [
     "detokenize",
     "get_api_root",
     "get_banner",
+    "get_config",
+    "get_config_origins",
     "get_docs",
     "get_docs_asset",
     "get_health",
@@ -44,6 +47,7 @@ __all__ = [
     "get_prometheus_metrics",
     "get_response",
     "list_catalog",
+    "list_config_fields",
     "list_input_items",
     "list_lora_adapters",
     "list_models",
@@ -55,4 +59,5 @@ __all__ = [
     "switch_model",
     "tokenize",
     "unload_lora_adapter",
+    "update_config",
 ]

@@ -28,18 +28,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def serve(settings: settings_module.Settings) -> int:
+def serve(loaded: settings_module.LoadedSettings) -> int:
     import uvicorn
 
     from handlers.banner import banner
     from pooled.app import build_app, server_context
     from pooled.catalog import CatalogError, load_catalog
+    from pooled.config_service import host_reloader
     from pooled.downloads import Downloader
+    from pooled.live_settings import LiveSettings
     from pooled.loading import load_serving
     from pooled.model_host import ModelHost, ModelNotFound
     from pooled.model_library import FolderLibrary, model_to_serve
     from pooled.server import DrainingServer
 
+    settings = loaded.settings
     models_dir = Path(settings.models_dir).expanduser()
     try:
         catalog = load_catalog(Path(settings.catalog).expanduser() if settings.catalog else None)
@@ -50,7 +53,10 @@ def serve(settings: settings_module.Settings) -> int:
     host = ModelHost(settings, path, load_serving, lambda: print(banner(context), flush=True), model_id)
     downloader = Downloader(models_dir, settings.download_retries, stall_timeout_s=settings.download_stall_timeout)
     library = FolderLibrary(host, catalog, models_dir, downloader, settings.switch_allow_implicit)
-    context = server_context(settings, host, library)
+    live = LiveSettings(loaded)  # PATCH /v1/config changes it; these parts and the context's follow
+    live.subscribe(host.update_live)
+    live.subscribe(lambda changed: library.set_implicit_switch(changed.switch_allow_implicit))
+    context = server_context(settings, host, library, live, host_reloader(host))
     config = uvicorn.Config(build_app(settings, context), host=settings.host, port=settings.port, log_level="info")
     host.start()
     log.info("listening on http://%s:%d (model %s loading)", settings.host, settings.port, host.model_id)
@@ -69,11 +75,15 @@ def serve(settings: settings_module.Settings) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = vars(_parser().parse_args(argv))
     command = arguments.pop("command")
-    settings = settings_module.load(arguments)
+    try:
+        loaded = settings_module.load_with_origins(arguments)
+    except settings_module.SettingsError as error:
+        print(f"pooled: {error}", file=sys.stderr)
+        return 2
     if command == "serve":
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        return serve(settings)
-    return model_commands.run(command, arguments, settings)
+        return serve(loaded)
+    return model_commands.run(command, arguments, loaded.settings)
 
 
 if __name__ == "__main__":

@@ -8,20 +8,25 @@ for those is a CORS preflight answered. The token (when set) is checked next
 (a WebSocket passes the same checks, and a refused one is closed unaccepted);
 the body limit is enforced while the body streams in, before JSON parsing.
 It is a plain ASGI middleware: it runs on the event loop and keeps no state
-between requests.
+between requests. The allowed origins and the body limit are read per request
+(`access`), so a `PATCH /v1/config` of `allow_origin` or `max_body` holds from
+the next request on.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from handlers.context import AccessRules
 from pooled.errors import error_response
 from pooled.settings import Settings
 
-PUBLIC_PATHS = ("/", "/health", "/v1", "/v1/openapi.json")
+PUBLIC_PATHS = ("/", "/health", "/v1", "/v1/openapi.json", "/ui")
 PUBLIC_PREFIXES = ("/v1/docs/",)
 CORS_ALLOW_HEADERS = "authorization, content-type, x-api-key, anthropic-version, anthropic-beta, openai-beta"
 
@@ -42,9 +47,13 @@ MAX_CLOSE_REASON = 123  # bytes a close frame's reason may hold
 
 
 class Guards:
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings, access: Callable[[], AccessRules] | None = None) -> None:
+        """`settings` give what only a restart changes (the port, the names, the key); `access` the
+        rules a configuration change may replace (allowed origins, body limit), read per request."""
         self.app = app
         self.settings = settings
+        fixed = AccessRules(frozenset(settings.allow_origin), settings.max_body)
+        self.access = access or (lambda: fixed)
         self.allowed_hosts = frozenset(f"{name}:{settings.port}" for name in settings.local_names) | (
             frozenset(settings.local_names) if settings.port == 80 else frozenset()
         )
@@ -62,7 +71,7 @@ class Guards:
             await refusal(scope, receive, send)
             return
         origin = headers.get("origin", "").rstrip("/")
-        if origin in self.settings.allow_origin:
+        if origin in self.access().allow_origin:
             if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
                 await self._preflight(origin)(scope, receive, send)
                 return
@@ -96,7 +105,7 @@ class Guards:
         origin = headers.get("origin")
         if origin is not None:
             origin = origin.rstrip("/")
-            if origin not in self.settings.own_origins and origin not in self.settings.allow_origin:
+            if origin not in self.settings.own_origins and origin not in self.access().allow_origin:
                 message = (
                     f"Origin '{origin}' may not use this server; start it with --allow-origin {origin} to allow it."
                 )
@@ -109,7 +118,7 @@ class Guards:
             code, message = foreign
             return error_response(scope, 403, message, code)
         declared = headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.settings.max_body:
+        if declared is not None and declared.isdigit() and int(declared) > self.access().max_body:
             return self._too_large(scope)
         return None
 
@@ -117,7 +126,7 @@ class Guards:
         return self.settings.api_key is None or presented_token(headers) == self.settings.api_key
 
     def _too_large_message(self) -> str:
-        return f"The request body is over the {self.settings.max_body}-byte limit (--max-body)."
+        return f"The request body is over the {self.access().max_body}-byte limit (--max-body)."
 
     def _too_large(self, scope: Scope) -> Response:
         return error_response(scope, 413, self._too_large_message(), "request_too_large")
@@ -127,7 +136,7 @@ class Guards:
             status_code=204,
             headers={
                 "Access-Control-Allow-Origin": origin,
-                "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
+                "Access-Control-Allow-Methods": "GET, POST, PATCH, DELETE, OPTIONS",
                 "Access-Control-Allow-Headers": CORS_ALLOW_HEADERS,
                 "Access-Control-Max-Age": "600",
                 "Vary": "Origin",
@@ -140,14 +149,14 @@ class Guards:
         The refusal is an HTTPException so that it passes through FastAPI's body
         reading untouched and is rendered by the app's error handler.
         """
-        received = 0
+        received, limit = 0, self.access().max_body
 
         async def counting_receive() -> Message:
             nonlocal received
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.settings.max_body:
+                if received > limit:
                     raise HTTPException(413, self._too_large_message())
             return message
 

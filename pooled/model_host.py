@@ -9,8 +9,12 @@ that the event loop reads; the state is written last, so a reader that sees
 loop) runs a switch on its own daemon thread ("pooled-switch"): the engine
 drains (requests it accepted finish on it), is shut down, and the new model
 loads, as at start-up; if that load fails, the old model loads again and the
-failure is kept for `/v1/models`. One switch runs at a time (a lock guards the
-state change that starts one). An idle unload (`unload()`, from the server's
+failure is kept for `/v1/models`. `reload(settings)` is a switch to the same path with new
+settings (`PATCH /v1/config?reload=true`); if it fails, the old settings load again. One switch
+runs at a time (a lock guards the state change that starts one). `update_live(settings)` (from
+the event loop: a live configuration change) replaces `settings`, one assignment that the
+threads read when they next start a load, and sets the running engine's queue bound; a load
+that began before it applies the bound when it ends. An idle unload (`unload()`, from the server's
 tick) stops the engine on a lifecycle thread ("pooled-lifecycle"); `wake()`
 (from the event loop, when a request comes) loads the model again on the next
 such thread, which first waits for the unload to end. Draining is set from the event loop (on
@@ -252,53 +256,80 @@ class ModelHost:
     def switch(self, path: Path, model_id: str) -> Future[None]:
         """Replaces the served model with the one at `path`; the future ends when the new model
         serves, or with SwitchFailed once the old one serves again. SwitchRefused unless serving."""
+        return self._start_switch(path, model_id, None)
+
+    def reload(self, settings: Settings) -> Future[None]:
+        """Loads the served model again with `settings` (a configuration change that only a load
+        applies): a switch to the same path, its requests in flight given `--switch-grace`. On
+        failure the old settings load again and the future ends with SwitchFailed."""
+        return self._start_switch(self.path, self._model_id, settings)
+
+    def update_live(self, settings: Settings) -> None:
+        """A configuration change that applies while serving: the settings the next load, switch or
+        idle unload reads, and the running engine's queue bound."""
+        self.settings = settings
+        loaded = self._loaded
+        if loaded is not None:
+            loaded.engine.set_max_queue(settings.max_queue)
+
+    def _start_switch(self, path: Path, model_id: str, settings: Settings | None) -> Future[None]:
         with self._switching:
             if self.state != "serving" or self._loaded is None:
                 raise SwitchRefused(f"the server is {self.state}: a switch starts only while a model serves")
             self._state = "switching"
         done: Future[None] = Future()
-        threading.Thread(target=self._switch, args=(path, model_id, done), name="pooled-switch", daemon=True).start()
+        args = (path, model_id, done, settings)
+        threading.Thread(target=self._switch, args=args, name="pooled-switch", daemon=True).start()
         return done
 
-    def _switch(self, path: Path, model_id: str, done: Future[None]) -> None:
-        old, old_path, old_id = self._loaded, self.path, self._model_id
+    def _switch(self, path: Path, model_id: str, done: Future[None], settings: Settings | None) -> None:
+        old, old_path, old_id, old_settings = self._loaded, self.path, self._model_id, self.settings
         assert old is not None
         old.engine.drain()
         if not old.engine.wait_idle(self.settings.switch_grace):
             log.warning("switch grace over: cancelling the requests still running on %s", old_id)
         old.engine.shutdown()
-        self._loaded, self._progress, self._ctx = None, {"stage": "starting", "done": 0, "total": 1}, self.settings.ctx
+        if settings is not None:
+            self.settings = settings
+        used = self.settings
+        self._loaded, self._progress, self._ctx = None, {"stage": "starting", "done": 0, "total": 1}, used.ctx
         del old  # its weights and KV cache go before the new model's load
         self.path, self._model_id = path, model_id
         try:
-            loaded = self.loader(path, self.settings, self._report)
+            loaded = self.loader(path, used, self._report)
         except Exception as error:
             reason = _first_line(error)
             log.error("switching to %s failed: %s; loading %s again", model_id, reason, old_id)
             self._switch_failure = (model_id, reason)
             self.path, self._model_id = old_path, old_id
+            if self.settings is used and settings is not None:
+                self.settings = old_settings  # unless a live change came meanwhile
             if self._state == "switching":
                 self._state = "loading"
             self._load()
             done.set_exception(SwitchFailed(f"{model_id} did not load: {reason}"))
             return
         self._switch_failure = None
-        self._install(loaded, "switching")
+        self._install(loaded, "switching", used)
         done.set_result(None)
 
     def _load(self) -> None:
+        used = self.settings
         try:
-            loaded = self.loader(self.path, self.settings, self._report)
+            loaded = self.loader(self.path, used, self._report)
         except Exception as error:  # the load thread must end in a state, never silently
             log.error("loading %s failed: %s", self.path, error)
             self._failure = ("fault", _first_line(error))
             self._state = "dead"
             return
-        self._install(loaded, "loading")
+        self._install(loaded, "loading", used)
 
-    def _install(self, loaded: Loaded, expected: ModelState) -> None:
-        """Serve `loaded`, unless the server left `expected` meanwhile (it drains: the engine goes too)."""
+    def _install(self, loaded: Loaded, expected: ModelState, used: Settings) -> None:
+        """Serve `loaded`, unless the server left `expected` meanwhile (it drains: the engine goes too).
+        A queue bound changed while it loaded (`update_live`, which saw no engine) applies now."""
         self._loaded = loaded
+        if self.settings.max_queue != used.max_queue:
+            loaded.engine.set_max_queue(self.settings.max_queue)
         self._ctx = loaded.ctx
         self._progress = None
         if self._state != expected:

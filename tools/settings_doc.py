@@ -11,26 +11,55 @@ from pooled.settings import describe
 
 PAGE = """# Configuration
 
-Every setting of `pooled serve` is a flag and an environment variable; a flag
-wins over the variable, which wins over the default. This page is written by
-`tools/settings_doc.py` from the table in `pooled/settings.py` (a test checks
-that it lists each setting with its default).
+Every setting of `pooled serve` is a flag, an environment variable and a key of the config
+file. A flag wins over the variable, which wins over the config file (`--config`), which wins
+over its profile (`--profile`), which wins over the default. This page is written by
+`tools/settings_doc.py` from the table in `pooled/settings.py` (a test checks that it lists each
+setting with its default).
 
-| flag | environment | default | what it does |
-| --- | --- | --- | --- |
+The *change* column says how a change takes effect on a running server (`PATCH /v1/config`,
+docs/api.md): `live`, at once (the next request observes it); `reload`, by loading the model
+again (`PATCH /v1/config?reload=true`); `restart`, only by starting the server again.
+`GET /v1/config` shows the values in force (never `--api-key`), `GET /v1/config/origins` where
+each came from.
+
+| flag | environment | default | change | what it does |
+| --- | --- | --- | --- | --- |
 {rows}
+
+## The config file
+
+TOML, keys named as the settings are (the flag without its dashes, `-` as `_`), values of the
+setting's kind (a list setting takes an array of strings; TOML has no null, so an unset value
+is written as the flag would take it: `ctx = "auto"`). `[profile.NAME]` tables hold settings
+too; `--profile NAME` picks one, and the file's own keys win over it. A key that names no
+setting, anywhere in the file, or a value its setting does not take, stops the start with a
+message naming the key and the file.
+
+```toml
+max_queue = 16
+allow_origin = ["https://app.example"]
+max_output_tokens = 512
+
+[profile.big]
+decode_lanes = 64
+kv_memory = 8589934592
+```
 
 Examples:
 
 ```sh
 pooled serve --model ./Qwen3-0.6B --port 9000 --api-key sekrit
 POOLED_MAX_QUEUE=16 pooled serve
+pooled serve --config pooled.toml --profile big
 ```
 """
 
 
 def main() -> None:
-    rows = "\n".join(f"| `{flag}` | `{env}` | `{default}` | {text} |" for flag, env, default, text in describe())
+    rows = "\n".join(
+        f"| `{flag}` | `{env}` | `{default}` | {change} | {text} |" for flag, env, default, change, text in describe()
+    )
     target = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
     target.write_text(PAGE.format(rows=rows), encoding="utf-8")
 

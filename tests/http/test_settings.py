@@ -47,13 +47,13 @@ def test_bad_value_is_refused() -> None:
 
 def test_docs_list_every_setting_with_its_default() -> None:
     page = DOCS.read_text(encoding="utf-8")
-    for flag, env, default, _ in settings_module.describe():
-        assert f"| `{flag}` | `{env}` | `{default}` |" in page, flag
+    for flag, env, default, change, _ in settings_module.describe():
+        assert f"| `{flag}` | `{env}` | `{default}` | {change} |" in page, flag
 
 
 def test_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse(["--help"], {})
     text = capsys.readouterr().out
-    for flag, _, _, _ in settings_module.describe():
+    for flag, *_ in settings_module.describe():
         assert flag in text
