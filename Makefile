@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_FLAGS ?=
 
-.PHONY: setup generate serve test bench soak agents lint reference
+.PHONY: setup generate serve test browser bench soak agents lint reference
 
 setup: $(STAMP)
 
@@ -30,8 +30,15 @@ serve: generate
 	$(BIN)/pooled serve $(SERVE_DEFAULTS) $(ARGS)
 
 # No `generate` here: the tests check that the committed generated/ matches spec/.
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)
+
+# Debian's chromium for the Playground's browser tests (tests/ui/), which Playwright drives;
+# Playwright's own browser download is never used. Needs root and apt-get; where it cannot
+# install, the browser tests are skipped and say so.
+browser:
+	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium) || \
+		echo "chromium could not be installed: the browser tests (tests/ui/) will be skipped"
 
 # EMBEDDING_ARGS go to the embeddings figures (tools/embedding_bench.py), LORA_ARGS to the LoRA
 # ones (tools/lora_bench.py), e.g. --write docs/BENCHMARKS.md.

@@ -1315,6 +1315,10 @@ class Config(BaseModel):
     """
     `--lora-admin` (live)
     """
+    server_ui: StrictBool
+    """
+    `--server-ui` (restart)
+    """
     host: str
     """
     `--host` (restart)
@@ -1538,6 +1542,7 @@ class ConfigOrigins(BaseModel):
     lora_max_bytes: ConfigOrigin
     lora_sha256: ConfigOrigin
     lora_admin: ConfigOrigin
+    server_ui: ConfigOrigin
     host: ConfigOrigin
     port: ConfigOrigin
     api_key: ConfigOrigin

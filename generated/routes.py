@@ -53,6 +53,9 @@ OPERATION_HANDLERS: dict[str, str] = {
     "getOpenapiDocument": "get_openapi_document",
     "getDocs": "get_docs",
     "getDocsAsset": "get_docs_asset",
+    "getUi": "get_ui",
+    "getUiMetrics": "get_ui_metrics",
+    "getUiAsset": "get_ui_asset",
 }
 
 _missing = sorted(name for name in OPERATION_HANDLERS.values() if not callable(getattr(handlers, name, None)))
@@ -651,4 +654,47 @@ async def get_docs_asset(
 ) -> Response:
     """A Swagger UI asset."""
     result = await handlers.get_docs_asset(request, asset=asset)
+    return _respond(result, ())
+
+
+@router.api_route(
+    "/ui/",
+    methods=["GET", "HEAD"],
+    operation_id="getUi",
+    include_in_schema=False,
+)
+async def get_ui(
+    request: Request,
+) -> Response:
+    """The Playground (chat and server view)."""
+    result = await handlers.get_ui(request)
+    return _respond(result, ())
+
+
+@router.api_route(
+    "/ui/metrics",
+    methods=["GET", "HEAD"],
+    operation_id="getUiMetrics",
+    include_in_schema=False,
+)
+async def get_ui_metrics(
+    request: Request,
+) -> Response:
+    """Metrics for the Playground, in the Prometheus text format."""
+    result = await handlers.get_ui_metrics(request)
+    return _respond(result, ())
+
+
+@router.api_route(
+    "/ui/{asset}",
+    methods=["GET", "HEAD"],
+    operation_id="getUiAsset",
+    include_in_schema=False,
+)
+async def get_ui_asset(
+    request: Request,
+    asset: Annotated[str, Path()],
+) -> Response:
+    """A Playground asset."""
+    result = await handlers.get_ui_asset(request, asset=asset)
     return _respond(result, ())

@@ -20,6 +20,7 @@ from handlers.openai_responses import count_response_input_tokens, create_respon
 from handlers.rerank import create_rerank, create_rerank_unversioned, create_rerank_v2
 from handlers.stored_responses import delete_response, get_response, list_input_items
 from handlers.tokens import detokenize, tokenize
+from handlers.ui import get_ui, get_ui_asset, get_ui_metrics
 
 __all__ = [
     "cancel_download",
@@ -46,6 +47,9 @@ __all__ = [
     "get_openapi_document",
     "get_prometheus_metrics",
     "get_response",
+    "get_ui",
+    "get_ui_asset",
+    "get_ui_metrics",
     "list_catalog",
     "list_config_fields",
     "list_input_items",

@@ -382,6 +382,7 @@ class ServerContext:
     counters: Counters = field(default_factory=Counters)
     limits: GenerationLimits = field(default_factory=GenerationLimits)
     lora_admin: bool = True  # whether the /v1/lora_adapters routes are served (--lora-admin)
+    ui: bool = True  # whether the Playground (/ui/) is served (--server-ui)
     library: ModelLibrary | None = None  # the models folder and its catalog; None in unit tests without one
     # System-prompt lines dropped from rendered prompts (see handlers/generation/volatile_lines.py).
     volatile_lines: re.Pattern[str] = field(default_factory=volatile_line_pattern)

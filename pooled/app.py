@@ -42,6 +42,7 @@ def server_context(
         limits=generation_limits(settings),
         volatile_lines=volatile_line_pattern(settings.volatile_line_pattern),
         lora_admin=settings.lora_admin,
+        ui=settings.server_ui,
         library=library,
         config=SettingsConfig(live, reload),
         access=access_rules(settings),

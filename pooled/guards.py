@@ -27,12 +27,13 @@ from pooled.errors import error_response
 from pooled.settings import Settings
 
 PUBLIC_PATHS = ("/", "/health", "/v1", "/v1/openapi.json", "/ui")
-PUBLIC_PREFIXES = ("/v1/docs/",)
+PUBLIC_PREFIXES = ("/v1/docs/", "/ui/")
+KEYED_PATHS = ("/ui/metrics",)  # under a public prefix, yet behind the key like /metrics
 CORS_ALLOW_HEADERS = "authorization, content-type, x-api-key, anthropic-version, anthropic-beta, openai-beta"
 
 
 def is_public(path: str) -> bool:
-    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+    return path in PUBLIC_PATHS or (path.startswith(PUBLIC_PREFIXES) and path not in KEYED_PATHS)
 
 
 def presented_token(headers: Headers) -> str | None:

@@ -208,6 +208,12 @@ class Settings:
         "key when one is set); false: those routes answer 403.",
         change="live",
     )
+    server_ui: bool = setting(
+        True,
+        boolean(),
+        "Whether the Playground (a chat page and a server view) is served at /ui/; false: /ui/ answers 404.",
+        change="restart",
+    )
     host: str = setting("127.0.0.1", text(), "Address to listen on.", change="restart")
     port: int = setting(8080, integer(minimum=0, maximum=65535), "Port to listen on.", change="restart")
     api_key: str | None = setting(
