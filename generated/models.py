@@ -1327,6 +1327,10 @@ class Config(BaseModel):
     """
     `--port` (restart)
     """
+    metrics_bind: str | None
+    """
+    `--metrics-bind` (restart)
+    """
     allow_origin: list[str]
     """
     `--allow-origin` (live)
@@ -1546,6 +1550,7 @@ class ConfigOrigins(BaseModel):
     host: ConfigOrigin
     port: ConfigOrigin
     api_key: ConfigOrigin
+    metrics_bind: ConfigOrigin
     allow_origin: ConfigOrigin
     max_body: ConfigOrigin
     max_queue: ConfigOrigin

@@ -60,7 +60,13 @@ def serve(loaded: settings_module.LoadedSettings) -> int:
     config = uvicorn.Config(build_app(settings, context), host=settings.host, port=settings.port, log_level="info")
     host.start()
     log.info("listening on http://%s:%d (model %s loading)", settings.host, settings.port, host.model_id)
-    DrainingServer(config, host, context.counters, settings.drain_grace).run()
+    beside = None
+    if settings.metrics_bind is not None:
+        from pooled.metrics_listener import metrics_server
+
+        beside = metrics_server(settings.metrics_bind, context, settings.api_key)
+        log.info("metrics on http://%s/metrics/prometheus", settings.metrics_bind)
+    DrainingServer(config, host, context.counters, settings.drain_grace, beside).run()
     downloader.cancel()
     host.close()
     if host.state == "dead":

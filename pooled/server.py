@@ -13,7 +13,9 @@ the work on a thread of its own).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
 import time
 from types import FrameType
 
@@ -26,12 +28,32 @@ log = logging.getLogger(__name__)
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, host: ModelHost, counters: Counters, grace_s: float) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        host: ModelHost,
+        counters: Counters,
+        grace_s: float,
+        beside: uvicorn.Server | None = None,
+    ) -> None:
+        """`beside`: a server run on the same loop and stopped with this one (--metrics-bind)."""
         super().__init__(config)
         self.host = host
         self.counters = counters
         self.grace_s = grace_s
+        self.beside = beside
         self.drain_started: float | None = None
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.beside is None:
+            await super().serve(sockets)
+            return
+        beside = asyncio.create_task(self.beside.serve())
+        try:
+            await super().serve(sockets)
+        finally:
+            self.beside.should_exit = True
+            await beside
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.drain_started is None:

@@ -143,6 +143,19 @@ def text(nullable: bool = False) -> Parser:
     return Parser("string", "string", str, nulls=("",) if nullable else None)
 
 
+def _host_port_text(value: str) -> str:
+    host, separator, port = value.rpartition(":")
+    if not separator or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("HOST:PORT, e.g. 127.0.0.1:9090")
+    return value
+
+
+def host_port(nullable: bool = False) -> Parser:
+    """An address to listen on, as HOST:PORT; a nullable one reads "" and "none" as unset."""
+    nulls = ("", "none") if nullable else None
+    return Parser("HOST:PORT", "string", _host_port_text, nulls=nulls, what="a string HOST:PORT")
+
+
 def integer(minimum: int | None = None, maximum: int | None = None, nullable: bool = False) -> Parser:
     """A nullable one reads "", "auto" and "none" as unset."""
     rule = Rule(minimum=minimum, maximum=maximum) if minimum is not None or maximum is not None else None

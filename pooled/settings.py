@@ -28,6 +28,7 @@ from pooled.setting_types import (
     Rule,
     SettingsError,
     boolean,
+    host_port,
     integer,
     named,
     number,
@@ -223,6 +224,13 @@ class Settings:
         "Secret: /v1/config never shows it, and it is set at start only.",
         change="restart",
         secret=True,
+    )
+    metrics_bind: str | None = setting(
+        None,
+        host_port(nullable=True),
+        "HOST:PORT of a second listener that serves only /metrics/prometheus (for a scraper on another "
+        "address; the API key, when set, is needed there too); none by default.",
+        change="restart",
     )
     allow_origin: tuple[str, ...] = setting(
         (),
