@@ -301,3 +301,26 @@ def test_a_json_schema_constrains_the_answer(page: Any) -> None:
         assert isinstance(json.loads(last_answer(page).locator(".text").inner_text())["colour"], str)
     else:
         assert last_answer(page).locator(".text").inner_text().startswith("{")
+
+
+def test_thinking_is_folded_away(page: Any) -> None:
+    """The default model does not think: a kept conversation with thinking in it is shown instead."""
+    conversation = {
+        "id": "kept",
+        "title": "Thinking",
+        "messages": [
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "<think>Two and two.</think>4", "stats": {"completion_tokens": 6}},
+            {"role": "assistant", "content": "Five.", "reasoning": "Counting again.", "stats": {}},
+        ],
+    }
+    page.evaluate("(c) => localStorage.setItem('pooled.conversations', JSON.stringify([c]))", conversation)
+    page.reload()
+    answers = page.locator(".message.assistant")
+    sync_api.expect(answers.first.locator(".text")).to_have_text("4")
+    details = answers.first.locator("details")
+    assert details.get_attribute("open") is None  # folded
+    assert "Two and two." in (details.text_content() or "")
+    assert details.inner_text() == "Thinking"  # only the summary shows
+    assert "Counting again." in (answers.last.locator("details").text_content() or "")
+    assert answers.last.locator(".text").inner_text() == "Five."
