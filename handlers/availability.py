@@ -30,40 +30,33 @@ def require_ready(request: HTTPConnection, unavailable_status: int = 503) -> Non
 
 def not_serving(model: ModelService, unavailable_status: int) -> ApiError:
     """The answer while the model is not serving, by what it is doing instead."""
-    if model.state in ("loading", "serving"):  # "serving" but asked: the engine went away mid-request
-        return ApiError(
-            unavailable_status,
-            "The model is still loading; retry after the Retry-After delay (GET /health shows progress).",
-            code="model_not_ready",
-            headers={"Retry-After": str(RETRY_AFTER_LOADING_S)},
-        )
-    if model.state == "unloaded":
-        return ApiError(
-            unavailable_status,
-            "The model was unloaded after an idle spell; a generation request loads it again. Retry after the "
-            "Retry-After delay.",
-            code="model_unloaded",
-            headers={"Retry-After": str(RETRY_AFTER_LOADING_S)},
-        )
-    if model.state == "switching":
-        return ApiError(
-            unavailable_status,
-            f"The server is switching to {model.model_id}; retry after the Retry-After delay.",
-            code="model_switching",
-            headers={"Retry-After": str(RETRY_AFTER_LOADING_S)},
-        )
-    if model.state == "draining":
-        # A supervisor restarts the server, which answers with Retry-After while it loads.
-        return ApiError(
-            unavailable_status,
-            "The server is shutting down and takes no new requests; retry after the Retry-After delay.",
-            code="draining",
-            headers={"Retry-After": str(RETRY_AFTER_LOADING_S)},
-        )
+    retry = _retry_later(model)
+    if retry is not None:
+        message, code = retry
+        return ApiError(unavailable_status, message, code=code, headers={"Retry-After": str(RETRY_AFTER_LOADING_S)})
     # Dead: no retry helps until someone restarts the server, so no Retry-After, and 503 on every
     # path, never the 529 that tells Anthropic's clients to retry.
     cause, reason = model.failure or ("fault", "unknown")
     return ApiError(503, f"The model is not running ({cause}: {reason}).", code="model_dead")
+
+
+def _retry_later(model: ModelService) -> tuple[str, str] | None:
+    """(message, code) for a state a retry after a while gets past; None when dead."""
+    if model.state in ("loading", "serving"):  # "serving" but asked: the engine went away mid-request
+        return "The model is still loading; retry after the Retry-After delay (GET /health shows progress).", (
+            "model_not_ready"
+        )
+    if model.state == "unloaded":
+        return (
+            "The model was unloaded after an idle spell; a generation request loads it again. "
+            "Retry after the Retry-After delay."
+        ), "model_unloaded"
+    if model.state == "switching":
+        return f"The server is switching to {model.model_id}; retry after the Retry-After delay.", "model_switching"
+    if model.state == "draining":
+        # A supervisor restarts the server, which answers with Retry-After while it loads.
+        return "The server is shutting down and takes no new requests; retry after the Retry-After delay.", "draining"
+    return None
 
 
 @dataclass(frozen=True)

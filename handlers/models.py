@@ -106,38 +106,41 @@ def _listed(server: ServerContext) -> bool:
     return server.model.state in ("serving", "switching", "unloaded")
 
 
+def _listing(server: ServerContext) -> list[models.OpenAIModel]:
+    if not _listed(server):
+        return []
+    adapters = _openai_adapters(server) if server.model.kind == "chat" else []
+    switchable = [_openai_target(server, target) for target in _targets(server)]
+    return [served_model(server), *adapters, *_openai_encoders(server), *switchable]
+
+
+def _anthropic_listing(server: ServerContext) -> list[models.AnthropicModelInfo]:
+    """The served model, its adapters and the models a switch could serve (no encoders: Anthropic's
+    API has no embeddings)."""
+    if not _listed(server):
+        return []
+    names = [None, *_adapter_names(server), *(target.id for target in _targets(server))]
+    return [_anthropic_model(server, name) for name in names]
+
+
 async def list_models(request: Request) -> models.OpenAIModelList | models.AnthropicModelList:
     server = context(request)
-    targets = _targets(server) if _listed(server) else []
     if wants_anthropic(request):
-        names = [None, *_adapter_names(server), *(t.id for t in targets)] if _listed(server) else []
-        entries = [_anthropic_model(server, name) for name in names]
+        entries = _anthropic_listing(server)
         first, last = (entries[0].id, entries[-1].id) if entries else (None, None)
         return models.AnthropicModelList(data=entries, has_more=False, first_id=first, last_id=last)
-    if not _listed(server):
-        return models.OpenAIModelList(object="list", data=[])
-    adapters = _openai_adapters(server) if server.model.kind == "chat" else []
-    encoders = _openai_encoders(server)
-    switchable = [_openai_target(server, target) for target in targets]
-    return models.OpenAIModelList(object="list", data=[served_model(server), *adapters, *encoders, *switchable])
+    return models.OpenAIModelList(object="list", data=_listing(server))
 
 
 async def retrieve_model(request: Request, model_id: str) -> models.OpenAIModel | models.AnthropicModelInfo:
+    """Any model the listing in the same shape holds, by its id."""
     server = context(request)
-    anthropic = wants_anthropic(request)
-    if _listed(server) and model_id == server.model.model_id:
-        return _anthropic_model(server) if anthropic else served_model(server)
-    if _listed(server) and model_id in _adapter_names(server):
-        return (
-            _anthropic_model(server, model_id)
-            if anthropic
-            else next(m for m in _openai_adapters(server) if m.id == model_id)
+    listed: list[models.OpenAIModel] | list[models.AnthropicModelInfo] = (
+        _anthropic_listing(server) if wants_anthropic(request) else _listing(server)
+    )
+    found = next((entry for entry in listed if entry.id == model_id), None)
+    if found is None:
+        raise ApiError(
+            404, f"No model '{model_id}'; this server serves '{server.model.model_id}'.", code="model_not_found"
         )
-    if _listed(server) and not anthropic:
-        listed = [*_openai_encoders(server), *(_openai_target(server, t) for t in _targets(server))]
-        found = next((m for m in listed if m.id == model_id), None)
-        if found is not None:
-            return found
-    if _listed(server) and anthropic and any(t.id == model_id for t in _targets(server)):
-        return _anthropic_model(server, model_id)
-    raise ApiError(404, f"No model '{model_id}'; this server serves '{server.model.model_id}'.", code="model_not_found")
+    return found

@@ -1,25 +1,23 @@
 """The model's lifecycle as the server sees it: loading → serving ⇄ switching (or ⇄ unloaded, after
 an idle spell) → draining, or dead.
 
-Threads: `start()` runs the load on one daemon thread ("pooled-load") so the
-listener opens at once and answers 503 with `Retry-After` until the model is
-ready. That thread only writes the fields below, each a single assignment
-that the event loop reads; the state is written last, so a reader that sees
-"serving" also sees everything the load produced. `switch()` (from the event
-loop) runs a switch on its own daemon thread ("pooled-switch"): the engine
-drains (requests it accepted finish on it), is shut down, and the new model
-loads, as at start-up; if that load fails, the old model loads again and the
-failure is kept for `/v1/models`. `reload(settings)` is a switch to the same path with new
-settings (`PATCH /v1/config?reload=true`); if it fails, the old settings load again. One switch
-runs at a time (a lock guards the state change that starts one). `update_live(settings)` (from
-the event loop: a live configuration change) replaces `settings`, one assignment that the
-threads read when they next start a load, and sets the running engine's queue bound; a load
-that began before it applies the bound when it ends. An idle unload (`unload()`, from the server's
-tick) stops the engine on a lifecycle thread ("pooled-lifecycle"); `wake()`
-(from the event loop, when a request comes) loads the model again on the next
-such thread, which first waits for the unload to end. Draining is set from the event loop (on
-SIGTERM/SIGINT). Once loaded, the engine's own thread decides whether the
-model is dead: `state` and `failure` read the engine's.
+Threads: every change of model runs on a lifecycle thread ("pooled-lifecycle"), each started once
+the one before it has ended, so a load, a switch, an unload and a reload never overlap. `start()`
+runs the first load there, so the listener opens at once and answers 503 with `Retry-After` until
+the model is ready. A lifecycle thread only writes the fields below, each a single assignment
+that the event loop reads; the state is written last, so a reader that sees "serving" also sees
+everything the load produced. `switch()` (from the event loop) drains the engine (the requests it
+accepted finish on it), shuts it down and loads the new model, as at start-up; if that load
+fails, the old model loads again and the failure is kept for `/v1/models`. `reload(settings)` is a
+switch to the same path with new settings (`PATCH /v1/config?reload=true`); if it fails, the old
+settings load again. One switch runs at a time (a lock guards the state change that starts one).
+`update_live(settings)` (from the event loop: a live configuration change) replaces `settings`,
+one assignment that the threads read when they next start a load, and sets the running engine's
+queue bound; a load that began before it applies the bound when it ends. An idle unload
+(`unload()`, from the server's tick) stops the engine; `wake()` (from the event loop, when a
+request comes) loads the model again. Draining is set from the event loop (on SIGTERM/SIGINT).
+Once loaded, the engine's own thread decides whether the model is dead: `state` and `failure`
+read the engine's.
 """
 
 from __future__ import annotations
@@ -187,7 +185,7 @@ class ModelHost:
         return self._loaded.adapters if self._loaded else None
 
     def start(self) -> None:
-        threading.Thread(target=self._load, name="pooled-load", daemon=True).start()
+        self._start(self._load)
 
     def drain(self) -> None:
         if self._state in ("loading", "serving", "switching", "unloaded"):
@@ -242,7 +240,7 @@ class ModelHost:
 
     def _start(self, work: Callable[[], None]) -> None:
         """Runs `work` on a new lifecycle thread once the last one has ended (an unload finishes
-        before a reload begins)."""
+        before a reload begins, a load before a switch)."""
         previous = self._worker
 
         def run() -> None:
@@ -278,8 +276,7 @@ class ModelHost:
                 raise SwitchRefused(f"the server is {self.state}: a switch starts only while a model serves")
             self._state = "switching"
         done: Future[None] = Future()
-        args = (path, model_id, done, settings)
-        threading.Thread(target=self._switch, args=args, name="pooled-switch", daemon=True).start()
+        self._start(lambda: self._switch(path, model_id, done, settings))
         return done
 
     def _switch(self, path: Path, model_id: str, done: Future[None], settings: Settings | None) -> None:

@@ -13,12 +13,12 @@ concurrent requests for the same switch await the one future.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
 
 from engine.encoder import is_encoder_checkpoint
+from handlers.availability import awake
 from handlers.context import CatalogView, DownloadView, LibraryRefused, ModelKind, SwitchTarget
 from pooled.catalog import CatalogEntry, availability
 from pooled.checkpoint_context import trained_context
@@ -73,8 +73,11 @@ class FolderLibrary:
         return entries + [target for target in files if target.id != served]
 
     def names_model(self, model_id: str) -> bool:
+        served = self._host.model_id
+        if model_id in (served, bare(served)):  # most requests: no look at the folder
+            return False
         found = find_model(model_id, self._catalog, self._dir)
-        return found is not None and found[1].id != self._host.model_id
+        return found is not None and found[1].id != served
 
     def download(self) -> DownloadView | None:
         return _download_view(self._downloader.progress())
@@ -108,10 +111,7 @@ class FolderLibrary:
         ):
             await _finished(self._switch[1])
             return
-        waking = self._host.wake()  # an idle-unloaded model loads again before it is switched away from
-        if waking is not None:
-            with contextlib.suppress(Exception):  # a failed reload leaves it dead: the switch says so
-                await asyncio.shield(asyncio.wrap_future(waking))
+        await awake(self._host)  # an idle-unloaded model loads again before it is switched away from
         if self._host.state == "serving" and model_id in (self._host.model_id, bare(self._host.model_id)):
             return
         path, target = self._resolve(model_id)

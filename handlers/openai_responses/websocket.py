@@ -82,8 +82,7 @@ def _parsed(text: str) -> dict[str, Any] | str:
     stream_id = event.get("stream_id")
     if stream_id is not None and not isinstance(stream_id, str):
         return "'stream_id' must be a string."
-    fields = {key: value for key, value in event.items() if key not in ("type", "stream")}
-    return fields
+    return {key: value for key, value in event.items() if key not in ("type", "stream")}
 
 
 async def _run_lane(websocket: WebSocket, lane: Lane, stream_id: str | None, send: Send) -> None:

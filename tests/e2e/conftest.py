@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -51,14 +51,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @contextmanager
-def running_server(tmp_path_factory: pytest.TempPathFactory, args: list[str]) -> Iterator[str]:
-    """`pooled serve` with the default model and `args`, once it answers; stopped by SIGINT after."""
-    with running_process(tmp_path_factory, args) as (base, _):
+def running_server(
+    tmp_path_factory: pytest.TempPathFactory, args: list[str], headers: Mapping[str, str] | None = None
+) -> Iterator[str]:
+    """`pooled serve` with the default model and `args`, once it answers (asked with `headers`, e.g.
+    the key of a server started with `--api-key`); stopped by SIGINT after."""
+    with running_process(tmp_path_factory, args, headers) as (base, _):
         yield base
 
 
 @contextmanager
-def running_process(tmp_path_factory: pytest.TempPathFactory, args: list[str]) -> Iterator[tuple[str, int]]:
+def running_process(
+    tmp_path_factory: pytest.TempPathFactory, args: list[str], headers: Mapping[str, str] | None = None
+) -> Iterator[tuple[str, int]]:
     """`running_server`'s base URL, and the server's process id."""
     port = free_port()
     log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
@@ -72,7 +77,7 @@ def running_process(tmp_path_factory: pytest.TempPathFactory, args: list[str]) -
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not _ready(base):
+        while not _ready(base, headers or {}):
             assert process.poll() is None, Path(log.name).read_text(errors="replace")[-4000:]
             assert time.monotonic() < deadline, "the server did not become ready"
             time.sleep(1)
@@ -86,15 +91,16 @@ def running_process(tmp_path_factory: pytest.TempPathFactory, args: list[str]) -
         log.close()
 
 
-def _ready(base: str) -> bool:
+def _ready(base: str, headers: Mapping[str, str]) -> bool:
     """Ready once a one-token completion is answered (health turns ready before the engine may);
     a model that failed to load fails the test at once, with the reason."""
     try:
-        health = httpx.get(f"{base}/health", timeout=2).json()
+        health = httpx.get(f"{base}/health", headers=headers, timeout=2).json()
         assert health["state"] != "dead", f"the model did not load: {health['reason']}"
         if not health["ready"]:
             return False
-        probe = httpx.post(f"{base}/v1/completions", json={"prompt": "Hi", "max_tokens": 1}, timeout=120)
+        body = {"prompt": "Hi", "max_tokens": 1}
+        probe = httpx.post(f"{base}/v1/completions", json=body, headers=headers, timeout=120)
     except httpx.TransportError:
         return False
     return probe.status_code == 200

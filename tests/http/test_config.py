@@ -385,7 +385,7 @@ def hosted(tmp_path: Path, fail_when: int | None = None) -> tuple[ModelHost, lis
     live.subscribe(host.update_live)
     host.start()
     for thread in threading.enumerate():
-        if thread.name == "pooled-load":
+        if thread.name == "pooled-lifecycle":
             thread.join(timeout=10)
     assert host.state == "serving"
     return host, loads, live

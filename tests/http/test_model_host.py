@@ -25,7 +25,7 @@ from pooled.settings import Settings
 
 def wait_until_settled(host: ModelHost) -> None:
     for thread in threading.enumerate():
-        if thread.name == "pooled-load":
+        if thread.name == "pooled-lifecycle":
             thread.join(timeout=10)
 
 

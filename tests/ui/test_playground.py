@@ -11,9 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,8 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import STARTUP_TIMEOUT_S
-from tests.http.test_serve_process import free_port, fresh_prefix_cache
+from tests.e2e.conftest import running_server
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -47,46 +43,10 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`pooled serve` with the default model and a key, once a one-token completion is answered
-    (tests/e2e/conftest.py's readiness probe, with the key)."""
-    port = free_port()
-    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
-    args = ["--port", str(port), "--ctx", "1024", "--decode-lanes", "2", "--api-key", KEY]
-    process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "pooled"), "serve", *args],
-        cwd=tmp_path_factory.mktemp("cwd"),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **fresh_prefix_cache(tmp_path_factory)},
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not ready(base):
-            assert process.poll() is None, Path(log.name).read_text(errors="replace")[-4000:]
-            assert time.monotonic() < deadline, "the server did not become ready"
-            time.sleep(1)
+    """`pooled serve` with the default model and a key."""
+    args = ["--ctx", "1024", "--decode-lanes", "2", "--api-key", KEY]
+    with running_server(tmp_path_factory, args, AUTH) as base:
         yield base
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
-
-
-def ready(base: str) -> bool:
-    try:
-        health = httpx.get(f"{base}/health", headers=AUTH, timeout=2).json()
-        assert health["state"] != "dead", f"the model did not load: {health['reason']}"
-        if not health["ready"]:
-            return False
-        body = {"prompt": "Hi", "max_tokens": 1}
-        probe = httpx.post(f"{base}/v1/completions", json=body, headers=AUTH, timeout=120)
-    except httpx.TransportError:
-        return False
-    return probe.status_code == 200
 
 
 @pytest.fixture(scope="module")
