@@ -39,8 +39,9 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, TypeVar, cast
 
+from pooled.human_units import human_size
+
 GIB = 1 << 30
-MIB = 1 << 20
 
 # Size classes by the memory serving needs: upper bounds (exclusive), the last has none.
 SIZE_CLASSES: tuple[tuple[str, float], ...] = (
@@ -261,12 +262,6 @@ def availability(entry: CatalogEntry, available: int | None = None) -> tuple[boo
     if available is None or entry.memory_bytes <= available:
         return True, None
     return False, (
-        f"{entry.id} needs {_human(entry.memory_bytes)} ({entry.memory_bytes} bytes) of memory; "
-        f"{_human(available)} ({available} bytes) is available now"
+        f"{entry.id} needs {human_size(entry.memory_bytes)} ({entry.memory_bytes} bytes) of memory; "
+        f"{human_size(available)} ({available} bytes) is available now"
     )
-
-
-def _human(count: int) -> str:
-    if count >= GIB:
-        return f"{count / GIB:.1f} GiB"
-    return f"{count / MIB:.0f} MiB"
