@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from pathlib import Path
 
+import jax
+
 from engine.adapters import AdapterTable
 from engine.api import MAX_TOKENS_CAP, EncodeEvent, EncodeRequest, GenerationRequest, RequestRefused
 from engine.checkpoint.loader import LoadedModel
@@ -33,7 +35,9 @@ from engine.kv_pages import PagePool
 from engine.kv_sizing import kv_dtype, pool_pages
 from engine.lora_adapter import LoraAdapter
 from engine.metrics import EngineStats
+from engine.mirrored_runner import LeaderRunner
 from engine.prefix_disk import PrefixDisk, namespace_digest
+from engine.process_group import Build, Channel
 from engine.rows import Sink
 from engine.runner import DeviceRunner
 from engine.runner_api import Report, Runner
@@ -93,11 +97,17 @@ class Engine:
         config: EngineConfig,
         report: Report,
         encoders: Mapping[str, EncoderRunner] | None = None,
+        group: Channel | None = None,
     ) -> "Engine":
         """Sizes and allocates the KV page pool on the model's devices, compiles every shape
-        bucket and starts the engine thread."""
+        bucket and starts the engine thread. With `group`, this process leads a process group
+        (engine/process_group.py) whose followers have loaded `model` too: they build the same
+        runner and make every runner call this engine makes."""
         pages = pool_pages(model, config)
-        runner = DeviceRunner(model, config, pages)
+        if group is not None:
+            group.send(Build(config, pages))
+        local = DeviceRunner(model, config, pages)
+        runner: Runner = local if group is None else LeaderRunner(local, group, jax.process_count())
         namespace = namespace_digest(
             {
                 "checkpoint": model.fingerprint,

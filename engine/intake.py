@@ -174,10 +174,10 @@ class Intake:
             self._fetched.append(loaded)
             self._wake.notify_all()
 
-    def next_work(self, busy: bool) -> Work:
+    def next_work(self, busy: bool, timeout: float | None = None) -> Work:
         """The new requests, the cancels (every new request too, when stopping), the finished disk
         loads, the new encode requests and whether the engine is stopping; waits while there is
-        none of these and the engine is not `busy`."""
+        none of these and the engine is not `busy`, for at most `timeout` seconds (then all are empty)."""
         with self.lock:
             while (
                 not (
@@ -190,7 +190,8 @@ class Intake:
                 )
                 and not busy
             ):
-                self._wake.wait()
+                if not self._wake.wait(timeout):
+                    break
             inbox, self._inbox = self._inbox, deque()
             cancels, self._cancels = self._cancels, {}
             fetched, self._fetched = self._fetched, []

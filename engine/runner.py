@@ -113,7 +113,9 @@ class DeviceRunner:
         )
         self._block_tables = np.zeros((spare, pages_per_row + 1), np.int32)
         self._padding_position = pages_per_row * config.page_size
-        self._row_params = _empty_row_params(spare, math.ceil(c.vocab_size / 32))
+        self.mask_words = math.ceil(c.vocab_size / 32)  # a grammar mask's int32 words
+        self._row_params = _empty_row_params(spare, self.mask_words)
+        self.idle_interval: float | None = None  # one process: nothing to do while idle
         self.adapter_slots, self.adapter_rank = config.max_loras, config.max_lora_rank
         self._model_config, self._dtype = c, DTYPES[model.dtype]
         self._lora: LoraStack | None = None
@@ -217,6 +219,9 @@ class DeviceRunner:
 
     def failure_kind(self, error: BaseException) -> Literal["fault", "panicked"]:
         return failure_kind(error)
+
+    def idle(self) -> None:
+        pass
 
     def close(self) -> None:
         if self._compiles is not None:

@@ -108,6 +108,8 @@ class Runner(Protocol):
     # LoRA adapter slots, numbered 1.. (0: none; no slots: adapters are not served), and their rank.
     adapter_slots: int
     adapter_rank: int
+    # While the engine has nothing to do, its thread calls `idle` this often (None: never).
+    idle_interval: float | None
 
     def compile(self, report: Report) -> None:
         """Compiles every shape the steps will meet, on padding (changes nothing real)."""
@@ -172,6 +174,11 @@ class Runner(Protocol):
     def take(self, step: Pending) -> Drawn:
         """Waits for a pending step and brings its tokens to the host, with logprobs when any of
         its rows asked for them."""
+        ...
+
+    def idle(self) -> None:
+        """Called every `idle_interval` while the engine has nothing to do (a process group's
+        keep-alive, engine/mirrored_runner.py)."""
         ...
 
     def failure_kind(self, error: BaseException) -> Literal["fault", "panicked"]:

@@ -7,7 +7,8 @@ pages), runs at most one prefill step (the next chunk of the oldest prompt, or t
 chunks of up to PREFILL_ROWS prompts together; a finished prompt's rows draw their first tokens),
 then one decode step for every decoding row (which also samples, on the device), and sends each
 row's new token or finish to the request's sink. When there is nothing to do it waits in the
-intake; `submit`, `cancel`, `drain` and `shutdown` wake it.
+intake; `submit`, `cancel`, `drain` and `shutdown` wake it (and, for a runner that asks, its
+`idle_interval`: a process group's keep-alive).
 
 Decode steps are pipelined: while the same rows keep decoding, step N+1 is dispatched on step N's
 sampled tokens, still on the device, before the host takes step N's tokens and calls the sinks,
@@ -120,7 +121,12 @@ class Scheduler:
     def _run(self) -> None:
         try:
             while True:
-                inbox, cancels, fetched, encodes, adapter_jobs, stopping = self._intake.next_work(self._busy())
+                busy = self._busy()
+                work = self._intake.next_work(busy, self._runner.idle_interval)
+                if not busy and not any(work):
+                    self._runner.idle()
+                    continue
+                inbox, cancels, fetched, encodes, adapter_jobs, stopping = work
                 self._encoding.add(encodes)
                 self._adapter_jobs += adapter_jobs
                 if stopping:

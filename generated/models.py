@@ -1399,6 +1399,22 @@ class Config(BaseModel):
     """
     `--devices` (reload)
     """
+    coordinator: str | None
+    """
+    `--coordinator` (restart)
+    """
+    num_processes: Annotated[StrictInt | None, Field(ge=1)]
+    """
+    `--num-processes` (restart)
+    """
+    process_id: Annotated[StrictInt | None, Field(ge=0)]
+    """
+    `--process-id` (restart)
+    """
+    group_heartbeat_timeout: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--group-heartbeat-timeout` (restart)
+    """
     stored_responses: Annotated[StrictInt, Field(ge=0)]
     """
     `--stored-responses` (restart)
@@ -1568,6 +1584,10 @@ class ConfigOrigins(BaseModel):
     prefix_cache_dir: ConfigOrigin
     prefix_cache_disk: ConfigOrigin
     devices: ConfigOrigin
+    coordinator: ConfigOrigin
+    num_processes: ConfigOrigin
+    process_id: ConfigOrigin
+    group_heartbeat_timeout: ConfigOrigin
     stored_responses: ConfigOrigin
     stored_responses_bytes: ConfigOrigin
     stored_response_idle: ConfigOrigin

@@ -8,6 +8,7 @@ alone, so the model commands answer at once.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 from collections.abc import Sequence
@@ -31,11 +32,13 @@ def _parser() -> argparse.ArgumentParser:
 def serve(loaded: settings_module.LoadedSettings) -> int:
     import uvicorn
 
+    from engine.process_group import is_leader
     from handlers.banner import banner
     from pooled.app import build_app, server_context
     from pooled.catalog import CatalogError, load_catalog
     from pooled.config_service import host_reloader
     from pooled.downloads import Downloader
+    from pooled.group_serving import follow_leader, group_spec, join_group, stop_group
     from pooled.live_settings import LiveSettings
     from pooled.loading import load_serving
     from pooled.model_host import ModelHost, ModelNotFound
@@ -43,6 +46,11 @@ def serve(loaded: settings_module.LoadedSettings) -> int:
     from pooled.server import DrainingServer
 
     settings = loaded.settings
+    group = None
+    if (spec := group_spec(settings)) is not None:
+        group = join_group(spec)  # before anything touches a JAX backend
+        if not is_leader():
+            return follow_leader(group)
     models_dir = Path(settings.models_dir).expanduser()
     try:
         catalog = load_catalog(Path(settings.catalog).expanduser() if settings.catalog else None)
@@ -50,7 +58,8 @@ def serve(loaded: settings_module.LoadedSettings) -> int:
     except (ModelNotFound, CatalogError) as error:
         log.error("%s", error)
         return 2
-    host = ModelHost(settings, path, load_serving, lambda: print(banner(context), flush=True), model_id)
+    loader = load_serving if group is None else functools.partial(load_serving, group=group)
+    host = ModelHost(settings, path, loader, lambda: print(banner(context), flush=True), model_id)
     downloader = Downloader(models_dir, settings.download_retries, stall_timeout_s=settings.download_stall_timeout)
     library = FolderLibrary(host, catalog, models_dir, downloader, settings.switch_allow_implicit)
     live = LiveSettings(loaded)  # PATCH /v1/config changes it; these parts and the context's follow
@@ -69,6 +78,8 @@ def serve(loaded: settings_module.LoadedSettings) -> int:
     DrainingServer(config, host, context.counters, settings.drain_grace, beside).run()
     downloader.cancel()
     host.close()
+    if group is not None:
+        stop_group(group)
     if host.state == "dead":
         # It kept answering (503, /health with the cause) until told to stop; a supervisor must
         # still see that it did not serve.

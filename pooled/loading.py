@@ -22,9 +22,11 @@ from engine.encoder_engine import EncoderEngine
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
+from engine.mirrored_runner import lead_load
+from engine.process_group import Channel, in_group
 from engine.tokenizer import ChatTemplate, Tokenizer
 from pooled.adapter_admin import EngineAdapters
-from pooled.context_policy import served_context
+from pooled.context_policy import ServedContext, served_context
 from pooled.lora_policy import LoraPolicy
 from pooled.model_host import Embedder, Loaded
 from pooled.model_ids import model_id_for
@@ -106,6 +108,7 @@ def load_checkpoint(path: Path, settings: Settings) -> Checkpoint:
         context_length=settings.ctx,
         rope_scaling=settings.rope_scaling,
         quantization=settings.quantization,
+        prepared_cache=not in_group(),
     )
     tokenizer = Tokenizer.for_checkpoint(model.source, model.tokenizer_dir)
     template = ChatTemplate(model.chat_template, tokenizer) if model.chat_template else None
@@ -156,19 +159,57 @@ def decoder_embedder(checkpoint: Checkpoint, settings: Settings) -> ServedEncode
     return ServedEncoder(embedding, runner, model.quantization)
 
 
-def load_serving(path: Path, settings: Settings, report: Callable[[str, int, int], None]) -> Loaded:
+@dataclass(frozen=True)
+class GroupLoad:
+    """What a process group's follower needs to load the model its leader loads."""
+
+    path: Path
+    settings: Settings
+
+
+def load_generation(path: Path, settings: Settings) -> tuple[Checkpoint, EngineConfig, ServedContext]:
+    """A chat model's checkpoint, its engine configuration and the context it serves."""
+    checkpoint = load_checkpoint(path, settings)
+    config = engine_config(settings, checkpoint)
+    return checkpoint, config, served_context(checkpoint.model, settings, config)
+
+
+def follower_model(spec: GroupLoad) -> LoadedModel:
+    """A follower's copy of the leader's model (engine/mirrored_runner.follow)."""
+    return load_generation(spec.path, spec.settings)[2].model
+
+
+def check_group_serving(path: Path, settings: Settings) -> None:
+    """What a process group does not serve: an embedding pass over a decoder's weights (its
+    steps would run on the leader alone, over devices of every process) and an encoder as the model."""
+    if is_encoder_checkpoint(path) or is_embedding_decoder(path):
+        raise CheckpointError(f"{path} is an embedding or rerank model: a process group serves a chat model")
+    if settings.embeddings:
+        raise CheckpointError("--embeddings is not served by a process group; give --embedding-model an encoder")
+    if settings.embedding_model and is_embedding_decoder(Path(settings.embedding_model).expanduser()):
+        raise CheckpointError("--embedding-model names a decoder: a process group serves encoders beside its model")
+
+
+def load_serving(
+    path: Path, settings: Settings, report: Callable[[str, int, int], None], group: Channel | None = None
+) -> Loaded:
+    """The model at `path`, served; with `group`, led over a process group (engine/process_group.py)."""
     use_compilation_cache()
     report("loading weights", 0, 1)
-    if is_encoder_checkpoint(path) or is_embedding_decoder(path):
+    if group is not None:
+        check_group_serving(path, settings)
+        checkpoint, config, context = lead_load(
+            group, GroupLoad(path, settings), lambda: load_generation(path, settings)
+        )
+    elif is_encoder_checkpoint(path) or is_embedding_decoder(path):
         return load_encoder_serving(path, settings, report)
-    checkpoint = load_checkpoint(path, settings)
-    encoders = load_encoders(settings)
+    else:
+        checkpoint, config, context = load_generation(path, settings)
+    encoders = load_encoders(settings)  # an encoder's steps run on this process's first device alone
     if settings.embeddings:
         encoders[model_id_for(path)] = decoder_embedder(checkpoint, settings)
-    config = engine_config(settings, checkpoint)
-    context = served_context(checkpoint.model, settings, config)
     runners = {name: encoder.runner for name, encoder in encoders.items()}
-    engine = Engine.build(context.model, config, report, runners)
+    engine = Engine.build(context.model, config, report, runners, group)
     adapters = EngineAdapters(engine, context.model.config, lora_policy(settings))
     try:
         load_start_adapters(adapters, settings)

@@ -347,6 +347,34 @@ class Settings:
         "How many accelerator devices to shard over; default: all.",
         change="reload",
     )
+    coordinator: str | None = setting(
+        None,
+        host_port(nullable=True),
+        "HOST:PORT of the process group's coordinator (process 0's address) when one model runs over "
+        "several processes (docs/deploy.md); JAX_COORDINATOR_ADDRESS, or a cluster JAX detects (SLURM, "
+        "Open MPI, Kubernetes, Cloud TPU), sets it too. None: one process.",
+        change="restart",
+    )
+    num_processes: int | None = setting(
+        None,
+        integer(minimum=1, nullable=True),
+        "Processes in the group (with --coordinator); default: what JAX detects.",
+        change="restart",
+    )
+    process_id: int | None = setting(
+        None,
+        integer(minimum=0, nullable=True),
+        "This process's place in the group: 0 serves HTTP and schedules, the others follow it; "
+        "default: what JAX detects.",
+        change="restart",
+    )
+    group_heartbeat_timeout: int = setting(
+        100,
+        integer(minimum=1),
+        "Seconds the group's coordinator waits for a silent process before it counts it dead (a process "
+        "that exits or crashes is found at once, by the next step).",
+        change="restart",
+    )
     stored_responses: int = setting(
         256,
         integer(minimum=0),

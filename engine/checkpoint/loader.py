@@ -94,8 +94,12 @@ def load_model(
     context_length: int | None = None,
     rope_scaling: str | None = None,
     quantization: str = "none",
+    prepared_cache: bool = True,
 ) -> LoadedModel:
     """Loads a safetensors directory or `.gguf` file; raises CheckpointError with a one-line reason.
+
+    Without `prepared_cache` the cache of prepared parameters is neither read nor written (a
+    process group: writing it is collective, over a folder every host would have to share).
 
     `context_length` beyond the trained length needs `rope_scaling` (see `engine.config.with_context`).
     """
@@ -114,7 +118,7 @@ def load_model(
     cache = PreparedCache(cache_root(cache_dir), files_fingerprint)
     mesh = make_mesh(devices)
 
-    meta = cache.lookup()
+    meta = cache.lookup() if prepared_cache else None
     raw = _read(path, is_gguf) if meta is None else None
     if meta is None:
         assert raw is not None
@@ -137,8 +141,9 @@ def load_model(
     if params is None:
         raw = raw or _read(path, is_gguf)
         params = _prepare(family.convert(raw.tensors, config), shapes, shardings, progress)
-        log.info("saving prepared parameters to %s", cache.entry)
-        cache.save(params, meta)
+        if prepared_cache:
+            log.info("saving prepared parameters to %s", cache.entry)
+            cache.save(params, meta)
     if quantization == "auto":
         quantization = resolve_quantization(meta["projection_blocks"], mesh)
     if quantization != "none":

@@ -62,9 +62,13 @@ def running_server(
 
 @contextmanager
 def running_process(
-    tmp_path_factory: pytest.TempPathFactory, args: list[str], headers: Mapping[str, str] | None = None
-) -> Iterator[tuple[str, int]]:
-    """`running_server`'s base URL, and the server's process id."""
+    tmp_path_factory: pytest.TempPathFactory,
+    args: list[str],
+    headers: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`running_server`'s base URL, and the server's process (a test may stop it itself); `env`
+    adds to its environment."""
     port = free_port()
     log = (tmp_path_factory.mktemp("serve") / "serve.log").open("wb")
     process = subprocess.Popen(
@@ -72,7 +76,7 @@ def running_process(
         cwd=tmp_path_factory.mktemp("cwd"),
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **fresh_prefix_cache(tmp_path_factory)},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **fresh_prefix_cache(tmp_path_factory), **(env or {})},
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -81,9 +85,10 @@ def running_process(
             assert process.poll() is None, Path(log.name).read_text(errors="replace")[-4000:]
             assert time.monotonic() < deadline, "the server did not become ready"
             time.sleep(1)
-        yield base, process.pid
+        yield base, process
     finally:
-        process.send_signal(signal.SIGINT)
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
         try:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:

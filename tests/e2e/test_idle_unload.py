@@ -4,6 +4,7 @@ is answered, its first token waiting for the load."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ IDLE_S = 2
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     args = ["--ctx", "512", "--decode-lanes", "2", "--idle-unload", str(IDLE_S), "--kv-memory", "268435456"]
     with running_process(tmp_path_factory, args) as running:
         yield running
@@ -37,15 +38,15 @@ def wait_for_state(base: str, state: str, timeout: float) -> None:
         time.sleep(0.2)
 
 
-def test_an_idle_model_is_unloaded_and_the_next_request_loads_it(served: tuple[str, int]) -> None:
-    base, pid = served
+def test_an_idle_model_is_unloaded_and_the_next_request_loads_it(served: tuple[str, subprocess.Popen[bytes]]) -> None:
+    base, process = served
     body = {"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0}
     before = httpx.post(f"{base}/v1/completions", json=body, timeout=300).json()["choices"][0]["text"]
-    loaded = resident_bytes(pid)
+    loaded = resident_bytes(process.pid)
     wait_for_state(base, "unloaded", IDLE_S + 60)
     assert httpx.get(f"{base}/v1/models", timeout=5).json()["data"][0]["status"] == "unloaded"
     time.sleep(1)
-    unloaded = resident_bytes(pid)
+    unloaded = resident_bytes(process.pid)
     print(f"resident: {loaded / 2**20:.0f} MiB loaded, {unloaded / 2**20:.0f} MiB unloaded")
     assert loaded - unloaded > 200 * 2**20  # the KV pool (256 MiB) at least went back
     again = httpx.post(f"{base}/v1/completions", json=body, timeout=600)

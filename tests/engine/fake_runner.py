@@ -86,6 +86,8 @@ class FakeRunner:
         self.draft_tokens = config.draft_tokens
         self.draft_rows = config.draft_rows if config.draft_tokens > 0 else 0
         self.adapter_slots, self.adapter_rank = config.max_loras, config.max_lora_rank
+        self.idle_interval: float | None = None
+        self.idles = 0  # calls of `idle`
         self.model: Model = next_token
         self.gate = threading.Event()
         self.gate.set()
@@ -114,6 +116,10 @@ class FakeRunner:
 
     def failure_kind(self, error: BaseException) -> Literal["fault", "panicked"]:
         return "fault" if isinstance(error, FakeDeviceError) else "panicked"
+
+    def idle(self) -> None:
+        self.idles += 1
+        self._step("idle", 0)
 
     def close(self) -> None:
         pass

@@ -269,6 +269,29 @@ def test_death_fails_every_request_with_its_cause(error: Exception, kind: str) -
         engine.shutdown()
 
 
+def test_an_idle_engine_calls_its_runners_idle_and_dies_of_what_it_raises() -> None:
+    """A process group's keep-alive (engine/mirrored_runner.py): an idle engine thread wakes every
+    `idle_interval`; a follower found dead then ends the engine as a fault."""
+    per_row = math.ceil(CONTEXT / CONFIG.page_size)
+    pages = per_row * CONFIG.decode_lanes + CONFIG.decode_lanes + 1
+    runner = FakeRunner(CONFIG, pages, CONTEXT)
+    runner.idle_interval = 0.01
+    engine = Engine(runner, pages, CONFIG, frozenset(), lambda *_: None, DISK_NAMESPACE)
+    try:
+        assert generate(engine, request(prompt(31, 5), 3)).failed is None
+        deadline = time.monotonic() + 10
+        while runner.idles < 3:
+            assert time.monotonic() < deadline, "the idle engine never called idle"
+            time.sleep(0.01)
+        runner.fail_with = FakeDeviceError("process 1 left")
+        while engine.state != "dead":
+            assert time.monotonic() < deadline, "a failing idle did not end the engine"
+            time.sleep(0.01)
+        assert engine.failure == ("fault", "FakeDeviceError: process 1 left")
+    finally:
+        engine.shutdown()
+
+
 class EvenTokens:
     """A grammar of `length` even tokens: the fake draws only what the mask allows."""
 
