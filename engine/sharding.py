@@ -53,6 +53,11 @@ def shardings_for(shapes: Any, logical_specs: Any, mesh: Mesh) -> Any:
     )
 
 
-def place(host: np.ndarray, sharding: NamedSharding) -> jax.Array:
-    """Copies only each device's slice of `host` to that device (no full copy per device)."""
-    return jax.make_array_from_callback(host.shape, sharding, lambda index: np.ascontiguousarray(host[index]))
+def place(host: np.ndarray, sharding: NamedSharding, dtype: Any = None) -> jax.Array:
+    """Reads only the slices of `host` that this process's devices hold, each cast to `dtype` on
+    its own, and copies each to its device. `host` may be a lazy view (a memory-mapped file's
+    tensor, transposed or reshaped): in a process group (engine/process_group.py) every process
+    then reads only its own shards of the checkpoint, and host memory holds one slice at a time."""
+    return jax.make_array_from_callback(
+        host.shape, sharding, lambda index: np.ascontiguousarray(host[index], dtype=dtype or host.dtype)
+    )

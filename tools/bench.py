@@ -504,10 +504,17 @@ def main() -> int:
     parser.add_argument("--no-long", dest="long", action="store_false", help="skip the long-context figures")
     parser.add_argument("--write", type=Path, default=REPO / "docs" / "BENCHMARKS.md")
     parser.add_argument("--section", default="main", help="which marked section of --write this run replaces")
+    parser.add_argument("--plan", action="store_true", help="print what would be measured, measure nothing")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     model = args.model or default_model_path()
+    if args.plan:
+        servers = [server for server in ("pooled", "llama-server") if args.only in (None, server)]
+        long = "with" if args.long else "without"
+        print(f"bench plan: {', '.join(servers)} on {model} ({model.stat().st_size} bytes), {args.rounds} round(s),")
+        print(f"  {long} the long-context figures, pooled flags {args.pooled_args!r}, into {args.write} [{args.section}]")
+        return 0
     tokenizer = Tokenizer.from_gguf_file(model)
     (REPO / ".cache").mkdir(exist_ok=True)
 

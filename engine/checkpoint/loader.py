@@ -278,7 +278,7 @@ def _place_entry(name: str, host: Any, shapes: Any, shardings: Any) -> Any:
             raise CheckpointError(
                 f"parameter {_name(name, key)} has shape {tuple(tensor.shape)} but the config implies {shape.shape}"
             )
-        placed.append(place(np.asarray(tensor).astype(shape.dtype), sharding))
+        placed.append(place(np.asarray(tensor), sharding, shape.dtype))  # a view: read slice by slice
     return jax.tree_util.tree_unflatten(jax.tree.structure(shapes), placed)
 
 

@@ -100,7 +100,11 @@ def _build() -> Path:
 
 @functools.cache
 def available() -> bool:
-    """Whether the kernels can be called on CPU (built and registered once per process)."""
+    """Whether the kernels can be called on CPU (built and registered once per process). Off the
+    CPU (a GPU or TPU backend) they are not built: XLA's own ops (or Pallas) run there."""
+    if jax.default_backend() != "cpu":
+        log.info("native CPU kernels skipped on the %s backend", jax.default_backend())
+        return False
     try:
         library = ctypes.cdll.LoadLibrary(str(_build()))
     except (OSError, RuntimeError, subprocess.CalledProcessError) as error:

@@ -18,7 +18,10 @@ jax.config.update("jax_num_cpu_devices", 4)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
+
 from engine.checkpoint.loader import LoadedModel, load_model  # noqa: E402
+from engine.sharding import place  # noqa: E402
 from tests.engine.tiny_checkpoints import build_tiny_checkpoint, tiny_prompt  # noqa: E402
 
 
@@ -28,10 +31,32 @@ def logits(model: LoadedModel) -> np.ndarray:
     return np.asarray(model.forward(jnp.asarray(tokens), jnp.asarray(positions))[0])
 
 
+class Recording:
+    """A host tensor that records the slices read from it (a lazy, memory-mapped one's stand-in)."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values, self.shape, self.dtype = values, values.shape, values.dtype
+        self.read: list[tuple[int, ...]] = []
+
+    def __getitem__(self, index: tuple[slice, ...]) -> np.ndarray:
+        part = self.values[index]
+        self.read.append(part.shape)
+        return part
+
+
+def placed_slices() -> dict[str, object]:
+    """What `place` reads of a [8, 6] float64 tensor split over 4 devices by rows, cast to float32."""
+    values = np.arange(48, dtype=np.float64).reshape(8, 6)
+    host = Recording(values)
+    sharding = NamedSharding(Mesh(np.array(jax.devices()), ("tp",)), PartitionSpec("tp", None))
+    placed = place(host, sharding, np.float32)  # type: ignore[arg-type]
+    return {"read": sorted(host.read), "equal": bool((np.asarray(placed) == values).all()), "dtype": str(placed.dtype)}
+
+
 def main(names: list[str]) -> None:
     devices = jax.devices()
     assert len(devices) == 4, devices
-    report = {}
+    report: dict[str, object] = {"place": placed_slices()}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             checkpoint = build_tiny_checkpoint(name, Path(tmp) / name)

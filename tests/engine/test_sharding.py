@@ -23,6 +23,8 @@ def test_tensor_parallel_matches_single_device() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
 
+    # Each device's rows alone are read (and cast): a process group's process reads only its shards.
+    assert report.pop("place") == {"read": [[2, 6]] * 4, "equal": True, "dtype": "float32"}
     for name, model in report.items():
         assert model["restored_from_cache"], name
         assert model["max_diff_fresh"] < 1e-4, (name, model)  # only the summation order differs
