@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_FLAGS ?=
 
-.PHONY: setup generate serve test browser bench soak agents lint reference
+.PHONY: setup generate serve test test-packages bench soak agents lint reference
 
 setup: $(STAMP)
 
@@ -30,15 +30,17 @@ serve: generate
 	$(BIN)/pooled serve $(SERVE_DEFAULTS) $(ARGS)
 
 # No `generate` here: the tests check that the committed generated/ matches spec/.
-test: $(STAMP) browser
+test: $(STAMP) test-packages
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)
 
-# Debian's chromium for the Playground's browser tests (tests/ui/), which Playwright drives;
-# Playwright's own browser download is never used. Needs root and apt-get; where it cannot
-# install, the browser tests are skipped and say so.
-browser:
-	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium) || \
-		echo "chromium could not be installed: the browser tests (tests/ui/) will be skipped"
+# Debian's packages the tests drive: chromium for the Playground's browser tests (tests/ui/;
+# Playwright's own browser download is never used) and nginx for replicas behind a balancer
+# (tests/e2e/test_replicas.py). Needs root and apt-get; where they cannot install, those tests
+# are skipped and say so.
+TEST_PACKAGES := $(if $(wildcard /usr/bin/chromium),,chromium) $(if $(wildcard /usr/sbin/nginx),,nginx-light)
+test-packages:
+	test -z "$(strip $(TEST_PACKAGES))" || (apt-get update && apt-get install -y $(TEST_PACKAGES)) || \
+		echo "$(TEST_PACKAGES) could not be installed: the tests that drive them will be skipped"
 
 # EMBEDDING_ARGS go to the embeddings figures (tools/embedding_bench.py), LORA_ARGS to the LoRA
 # ones (tools/lora_bench.py), e.g. --write docs/BENCHMARKS.md.

@@ -1331,6 +1331,10 @@ class Config(BaseModel):
     """
     `--metrics-bind` (restart)
     """
+    allow_host: list[str]
+    """
+    `--allow-host` (restart)
+    """
     allow_origin: list[str]
     """
     `--allow-origin` (live)
@@ -1567,6 +1571,7 @@ class ConfigOrigins(BaseModel):
     port: ConfigOrigin
     api_key: ConfigOrigin
     metrics_bind: ConfigOrigin
+    allow_host: ConfigOrigin
     allow_origin: ConfigOrigin
     max_body: ConfigOrigin
     max_queue: ConfigOrigin

@@ -55,8 +55,10 @@ class Guards:
         self.settings = settings
         fixed = AccessRules(frozenset(settings.allow_origin), settings.max_body)
         self.access = access or (lambda: fixed)
-        self.allowed_hosts = frozenset(f"{name}:{settings.port}" for name in settings.local_names) | (
-            frozenset(settings.local_names) if settings.port == 80 else frozenset()
+        self.allowed_hosts = (
+            frozenset(f"{name}:{settings.port}" for name in settings.local_names)
+            | (frozenset(settings.local_names) if settings.port == 80 else frozenset())
+            | frozenset(settings.allow_host)
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -99,7 +101,7 @@ class Guards:
 
     def _foreign(self, headers: Headers) -> tuple[str, str] | None:
         """(code, message) when a request from this Host or Origin is refused, else None."""
-        host = headers.get("host", "")
+        host = headers.get("host", "").lower()
         if host not in self.allowed_hosts:
             port = self.settings.port
             return "forbidden_host", f"Host '{host}' is not this server; use 127.0.0.1:{port} or localhost:{port}."

@@ -219,6 +219,15 @@ def origins() -> Parser:
     return Parser("origins", "list", _origins, what="a list of origins (scheme://host[:port])")
 
 
+def _hosts(value: str) -> tuple[str, ...]:
+    return tuple(host.strip().lower() for host in value.split(",") if host.strip())
+
+
+def hosts() -> Parser:
+    """Host header values (NAME or NAME:PORT), comma-separated as text, a list of strings as data."""
+    return Parser("hosts", "list", _hosts, what="a list of hosts (NAME or NAME:PORT)")
+
+
 class SettingsError(Exception):
     """A setting that cannot be read at start-up: the message names it and where it came from
     (the flag, the variable, or the config file and its key)."""

@@ -29,6 +29,7 @@ from pooled.setting_types import (
     SettingsError,
     boolean,
     host_port,
+    hosts,
     integer,
     named,
     number,
@@ -230,6 +231,14 @@ class Settings:
         host_port(nullable=True),
         "HOST:PORT of a second listener that serves only /metrics/prometheus (for a scraper on another "
         "address; the API key, when set, is needed there too); none by default.",
+        change="restart",
+    )
+    allow_host: tuple[str, ...] = setting(
+        (),
+        hosts(),
+        "Comma-separated Host header values accepted besides the server's own (NAME or NAME:PORT, as the "
+        "client sends it): the name of a load balancer or service in front of replicas (docs/deploy.md); "
+        "none by default.",
         change="restart",
     )
     allow_origin: tuple[str, ...] = setting(

@@ -513,7 +513,9 @@ def main() -> int:
         servers = [server for server in ("pooled", "llama-server") if args.only in (None, server)]
         long = "with" if args.long else "without"
         print(f"bench plan: {', '.join(servers)} on {model} ({model.stat().st_size} bytes), {args.rounds} round(s),")
-        print(f"  {long} the long-context figures, pooled flags {args.pooled_args!r}, into {args.write} [{args.section}]")
+        print(
+            f"  {long} the long-context figures, pooled flags {args.pooled_args!r}, into {args.write} [{args.section}]"
+        )
         return 0
     tokenizer = Tokenizer.from_gguf_file(model)
     (REPO / ".cache").mkdir(exist_ok=True)

@@ -17,7 +17,6 @@ jax.config.update("jax_num_cpu_devices", 4)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
 from engine.checkpoint.loader import LoadedModel, load_model  # noqa: E402

@@ -58,6 +58,14 @@ def test_wrong_port_in_host_is_refused(client: TestClient) -> None:
     assert client.get("/health", headers={"host": "127.0.0.1:9999"}).status_code == 403
 
 
+def test_allow_host_admits_a_load_balancers_name_and_nothing_more() -> None:
+    with make_client(allow_host=("pooled.internal:8080", "pooled-lb")) as client:
+        for host in ("pooled.internal:8080", "Pooled.Internal:8080", "pooled-lb", "127.0.0.1:8080"):
+            assert client.get("/health", headers={"host": host}).status_code == 200, host
+        for host in ("pooled.internal:9090", "pooled-lb:8080", "evil.example:8080"):
+            assert client.get("/health", headers={"host": host}).status_code == 403, host
+
+
 @pytest.mark.parametrize("origin", ["http://127.0.0.1:8080", "http://localhost:8080"])
 def test_own_origin_may_post(client: TestClient, origin: str) -> None:
     response = client.post(CHAT, json=CHAT_BODY, headers={"origin": origin})

@@ -2,7 +2,7 @@
 real `pooled serve` with the default model and an API key: the page asks for the key, streams
 an answer, stops one, sends the sampling fields, shows the server view.
 
-`make test` installs chromium first (`make browser`); these tests are skipped, saying why, only
+`make test` installs chromium first (`make test-packages`); these tests are skipped, saying why, only
 where it still is not there. Playwright's own browser download is never used.
 """
 
@@ -37,7 +37,7 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "playground.png"
 
 if not CHROMIUM.exists():
-    pytest.skip(f"{CHROMIUM} is missing and could not be installed (run `make browser`)", allow_module_level=True)
+    pytest.skip(f"{CHROMIUM} is missing and could not be installed (run `make test-packages`)", allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (the dev extra)")
 
 
