@@ -11,7 +11,7 @@ A step's result stays on the device (`PromptLogits`, `Pending`): the leader hand
 a handle numbered in its calls, and a follower keeps its own result under the same number until
 the leader says to forget it (a pending step once taken; a prompt's logits at the next prefill).
 
-A grammar's mask is filled on the leader, where the grammar lives; followers get the mask.
+A grammar's mask is filled on the leader, where the grammar lives; every runner gets the mask.
 
 A collective that fails (a follower died) raises `GroupBroken` on the leader's engine thread,
 which ends the engine as a device fault: requests fail, `/health` says dead with the cause.
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -114,7 +115,7 @@ class LeaderRunner:
     def buckets(self) -> tuple[Bucket, ...]:
         return self._local.buckets()
 
-    def watch_compiles(self, thread: Any) -> None:
+    def watch_compiles(self, thread: threading.Thread) -> None:
         self._local.watch_compiles(thread)
 
     def compiles_after_startup(self) -> int:
@@ -153,19 +154,16 @@ class LeaderRunner:
         return PromptLogits(_Handle(number, self._call(Call("prefill", (list(chunks),), number))))
 
     def first_tokens(self, logits: PromptLogits, index: int, rows: Sequence[DecodeRow]) -> Drawn:
-        handle = _handle(logits)
-        call = Call("first_tokens", (Kept(handle.number), index, self._sent_rows(rows)))
-        drawn: Drawn = self._call(call, local_args=(handle.local, index, rows))
+        handle, sent = _handle(logits), self._sent_rows(rows)
+        drawn: Drawn = self._call(Call("first_tokens", (Kept(handle.number), index, sent)), (handle.local, index, sent))
         return drawn
 
     def generate(self, rows: Sequence[DecodeRow], chained: Pending | None = None) -> Pending:
         number = self._number()
         previous = None if chained is None else _handle(chained)
-        sent = (self._sent_rows(rows), None if previous is None else Kept(previous.number))
-        local = self._call(
-            Call("generate", sent, number), local_args=(rows, None if previous is None else previous.local)
-        )
-        return Pending(_Handle(number, local))
+        sent = self._sent_rows(rows)
+        call = Call("generate", (sent, None if previous is None else Kept(previous.number)), number)
+        return Pending(_Handle(number, self._call(call, (sent, None if previous is None else previous.local))))
 
     def take(self, step: Pending) -> Drawn:
         handle = _handle(step)
@@ -191,7 +189,7 @@ class LeaderRunner:
         return self._numbers
 
     def _sent_rows(self, rows: Sequence[DecodeRow]) -> list[DecodeRow]:
-        """The rows as followers get them: a grammar's mask filled in here."""
+        """The rows as every process's runner gets them: a grammar's mask filled once, here."""
         sent = []
         for row in rows:
             if row.constraint is not None:
@@ -203,7 +201,7 @@ class LeaderRunner:
 
     def _call(self, call: Call | None, local_args: tuple[Any, ...] | None = None) -> Any:
         """Sends the queued calls and `call`, then makes them here (`call` with `local_args` when
-        given: the leader's own handles and grammars)."""
+        given: the leader's own results in place of their numbers)."""
         queued, self._queued = self._queued, []
         with self._group_errors():
             self._channel.send(Calls(tuple(queued) if call is None else (*queued, call)))

@@ -116,7 +116,7 @@ def test_calls_cross_in_order_with_their_results_named_and_masks_filled() -> Non
     assert isinstance(mask, FilledMask) and (mask.words == np.int32(0x55555555)).all()
     assert on_step.args[1] == Kept(plain.keep) and forget.args == (plain.keep,)
 
-    # The leader made the same calls, on its own objects: the grammar itself, its own results.
+    # The leader made the same calls, on its own results (and the same filled mask).
     assert [verb for verb, _ in local.calls] == [
         "compile",
         "insert",
@@ -127,7 +127,7 @@ def test_calls_cross_in_order_with_their_results_named_and_masks_filled() -> Non
         "generate",
         "take",
     ]
-    assert local.calls[4][1][0] is local.results[3] and local.calls[4][1][2][0].constraint is grammar
+    assert local.calls[4][1][0] is local.results[3] and isinstance(local.calls[4][1][2][0].constraint, FilledMask)
     assert local.calls[6][1][1] is local.results[5]
     assert chained.local is local.results[6]  # type: ignore[attr-defined]
 
