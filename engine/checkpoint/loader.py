@@ -28,7 +28,7 @@ from engine import int8, kernels
 from engine.cache_paths import cache_root
 from engine.checkpoint.prepared_cache import PreparedCache, fingerprint
 from engine.checkpoint.raw import RawCheckpoint
-from engine.checkpoint.safetensors_dir import checkpoint_files, read_safetensors_dir
+from engine.checkpoint.safetensors_dir import checkpoint_files, read_chat_template, read_safetensors_dir
 from engine.config import ModelConfig, with_context
 from engine.errors import CheckpointError
 from engine.families import Family, family_for_hf_config
@@ -165,7 +165,9 @@ def load_model(
         apply=make_forward(model),
         source=path,
         tokenizer_dir=Path(tokenizer_dir) if tokenizer_dir else None,
-        chat_template=meta["chat_template"],
+        # The cache holds prepared parameters; a directory's template is read at every load, so an
+        # edited one is served (a GGUF's lives in the fingerprinted file itself).
+        chat_template=meta["chat_template"] if is_gguf else read_chat_template(path),
         from_cache=raw is None,
         quantization=quantization,
         fingerprint=files_fingerprint,

@@ -1,5 +1,6 @@
 """The second load restores prepared parameters from the orbax cache without parsing the checkpoint."""
 
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from engine.checkpoint import loader
 from engine.checkpoint.loader import load_model
 from engine.checkpoint.prepared_cache import fingerprint
 from engine.checkpoint.safetensors_dir import checkpoint_files
+from tests.engine.tiny_checkpoints import build_tiny_checkpoint
 
 
 def test_second_load_comes_from_cache_with_identical_logits(
@@ -34,6 +36,16 @@ def test_second_load_comes_from_cache_with_identical_logits(
     np.testing.assert_array_equal(
         np.asarray(first.forward(tokens, positions)[0]), np.asarray(second.forward(tokens, positions)[0])
     )
+
+
+def test_a_chat_template_edited_after_caching_is_the_one_served(tmp_path: Path, cache_dir: Path) -> None:
+    """The cache holds prepared parameters; the template beside them is read at every load."""
+    checkpoint = build_tiny_checkpoint("llama_tied", tmp_path / "model")
+    (checkpoint / "tokenizer_config.json").write_text(json.dumps({"chat_template": "first {{ messages }}"}))
+    assert load_model(checkpoint, cache_dir=cache_dir, progress=False).chat_template == "first {{ messages }}"
+    (checkpoint / "chat_template.jinja").write_text("second {{ messages }}")
+    again = load_model(checkpoint, cache_dir=cache_dir, progress=False)
+    assert again.from_cache and again.chat_template == "second {{ messages }}"
 
 
 def test_cache_dir_comes_from_environment(
