@@ -57,7 +57,17 @@ class GrammarConstraint:
 
 def constraint_factory(tokenizer: Tokenizer, grammar: str, param: str) -> Callable[[], Constraint]:
     """Validate `grammar` now (400 naming `param` if it does not compile); build a matcher per row later."""
-    guidance = guidance_tokenizer(tokenizer)
+    if not tokenizer.stop_token_ids:
+        message = (
+            f"'{param}' needs a model that declares an end-of-sequence token (a finished grammar ends the "
+            "output with it); this model declares none"
+        )
+        raise ApiError(400, message, code="constraint_unsupported", param=param)
+    try:
+        guidance = guidance_tokenizer(tokenizer)
+    except ValueError as error:  # a tokenizer llguidance cannot read (e.g. one without a decoder)
+        message = f"'{param}' cannot be enforced with this model's tokenizer: {error}"
+        raise ApiError(400, message, code="constraint_unsupported", param=param) from error
     error = llguidance.LLMatcher.validate_grammar(grammar, guidance)
     if error:
         raise ApiError(400, f"Invalid constraint in '{param}': {error}", code="invalid_constraint", param=param)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer as BackendTokenizer
 
 from engine.tokenizer import Tokenizer
 from handlers.errors import ApiError
@@ -14,6 +15,7 @@ from handlers.generation.constraints import (
     json_schema_grammar,
 )
 from handlers.generation.tool_calls import FORMATS, HermesParser
+from tests.engine.tiny_encoders import tokenizer_json
 
 PADDING_WORDS = 3  # the engine's vocabulary may be padded past the tokenizer's
 
@@ -65,3 +67,17 @@ def test_forced_call_is_parsed_back(tokenizer: Tokenizer) -> None:
     assert not all(walk(tokenizer, grammar, text.replace("weather", "other"))[0])
     parsed = HermesParser().push(text)
     assert [(call.name, call.arguments) for call in parsed.calls] == [("weather", '{"city": "Paris"}')]
+
+
+@pytest.mark.parametrize(
+    ("eos", "says"), [((), "end-of-sequence"), ((3,), "cannot be enforced with this model's tokenizer")]
+)
+def test_a_grammar_a_models_tokenizer_cannot_carry_is_a_400(eos: tuple[int, ...], says: str) -> None:
+    """llguidance ends a finished grammar with the model's end token, and reads its tokenizer's
+    decoder: a model with no end token, or a tokenizer without a decoder, takes no grammar."""
+    backend = BackendTokenizer.from_str(tokenizer_json(decoder=True))  # a WordPiece vocabulary, no decoder
+    model_tokenizer = Tokenizer(backend, bos_token_id=None, eos_token_ids=eos)
+    with pytest.raises(ApiError) as error:
+        constraint_factory(model_tokenizer, choice_grammar(["yes", "no"]), "response_format")
+    assert error.value.status == 400 and error.value.param == "response_format"
+    assert says in error.value.message
