@@ -65,9 +65,9 @@ def constraint_factory(tokenizer: Tokenizer, grammar: str, param: str) -> Callab
         raise ApiError(400, message, code="constraint_unsupported", param=param)
     try:
         guidance = guidance_tokenizer(tokenizer)
-    except ValueError as error:  # a tokenizer llguidance cannot read (e.g. one without a decoder)
-        message = f"'{param}' cannot be enforced with this model's tokenizer: {error}"
-        raise ApiError(400, message, code="constraint_unsupported", param=param) from error
+    except ValueError as unreadable:  # a tokenizer llguidance cannot read (e.g. one without a decoder)
+        message = f"'{param}' cannot be enforced with this model's tokenizer: {unreadable}"
+        raise ApiError(400, message, code="constraint_unsupported", param=param) from unreadable
     error = llguidance.LLMatcher.validate_grammar(grammar, guidance)
     if error:
         raise ApiError(400, f"Invalid constraint in '{param}': {error}", code="invalid_constraint", param=param)
