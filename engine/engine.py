@@ -37,7 +37,7 @@ from engine.lora_adapter import LoraAdapter
 from engine.metrics import EngineStats
 from engine.mirrored_runner import LeaderRunner
 from engine.prefix_disk import PrefixDisk, namespace_digest
-from engine.process_group import Build, Channel
+from engine.process_group import Build, Lead
 from engine.rows import Sink
 from engine.runner import DeviceRunner
 from engine.runner_api import Report, Runner
@@ -97,7 +97,7 @@ class Engine:
         config: EngineConfig,
         report: Report,
         encoders: Mapping[str, EncoderRunner] | None = None,
-        group: Channel | None = None,
+        group: Lead | None = None,
     ) -> "Engine":
         """Sizes and allocates the KV page pool on the model's devices, compiles every shape
         bucket and starts the engine thread. With `group`, this process leads a process group
@@ -105,7 +105,7 @@ class Engine:
         runner and make every runner call this engine makes."""
         pages = pool_pages(model, config)
         if group is not None:
-            group.send(Build(config, pages))
+            group.channel.send(Build(config, pages))
         local = DeviceRunner(model, config, pages)
         runner: Runner = local if group is None else LeaderRunner(local, group, jax.process_count())
         namespace = namespace_digest(

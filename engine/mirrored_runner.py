@@ -16,11 +16,15 @@ A grammar's mask is filled on the leader, where the grammar lives; every runner 
 A collective that fails (a follower died) raises `GroupBroken` on the leader's engine thread,
 which ends the engine as a device fault: requests fail, `/health` says dead with the cause.
 While the engine is idle its thread sends an empty message every KEEPALIVE_S, so a follower that
-died is found then too, and the followers' links never sit idle past a transport's timeout.
+died is found then too, and the followers' links never sit idle past a transport's timeout. A
+follower that stops answering without dying (stopped, or its link dropping packets) fails no
+collective: the leader's call just never returns. A watchdog, as NCCL's in PyTorch, counts a call
+that runs past the lead's `step_timeout_s` as a hung group and calls its `on_hang` (the server
+logs the cause and exits 1, for a supervisor to restart the group).
 
 Threads: `LeaderRunner` follows `engine.runner_api`'s rules (its calls on the engine thread;
-`compile` on the building thread, `close` once the engine thread has ended). `follow` runs on a
-follower's main thread.
+`compile` on the building thread, `close` once the engine thread has ended); its watchdog thread
+only reads when the call in progress began. `follow` runs on a follower's main thread.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,7 +44,7 @@ import numpy as np
 from engine.checkpoint.loader import LoadedModel
 from engine.lora_adapter import LoraAdapter
 from engine.metrics import Bucket
-from engine.process_group import Build, Call, Calls, Channel, GroupLoadFailed, Kept, Load, Release, Stop, agree
+from engine.process_group import Build, Call, Calls, Channel, GroupLoadFailed, Kept, Lead, Load, Release, Stop, agree
 from engine.runner import DeviceRunner, failure_kind
 from engine.runner_api import DecodeRow, Drawn, InsertedRow, Pending, PrefillChunk, PromptLogits, Report
 
@@ -47,6 +52,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 KEEPALIVE_S = 5.0
+WATCH_INTERVAL_S = 1.0
 # The verbs a follower makes on its runner; "forget" drops a kept result.
 MIRRORED = frozenset(
     {
@@ -95,8 +101,8 @@ class FilledMask:
 class LeaderRunner:
     """Process 0's runner: the scheduler's calls, mirrored to every follower (engine.runner_api.Runner)."""
 
-    def __init__(self, local: DeviceRunner, channel: Channel, processes: int) -> None:
-        self._local, self._channel, self._processes = local, channel, processes
+    def __init__(self, local: DeviceRunner, lead: Lead, processes: int) -> None:
+        self._local, self._lead, self._channel, self._processes = local, lead, lead.channel, processes
         self.lanes, self.page_size, self.max_context = local.lanes, local.page_size, local.max_context
         self.batched_chunk, self.page_bytes = local.batched_chunk, local.page_bytes
         self.draft_tokens, self.draft_rows = local.draft_tokens, local.draft_rows
@@ -106,6 +112,9 @@ class LeaderRunner:
         self._numbers = 0
         self._prompt_logits: int | None = None
         self._mask_words = local.mask_words
+        self._call_began: float | None = None  # when the call in progress began (None: none)
+        self._closed = threading.Event()
+        threading.Thread(target=self._watch, name="group-watchdog", daemon=True).start()
 
     # --- start-up and stats: the building thread, or any thread --------------------------------
 
@@ -125,6 +134,7 @@ class LeaderRunner:
         return "fault" if isinstance(error, GroupBroken) else failure_kind(error)
 
     def close(self) -> None:
+        self._closed.set()
         self._local.close()
         try:
             self._channel.send(Release())
@@ -168,7 +178,7 @@ class LeaderRunner:
     def take(self, step: Pending) -> Drawn:
         handle = _handle(step)
         self._queued.append(Call("forget", (handle.number,)))
-        with self._group_errors():
+        with self._group_errors(), self._watched():
             return self._local.take(handle.local)
 
     def read_pages(self, pages: Sequence[int]) -> list[bytes]:
@@ -203,7 +213,8 @@ class LeaderRunner:
         """Sends the queued calls and `call`, then makes them here (`call` with `local_args` when
         given: the leader's own results in place of their numbers)."""
         queued, self._queued = self._queued, []
-        with self._group_errors():
+        compiling = call is not None and call.verb == "compile"  # minutes, on a big model: not a hang
+        with self._group_errors(), self._watched(not compiling):
             self._channel.send(Calls(tuple(queued) if call is None else (*queued, call)))
             for earlier in queued:
                 if earlier.verb != "forget":
@@ -211,6 +222,24 @@ class LeaderRunner:
             if call is None:
                 return None
             return getattr(self._local, call.verb)(*(call.args if local_args is None else local_args))
+
+    @contextmanager
+    def _watched(self, watched: bool = True) -> Iterator[None]:
+        self._call_began = time.monotonic() if watched else None
+        try:
+            yield
+        finally:
+            self._call_began = None
+
+    def _watch(self) -> None:
+        while not self._closed.wait(WATCH_INTERVAL_S):
+            began = self._call_began
+            if began is not None and time.monotonic() - began > self._lead.step_timeout_s:
+                self._lead.on_hang(
+                    f"a call of the group of {self._processes} processes has not returned in "
+                    f"{self._lead.step_timeout_s:g} s: a process stopped answering"
+                )
+                return
 
     @contextmanager
     def _group_errors(self) -> Iterator[None]:

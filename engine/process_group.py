@@ -22,6 +22,7 @@ import logging
 import pickle
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,6 +180,16 @@ def agree(error: str | None) -> None:
     failures = {i: reason for i, reason in failures.items() if reason}
     if failures:
         raise GroupLoadFailed("; ".join(f"process {i}: {reason}" for i, reason in sorted(failures.items())))
+
+
+@dataclass(frozen=True)
+class Lead:
+    """Process 0's side of a group: the channel, and what to do when a step hangs (a process
+    stopped answering: no collective can finish, and none ever fails)."""
+
+    channel: Channel
+    step_timeout_s: float
+    on_hang: Callable[[str], None]
 
 
 class GroupLoadFailed(Exception):

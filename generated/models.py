@@ -1415,6 +1415,10 @@ class Config(BaseModel):
     """
     `--process-id` (restart)
     """
+    group_step_timeout: Annotated[StrictFloat, Field(gt=0.0)]
+    """
+    `--group-step-timeout` (restart)
+    """
     group_heartbeat_timeout: Annotated[StrictInt, Field(ge=1)]
     """
     `--group-heartbeat-timeout` (restart)
@@ -1592,6 +1596,7 @@ class ConfigOrigins(BaseModel):
     coordinator: ConfigOrigin
     num_processes: ConfigOrigin
     process_id: ConfigOrigin
+    group_step_timeout: ConfigOrigin
     group_heartbeat_timeout: ConfigOrigin
     stored_responses: ConfigOrigin
     stored_responses_bytes: ConfigOrigin

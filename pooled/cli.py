@@ -38,7 +38,7 @@ def serve(loaded: settings_module.LoadedSettings) -> int:
     from pooled.catalog import CatalogError, load_catalog
     from pooled.config_service import host_reloader
     from pooled.downloads import Downloader
-    from pooled.group_serving import follow_leader, group_spec, join_group, stop_group
+    from pooled.group_serving import follow_leader, group_spec, join_group, lead, stop_group
     from pooled.live_settings import LiveSettings
     from pooled.loading import load_serving
     from pooled.model_host import ModelHost, ModelNotFound
@@ -58,7 +58,7 @@ def serve(loaded: settings_module.LoadedSettings) -> int:
     except (ModelNotFound, CatalogError) as error:
         log.error("%s", error)
         return 2
-    loader = load_serving if group is None else functools.partial(load_serving, group=group)
+    loader = load_serving if group is None else functools.partial(load_serving, group=lead(group, settings))
     host = ModelHost(settings, path, loader, lambda: print(banner(context), flush=True), model_id)
     downloader = Downloader(models_dir, settings.download_retries, stall_timeout_s=settings.download_stall_timeout)
     library = FolderLibrary(host, catalog, models_dir, downloader, settings.switch_allow_implicit)

@@ -15,7 +15,7 @@ import os
 import jax
 
 from engine.mirrored_runner import follow
-from engine.process_group import Channel, GroupSpec, Stop, is_leader, join, leave
+from engine.process_group import Channel, GroupSpec, Lead, Stop, is_leader, join, leave
 from pooled.loading import follower_model, use_compilation_cache
 from pooled.settings import Settings
 
@@ -38,6 +38,19 @@ def join_group(spec: GroupSpec) -> Channel:
     channel = Channel()
     channel.warm()
     return channel
+
+
+def lead(channel: Channel, settings: Settings) -> Lead:
+    """Process 0's side of the group, for its model loads (pooled/loading.py)."""
+    return Lead(channel, settings.group_step_timeout, exit_hung)
+
+
+def exit_hung(reason: str) -> None:
+    """A hung group cannot finish a step, drain or stop: exit 1 for a supervisor to restart it (the
+    followers exit once their links to this process close)."""
+    log.critical("the process group hung (%s); exiting", reason)
+    logging.shutdown()
+    os._exit(1)
 
 
 def follow_leader(channel: Channel) -> int:

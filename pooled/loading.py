@@ -23,7 +23,7 @@ from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
 from engine.mirrored_runner import lead_load
-from engine.process_group import Channel, in_group
+from engine.process_group import Lead, in_group
 from engine.tokenizer import ChatTemplate, Tokenizer
 from pooled.adapter_admin import EngineAdapters
 from pooled.context_policy import ServedContext, served_context
@@ -191,16 +191,15 @@ def check_group_serving(path: Path, settings: Settings) -> None:
 
 
 def load_serving(
-    path: Path, settings: Settings, report: Callable[[str, int, int], None], group: Channel | None = None
+    path: Path, settings: Settings, report: Callable[[str, int, int], None], group: Lead | None = None
 ) -> Loaded:
     """The model at `path`, served; with `group`, led over a process group (engine/process_group.py)."""
     use_compilation_cache()
     report("loading weights", 0, 1)
     if group is not None:
         check_group_serving(path, settings)
-        checkpoint, config, context = lead_load(
-            group, GroupLoad(path, settings), lambda: load_generation(path, settings)
-        )
+        spec = GroupLoad(path, settings)
+        checkpoint, config, context = lead_load(group.channel, spec, lambda: load_generation(path, settings))
     elif is_encoder_checkpoint(path) or is_embedding_decoder(path):
         return load_encoder_serving(path, settings, report)
     else:

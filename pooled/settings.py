@@ -377,6 +377,14 @@ class Settings:
         "default: what JAX detects.",
         change="restart",
     )
+    group_step_timeout: float = setting(
+        300.0,
+        number(above=0),
+        "Seconds one call of process 0's runner may take before the group counts as hung (a process stopped "
+        "answering without dying, so no collective ever fails): process 0 logs the cause and exits 1, as "
+        "NCCL's watchdog does, for a supervisor to restart the group. Compiling does not count.",
+        change="restart",
+    )
     group_heartbeat_timeout: int = setting(
         100,
         integer(minimum=1),

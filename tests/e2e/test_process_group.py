@@ -42,9 +42,9 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @contextmanager
 def group(
-    tmp_path_factory: pytest.TempPathFactory, model: Path
+    tmp_path_factory: pytest.TempPathFactory, model: Path, *leader_args: str
 ) -> Iterator[tuple[str, subprocess.Popen[bytes], subprocess.Popen[bytes]]]:
-    """Process 0 (the server: base URL and process) and process 1, once the group answers."""
+    """Process 0 (the server, with `leader_args`: base URL and process) and process 1, once the group answers."""
     joined = ["--coordinator", f"127.0.0.1:{free_port()}", "--num-processes", "2"]
     env = {**os.environ, **ON_CPU, "JAX_NUM_CPU_DEVICES": "2", "PYTHONUNBUFFERED": "1"}
     log = (tmp_path_factory.mktemp("follower") / "follower.log").open("wb")
@@ -54,12 +54,13 @@ def group(
         stderr=subprocess.STDOUT,
         env=env,
     )
-    args = ["--model", str(model), *ENGINE, *joined, "--process-id", "0"]
+    args = ["--model", str(model), *ENGINE, *joined, "--process-id", "0", *leader_args]
     try:
         with running_process(tmp_path_factory, args, env={**ON_CPU, "JAX_NUM_CPU_DEVICES": "2"}) as (base, leader):
             yield base, leader, follower
     finally:
         if follower.poll() is None:
+            follower.send_signal(signal.SIGCONT)
             follower.kill()
         follower.wait()
         log.close()
@@ -137,10 +138,37 @@ def test_a_follower_killed_mid_stream_ends_the_stream_with_an_error_and_the_grou
         assert leader.wait(60) == 1  # it did not serve to the end: a supervisor must see that
 
 
+def test_a_follower_that_stops_answering_makes_process_0_exit(
+    tmp_path_factory: pytest.TempPathFactory, model: Path
+) -> None:
+    """Stopped, not dead, a follower fails no collective: process 0's watchdog ends the group."""
+    with group(tmp_path_factory, model, "--group-step-timeout", "3") as (base, leader, follower):
+        streamed: dict[str, Any] = {}
+        started = threading.Event()
+        worker = threading.Thread(target=stream, args=(base, 230, streamed, started))
+        worker.start()
+        assert started.wait(60)
+        follower.send_signal(signal.SIGSTOP)
+        assert leader.wait(60) == 1
+        worker.join(60)
+        assert streamed["finish"] is None and streamed["error"] is not None, streamed  # cut, not finished
+        follower.send_signal(signal.SIGCONT)
+        # Its leader is gone: it fails (JAX's coordination client aborts it once the coordinator goes).
+        assert follower.wait(60) != 0
+
+
 def stream(base: str, tokens: int, seen: dict[str, Any], started: threading.Event) -> None:
-    """A streamed completion of `tokens` tokens: its finish reason, or the error event that ended it."""
+    """A streamed completion of `tokens` tokens: its finish reason, or the error event (or the
+    broken connection) that ended it."""
     body = {"prompt": PROMPTS[1], "max_tokens": tokens, "temperature": 0, "ignore_eos": True, "stream": True}
     seen.update(finish=None, error=None, chunks=0)
+    try:
+        read_stream(base, body, seen, started)
+    except httpx.TransportError as error:
+        seen["error"] = f"{type(error).__name__}: {error}"
+
+
+def read_stream(base: str, body: dict[str, Any], seen: dict[str, Any], started: threading.Event) -> None:
     with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=300) as answer:
         assert answer.status_code == 200
         for line in answer.iter_lines():

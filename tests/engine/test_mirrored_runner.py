@@ -6,14 +6,16 @@ test doubles; tests/e2e/test_process_group.py runs the real thing over two proce
 from __future__ import annotations
 
 import pickle
+import time
 from typing import Any
 
 import numpy as np
 import pytest
 
+from engine import mirrored_runner
 from engine.api import SamplingParams
 from engine.mirrored_runner import FilledMask, LeaderRunner, _Follower
-from engine.process_group import Call, Calls, Kept, Message
+from engine.process_group import Call, Calls, Kept, Lead, Message, Release
 from engine.runner_api import DecodeRow, Drawn, InsertedRow, PrefillChunk
 
 
@@ -54,6 +56,9 @@ class RecordingRunner:
     def generate(self, rows: list[DecodeRow], chained: object | None = None) -> object:
         return self._record("generate", rows, chained)
 
+    def close(self) -> None:
+        pass
+
     def take(self, step: object) -> Drawn:
         self._record("take", step)
         return Drawn(np.zeros((1, 1), np.int32), np.ones(1, np.int32), None)
@@ -81,8 +86,8 @@ class EvenTokens:
 
 
 def test_calls_cross_in_order_with_their_results_named_and_masks_filled() -> None:
-    local, wire = RecordingRunner(), Wire()
-    leader = LeaderRunner(local, wire, 2)  # type: ignore[arg-type]
+    local, wire, hangs = RecordingRunner(), Wire(), list[str]()
+    leader = LeaderRunner(local, Lead(wire, 60.0, hangs.append), 2)  # type: ignore[arg-type]
     reports: list[str] = []
     leader.compile(lambda what, done, total: reports.append(what))
     row = InsertedRow([1, 2], SamplingParams(temperature=0), 7, [3, 4, 5], [])
@@ -98,7 +103,8 @@ def test_calls_cross_in_order_with_their_results_named_and_masks_filled() -> Non
     leader.take(step)
     leader.idle()
 
-    assert reports == ["compiled"]
+    leader.close()
+    assert reports == ["compiled"] and hangs == []
     sent = [call for message in wire.messages if isinstance(message, Calls) for call in message.calls]
     assert [call.verb for call in sent] == [
         "compile",
@@ -144,3 +150,28 @@ def test_a_follower_refuses_a_call_it_does_not_know() -> None:
     follower = _Follower(RecordingRunner())  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="__init__"):
         follower.make([Call("__init__", ())])
+
+
+class SlowRunner(RecordingRunner):
+    """Each call takes `delay_s`: a follower that stopped answering holds the leader's collective so."""
+
+    delay_s = 0.4
+
+    def compile(self, report: Any) -> None:
+        time.sleep(self.delay_s)
+
+    def prefill(self, chunks: list[PrefillChunk]) -> object:
+        time.sleep(self.delay_s)
+        return super().prefill(chunks)
+
+
+def test_a_call_past_the_step_timeout_is_a_hung_group_and_compiling_is_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mirrored_runner, "WATCH_INTERVAL_S", 0.02)
+    wire, hangs = Wire(), list[str]()
+    leader = LeaderRunner(SlowRunner(), Lead(wire, 0.1, hangs.append), 2)  # type: ignore[arg-type]
+    leader.compile(lambda *_: None)
+    assert hangs == []  # a long compile is not a hang
+    leader.prefill([PrefillChunk([1], 0, [1])])
+    assert len(hangs) == 1 and "has not returned in 0.1 s" in hangs[0]
+    leader.close()
+    assert isinstance(wire.messages[-1], Release)
