@@ -59,8 +59,8 @@ soak: $(STAMP)
 	$(BIN)/python tools/soak.py $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check pooled handlers engine tools tests
-	$(BIN)/ruff format --check pooled handlers engine tools tests
+	$(BIN)/ruff check pooled handlers engine text tools tests
+	$(BIN)/ruff format --check pooled handlers engine text tools tests
 	$(BIN)/mypy
 
 # Goldens for the engine's parity tests: needs CPU torch and transformers.

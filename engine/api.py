@@ -16,7 +16,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from engine.metrics import EngineStats
+from engine.stats import EngineStats
 
 MAX_TOKENS_CAP = 32768
 
@@ -67,7 +67,7 @@ class GenerationRequest:
     # Seconds the request may go without progress (its admission, a prefill chunk of its prompt, a
     # token) before it ends with reason "timeout": a long prompt or a long answer is not stuck.
     stall_timeout: float | None = None
-    adapter: str | None = None  # the name of a loaded LoRA adapter (engine/adapters.py), or none
+    adapter: str | None = None  # the name of a loaded LoRA adapter (engine/lora/adapter_table.py), or none
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,11 @@ from a runner, a KV page pool, an intake and a scheduler.
 Request path, after JetStream's orchestrator: a handler calls `submit(request, sink)` on any
 thread. A request invalid on its face is refused there (`RequestRefused`), a full queue raises
 `QueueFull`, a draining or dead engine `EngineUnavailable`; otherwise the request joins the
-intake's inbox and the engine thread (`engine/scheduler.py`) is woken. The engine thread alone
-schedules, drives the runner (`engine/runner.py`: the device) and calls the request's sink with
+intake's inbox and the engine thread (`engine/serving/scheduler.py`) is woken. The engine thread alone
+schedules, drives the runner (`engine/device/runner.py`: the device) and calls the request's sink with
 each event.
 
-LoRA adapters (engine/adapters.py) are loaded and unloaded by jobs the engine thread runs
+LoRA adapters (engine/lora/adapter_table.py) are loaded and unloaded by jobs the engine thread runs
 between steps; a request names one by `adapter`.
 
 Threads: handler threads call `submit`, `cancel`, `stats`, `drain`, `wait_idle`, `load_adapter`,
@@ -24,24 +24,24 @@ from pathlib import Path
 
 import jax
 
-from engine.adapters import AdapterTable
 from engine.api import MAX_TOKENS_CAP, EncodeEvent, EncodeRequest, GenerationRequest, RequestRefused
-from engine.checkpoint.loader import LoadedModel
-from engine.encoder import EncoderRunner
-from engine.encoding import check_encode
+from engine.device.kv_sizing import kv_dtype, pool_pages
+from engine.device.mirrored_runner import LeaderRunner
+from engine.device.process_group import Build, Lead
+from engine.device.runner import DeviceRunner
+from engine.device.runner_api import Report, Runner
+from engine.encoders.encoder_model import EncoderRunner
+from engine.encoders.encoding import check_encode
 from engine.engine_config import EngineConfig
-from engine.intake import EngineState, Intake
-from engine.kv_pages import PagePool
-from engine.kv_sizing import kv_dtype, pool_pages
-from engine.lora_adapter import LoraAdapter
-from engine.metrics import EngineStats
-from engine.mirrored_runner import LeaderRunner
-from engine.prefix_disk import PrefixDisk, namespace_digest
-from engine.process_group import Build, Lead
-from engine.rows import Sink
-from engine.runner import DeviceRunner
-from engine.runner_api import Report, Runner
-from engine.scheduler import Scheduler
+from engine.lora.adapter_table import AdapterTable
+from engine.lora.peft_adapter import LoraAdapter
+from engine.model.checkpoint.loader import LoadedModel
+from engine.serving.intake import EngineState, Intake
+from engine.serving.kv_pages import PagePool
+from engine.serving.prefix_disk import PrefixDisk, namespace_digest
+from engine.serving.rows import Sink
+from engine.serving.scheduler import Scheduler
+from engine.stats import EngineStats
 
 
 class Engine:
@@ -60,7 +60,7 @@ class Engine:
         """Compiles the runner's shapes (reporting progress), then starts the engine thread.
         `pages` counts the runner's KV pages with the null page. With `config.prefix_disk_dir`,
         the prefix cache keeps pages on disk under `disk_namespace` (what they depend on).
-        `encoders`, by name, run on the same engine thread (engine/encoding.py)."""
+        `encoders`, by name, run on the same engine thread (engine/encoders/encoding.py)."""
         pages_per_row = math.ceil(runner.max_context / config.page_size)
         # Every lane may need a private copy of a shared partial page; one row must always fit alone.
         if pages < pages_per_row + config.decode_lanes + 1:
@@ -101,7 +101,7 @@ class Engine:
     ) -> "Engine":
         """Sizes and allocates the KV page pool on the model's devices, compiles every shape
         bucket and starts the engine thread. With `group`, this process leads a process group
-        (engine/process_group.py) whose followers have loaded `model` too: they build the same
+        (engine/device/process_group.py) whose followers have loaded `model` too: they build the same
         runner and make every runner call this engine makes."""
         pages = pool_pages(model, config)
         if group is not None:
@@ -156,7 +156,7 @@ class Engine:
             raise
 
     def load_adapter(self, name: str, adapter: LoraAdapter) -> Future[None]:
-        """Puts `adapter` (read and checked against this model: engine/lora_adapter.py) in a free
+        """Puts `adapter` (read and checked against this model: engine/lora/peft_adapter.py) in a free
         slot between two steps; requests may name it once the future is done. Raises
         AdapterRefused (name taken, no free slot, rank above the slots')."""
         job = self.adapters.reserve(name, adapter)

@@ -23,15 +23,15 @@ class EngineConfig:
     # Each decode row-count bucket is this many times the last: every bucket is a start-up compile
     # of the whole model, so coarser buckets start faster and pad more per step.
     bucket_growth: int = 4
-    # Prompt-lookup drafts (engine/drafts.py): the most draft tokens a decoding row brings to a
+    # Prompt-lookup drafts (engine/serving/drafts.py): the most draft tokens a decoding row brings to a
     # step (0: none), and the most decoding rows for which steps take drafts. One row (an agent's
     # turn): a step of several rows' drafts costs more per position.
     draft_tokens: int = 4
     draft_rows: int = 1
-    # The prefix cache's disk tier (engine/prefix_disk.py): its folder ("" = none) and byte cap.
+    # The prefix cache's disk tier (engine/serving/prefix_disk.py): its folder ("" = none) and byte cap.
     prefix_disk_dir: str = ""
     prefix_disk_bytes: int = 4 << 30
-    # LoRA adapter slots on the device (engine/layers/lora.py) and their rank: every step computes
+    # LoRA adapter slots on the device (engine/model/layers/lora.py) and their rank: every step computes
     # through max_loras x max_lora_rank columns per projection, so 0 (no adapters) keeps the steps
     # as they are without.
     max_loras: int = 0

@@ -12,8 +12,8 @@ from handlers.embeddings import create_embedding
 from handlers.health import get_health
 from handlers.lora_adapters import list_lora_adapters, load_lora_adapter, unload_lora_adapter
 from handlers.metrics import get_metrics, get_prometheus_metrics
-from handlers.model_library import cancel_download, list_catalog, remove_model, start_download, switch_model
-from handlers.models import list_models, retrieve_model
+from handlers.model_list import list_models, retrieve_model
+from handlers.models_folder import cancel_download, list_catalog, remove_model, start_download, switch_model
 from handlers.openai_chat import create_chat_completion
 from handlers.openai_completions import create_completion
 from handlers.openai_responses import count_response_input_tokens, create_response, open_responses_socket

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection
 
-from engine.tokenizer import Tokenizer
+from handlers.api_error import ApiError
 from handlers.context import LibraryRefused, ModelLibrary, ModelService, ServerContext, context
-from handlers.errors import ApiError
-from handlers.model_library import library_error
+from handlers.models_folder import library_error
+from text import Tokenizer
 
 RETRY_AFTER_LOADING_S = 5
 

@@ -13,8 +13,8 @@ from dataclasses import asdict
 from fastapi import Request
 
 from generated import models
+from handlers.api_error import ApiError
 from handlers.context import ConfigRefused, ConfigService, SettingView, context
-from handlers.errors import ApiError
 
 
 async def get_config(request: Request) -> models.Config:

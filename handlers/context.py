@@ -17,9 +17,9 @@ from typing import Any, Literal, Protocol
 from starlette.requests import HTTPConnection
 
 from engine.api import EncoderInput, GenerationEngine
-from engine.tokenizer import ChatTemplate, Tokenizer
 from handlers.generation.volatile_lines import volatile_line_pattern
 from handlers.response_store import ResponseStore
+from text import ChatTemplate, Tokenizer
 
 ModelState = Literal["loading", "serving", "switching", "unloaded", "draining", "dead"]
 EncoderKind = Literal["embedding", "rerank"]
@@ -27,7 +27,7 @@ ModelKind = Literal["chat", "embedding", "rerank"]
 
 
 class EncoderService(Protocol):
-    """An encoder served beside the model (engine/encoder.py's `LoadedEncoder`), as the HTTP side
+    """An encoder served beside the model (engine/encoders/encoder_model.py's `LoadedEncoder`), as the HTTP side
     sees it: what it is and how its inputs are tokenized."""
 
     @property
@@ -74,8 +74,8 @@ class AdapterEntry:
 
 
 class AdapterAdmin(Protocol):
-    """The served model's LoRA adapters (pooled/adapter_admin.py): loads and unloads go through
-    the trust policy and run on the engine thread. Refusals raise `engine.adapters.AdapterRefused`
+    """The served model's LoRA adapters (pooled/hosting/adapter_admin.py): loads and unloads go through
+    the trust policy and run on the engine thread. Refusals raise `engine.lora.adapter_table.AdapterRefused`
     naming the rule (its `code`)."""
 
     @property
@@ -149,7 +149,7 @@ class LibraryRefused(Exception):
 
 
 class ModelLibrary(Protocol):
-    """The models folder and its catalog (pooled/model_library.py): what can be fetched, removed
+    """The models folder and its catalog (pooled/models_folder/folder_library.py): what can be fetched, removed
     or switched to, and the switch itself."""
 
     @property
@@ -318,7 +318,7 @@ class ConfigRefused(Exception):
 
 
 class ConfigService(Protocol):
-    """The server's settings (pooled/config_service.py): the values in force, what each setting
+    """The server's settings (pooled/configuration/config_service.py): the values in force, what each setting
     is, where each value came from, and changes while serving."""
 
     def values(self) -> dict[str, Any]:
@@ -337,7 +337,7 @@ class ConfigService(Protocol):
 
 @dataclass(frozen=True)
 class AccessRules:
-    """What the guards in front of the handlers (pooled/guards.py) check on every request that a
+    """What the guards in front of the handlers (pooled/web/guards.py) check on every request that a
     configuration change may replace: the browser origins allowed besides the server's own, and
     the largest body. Kept here beside `GenerationLimits` so one object holds everything a change
     swaps."""
@@ -348,7 +348,7 @@ class AccessRules:
 
 @dataclass(frozen=True)
 class GenerationLimits:
-    """Server-wide bounds on each generation (from `pooled.settings`). Handlers read
+    """Server-wide bounds on each generation (from `pooled.configuration.settings`). Handlers read
     `ServerContext.limits` once per request; a configuration change replaces the whole object
     (one assignment), so a request sees the old bounds or the new ones, never a mix."""
 

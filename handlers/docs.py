@@ -17,7 +17,7 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Redirect
 from swagger_ui_bundle import swagger_ui_path
 
 import generated
-from handlers.errors import ApiError
+from handlers.api_error import ApiError
 
 DOCS_PATH = "/v1/docs/"
 ASSET_TYPES = {".js": "application/javascript", ".css": "text/css", ".png": "image/png"}

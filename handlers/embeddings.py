@@ -16,9 +16,9 @@ from fastapi import Request
 
 from engine.api import EncoderInput
 from generated import models
+from handlers.api_error import ApiError
 from handlers.context import EncoderService, context
-from handlers.encoders import check_count, choose_encoder, encode, serving_model
-from handlers.errors import ApiError
+from handlers.encoder_calls import check_count, choose_encoder, encode, serving_model
 
 
 async def create_embedding(request: Request, body: models.EmbeddingRequest) -> models.EmbeddingResponse:

@@ -9,10 +9,10 @@ from dataclasses import asdict
 
 from fastapi import Request
 
-from engine.metrics import EngineStats
+from engine.stats import EngineStats
 from generated import models
 from handlers.context import ServerContext, context
-from handlers.model_library import download_progress
+from handlers.models_folder import download_progress
 
 
 def _engine(stats: EngineStats) -> models.HealthEngine:

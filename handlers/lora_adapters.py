@@ -1,5 +1,5 @@
 """`GET/POST /v1/lora_adapters` and `DELETE /v1/lora_adapters/{name}`: the served model's LoRA
-adapters, listed, loaded and unloaded while it serves (pooled/adapter_admin.py does the work).
+adapters, listed, loaded and unloaded while it serves (pooled/hosting/adapter_admin.py does the work).
 
 The routes need the API key like every `/v1` route, and answer 403 when `--lora-admin` is false.
 A refusal's status follows its rule: the trust policy's path and allow-list rules are 403, a name
@@ -15,12 +15,12 @@ from typing import TypeVar
 
 from fastapi import Request
 
-from engine.adapters import AdapterRefused
 from engine.api import EngineUnavailable
+from engine.lora.adapter_table import AdapterRefused
 from generated import models
+from handlers.api_error import ApiError
 from handlers.availability import not_serving, require_ready
 from handlers.context import AdapterAdmin, AdapterEntry, ServerContext, context
-from handlers.errors import ApiError
 
 T = TypeVar("T")
 

@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from engine.metrics import EngineStats, Histogram
+from engine.stats import EngineStats, Histogram
 from generated import models
 from handlers.context import ServerContext, context
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from generated import models
-from handlers.generation.rows import UsageCount
+from handlers.generation.row_stream import UsageCount
 
 
 def usage_model(usage: UsageCount) -> models.CompletionUsage:

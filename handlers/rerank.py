@@ -17,7 +17,7 @@ from fastapi import Request
 
 from generated import models
 from handlers.context import context
-from handlers.encoders import check_count, choose_encoder, encode, serving_model
+from handlers.encoder_calls import check_count, choose_encoder, encode, serving_model
 
 
 async def create_rerank(request: Request, body: models.RerankRequest) -> models.RerankResponse:

@@ -10,8 +10,8 @@ from typing import Literal
 from fastapi import Request
 
 from generated import models
+from handlers.api_error import ApiError
 from handlers.context import context
-from handlers.errors import ApiError
 from handlers.response_store import StoredResponse
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from fastapi import Request
 
 from generated import models
+from handlers.api_error import ApiError
 from handlers.availability import loaded_tokenizer
 from handlers.context import context
-from handlers.errors import ApiError
 from handlers.generation.prompt import render_chat
 from handlers.openai_chat.request import chat_messages, function_tools
 

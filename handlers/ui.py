@@ -14,8 +14,8 @@ from pathlib import Path
 from fastapi import Request
 from fastapi.responses import FileResponse, Response
 
+from handlers.api_error import ApiError
 from handlers.context import context
-from handlers.errors import ApiError
 from handlers.metrics import get_prometheus_metrics
 
 UI_DIR = Path(__file__).parent / "ui"

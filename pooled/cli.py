@@ -1,5 +1,5 @@
 """`pooled`: `serve` parses settings, starts loading the model and opens the listener at once;
-`pull`, `list` and `rm` manage the models folder (pooled/model_commands.py).
+`pull`, `list` and `rm` manage the models folder (pooled/commands/model_commands.py).
 
 The server's modules (the engine, FastAPI, uvicorn: seconds of imports) are imported by `serve`
 alone, so the model commands answer at once.
@@ -14,8 +14,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pooled import model_commands
-from pooled import settings as settings_module
+from pooled.commands import model_commands
+from pooled.configuration import settings as settings_module
 
 log = logging.getLogger("pooled")
 
@@ -32,18 +32,18 @@ def _parser() -> argparse.ArgumentParser:
 def serve(loaded: settings_module.LoadedSettings) -> int:
     import uvicorn
 
-    from engine.process_group import is_leader
+    from engine.device.process_group import is_leader
     from handlers.banner import banner
-    from pooled.app import build_app, server_context
-    from pooled.catalog import CatalogError, load_catalog
-    from pooled.config_service import host_reloader
-    from pooled.downloads import Downloader
-    from pooled.group_serving import follow_leader, group_spec, join_group, lead, stop_group
-    from pooled.live_settings import LiveSettings
-    from pooled.loading import load_serving
-    from pooled.model_host import ModelHost, ModelNotFound
-    from pooled.model_library import FolderLibrary, model_to_serve
-    from pooled.server import DrainingServer
+    from pooled.configuration.config_service import host_reloader
+    from pooled.configuration.live_settings import LiveSettings
+    from pooled.hosting.group_serving import follow_leader, group_spec, join_group, lead, stop_group
+    from pooled.hosting.loading import load_serving
+    from pooled.hosting.model_host import ModelHost, ModelNotFound
+    from pooled.models_folder.catalog import CatalogError, load_catalog
+    from pooled.models_folder.downloads import Downloader
+    from pooled.models_folder.folder_library import FolderLibrary, model_to_serve
+    from pooled.web.app import build_app, server_context
+    from pooled.web.server import DrainingServer
 
     settings = loaded.settings
     group = None
@@ -71,7 +71,7 @@ def serve(loaded: settings_module.LoadedSettings) -> int:
     log.info("listening on http://%s:%d (model %s loading)", settings.host, settings.port, host.model_id)
     beside = None
     if settings.metrics_bind is not None:
-        from pooled.metrics_listener import metrics_server
+        from pooled.web.metrics_listener import metrics_server
 
         beside = metrics_server(settings.metrics_bind, context, settings.api_key)
         log.info("metrics on http://%s/metrics/prometheus", settings.metrics_bind)

@@ -15,8 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from handlers.context import ModelState
-from pooled.app import build_app, server_context
-from pooled.settings import Settings
+from pooled.configuration.settings import Settings
+from pooled.web.app import build_app, server_context
 
 BASE_URL = "http://127.0.0.1:8080"
 

@@ -27,9 +27,9 @@ from engine.api import (
     Tokens,
     Usage,
 )
-from engine.encoding import check_encode
-from engine.metrics import Bucket, EngineStats, Histogram
-from engine.runner_api import EncodeRunner
+from engine.device.runner_api import EncodeRunner
+from engine.encoders.encoding import check_encode
+from engine.stats import Bucket, EngineStats, Histogram
 
 Script = Callable[[GenerationRequest, int], Sequence[int]]
 

@@ -58,8 +58,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.tokenizer import Tokenizer  # noqa: E402
-from pooled.model_host import default_model_path  # noqa: E402
+from pooled.hosting.model_host import default_model_path  # noqa: E402
+from text import Tokenizer  # noqa: E402
 
 PROMPT_SIZES = (128, 1024, 3072)
 LONG_SIZES = (8192, 16384, 21000)
@@ -460,7 +460,7 @@ def measure_pooled(model: Path, tokenizer: Tokenizer, pooled_args: list[str], lo
         # A prefix-cache disk tier of the run's own: cold at the first start, warm after the restart.
         args = ["--prefix-cache-dir", prefix, *pooled_args]
         # Without --ctx pooled serves a model trained on less than 32768 tokens at 32768
-        # (pooled/context_policy.py): the long figures need no other server.
+        # (pooled/configuration/context_policy.py): the long figures need no other server.
         with running(pooled_command(model, 8091, args), url, "/health") as process:
             quantization = httpx.get(url + "/health", timeout=10).json()["quantization"]
             report = asyncio.run(measure("pooled", url, tokenizer, process.pid))

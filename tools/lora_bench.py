@@ -22,12 +22,12 @@ import numpy as np
 from bench import machine_line, write_section
 
 from engine.api import GenerationRequest, SamplingParams
-from engine.checkpoint.loader import LoadedModel, load_model
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.lora_adapter import LoraAdapter, LoraPair, projection_shapes
-from pooled.loading import resolve_dtype
-from pooled.model_host import default_model_path
+from engine.lora.peft_adapter import LoraAdapter, LoraPair, projection_shapes
+from engine.model.checkpoint.loader import LoadedModel, load_model
+from pooled.hosting.loading import resolve_dtype
+from pooled.hosting.model_host import default_model_path
 from tests.engine.engine_harness import Collected, prompt
 
 STREAMS, PROMPT_TOKENS, OUTPUT_TOKENS, ROUNDS = 32, 32, 64, 3

@@ -14,12 +14,12 @@ import argparse
 
 import numpy as np
 
-from engine.checkpoint.loader import load_model
+from engine.device.runner import DeviceRunner
+from engine.device.runner_api import PrefillChunk
 from engine.engine_config import EngineConfig
-from engine.runner import DeviceRunner
-from engine.runner_api import PrefillChunk
-from engine.tokenizer import Tokenizer
-from pooled.model_host import default_model_path
+from engine.model.checkpoint.loader import load_model
+from pooled.hosting.model_host import default_model_path
+from text import Tokenizer
 
 PROMPT = (
     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"

@@ -19,15 +19,15 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.checkpoint.loader import LoadedModel, load_model  # noqa: E402
-from engine.layers.kv_cache import init_layer_caches  # noqa: E402
-from engine.tokenizer import Tokenizer  # noqa: E402
-from pooled.model_host import default_model_path  # noqa: E402
+from engine.model.checkpoint.loader import LoadedModel, load_model  # noqa: E402
+from engine.model.layers.kv_cache import init_layer_caches  # noqa: E402
+from pooled.hosting.model_host import default_model_path  # noqa: E402
+from text import Tokenizer  # noqa: E402
 
 # name: (quantization, KV cache dtype, one token per step); attention runs in the cache's dtype, as
 # in the engine. w4a8 takes the text as one prompt and a token at a time as decoding does: the same
 # matmul function on a CPU with the native kernels, XLA's int8 rounding of the weights without them
-# (engine/int4.py).
+# (engine/model/int4.py).
 VARIANTS = {
     "w8a8": ("w8a8", jnp.float32, False),
     "bfloat16 KV": ("none", jnp.bfloat16, False),

@@ -1,4 +1,4 @@
-"""Write docs/configuration.md from the settings table in pooled/settings.py.
+"""Write docs/configuration.md from the settings table in pooled/configuration/settings.py.
 
 python tools/settings_doc.py
 """
@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pooled.settings import describe
+from pooled.configuration.settings import describe
 
 PAGE = """# Configuration
 
 Every setting of `pooled serve` is a flag, an environment variable and a key of the config
 file. A flag wins over the variable, which wins over the config file (`--config`), which wins
 over its profile (`--profile`), which wins over the default. This page is written by
-`tools/settings_doc.py` from the table in `pooled/settings.py` (a test checks that it lists each
+`tools/settings_doc.py` from the table in `pooled/configuration/settings.py` (a test checks that it lists each
 setting with its default).
 
 The *change* column says how a change takes effect on a running server (`PATCH /v1/config`,

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from engine.api import EngineEvent, Finished, GenerationRequest, SamplingParams, Tokens
-from engine.checkpoint.loader import load_model
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
+from engine.model.checkpoint.loader import load_model
 
 GOLDEN = Path(__file__).parents[1] / "tests" / "goldens" / "smollm2_gguf.json"
 

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 from bench import REPO, machine_line, pooled_command, running, write_section
 
-from pooled.model_host import default_model_path
+from pooled.hosting.model_host import default_model_path
 
 REQUEST_TIMEOUT_S = 120  # past it a request counts as hung
 SETTLE_TIMEOUT_S = 60

@@ -1,6 +1,6 @@
 """`POST /v1/messages` and `POST /v1/messages/count_tokens`: Anthropic's shape over the shared generation layer.
 
-Errors answer in Anthropic's shape (pooled/errors.py picks it by path); a full queue or a model
+Errors answer in Anthropic's shape (pooled/web/error_bodies.py picks it by path); a full queue or a model
 still loading or draining is 529 `overloaded_error` with `Retry-After`, the status Anthropic's
 clients retry on; a dead engine is 503 `api_error`.
 """

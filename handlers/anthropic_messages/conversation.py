@@ -21,11 +21,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.tokenizer import ChatTemplate, TemplateError
 from generated import models
-from handlers.errors import ApiError
+from handlers.api_error import ApiError
 from handlers.generation.prompt import Message
 from handlers.generation.volatile_lines import without_volatile_lines
+from text import ChatTemplate, TemplateError
 
 SystemParam = str | list[models.AnthropicTextBlockParam] | None
 

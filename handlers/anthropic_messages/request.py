@@ -11,16 +11,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.api import GenerationRequest
-from engine.tokenizer import ChatTemplate, Tokenizer
 from generated import models
 from handlers.anthropic_messages.conversation import conversation
+from handlers.api_error import ApiError
 from handlers.context import GenerationLimits
-from handlers.errors import ApiError
 from handlers.generation.prompt import ChatPrompt, FunctionTool, render_chat
 from handlers.generation.reasoning_budget import with_reasoning_budget
-from handlers.generation.sampling import SamplingFields, output_budget, sampling_params
+from handlers.generation.sampling_params import SamplingFields, output_budget, sampling_params
 from handlers.generation.stop_strings import stop_strings
 from handlers.generation.tool_choice import ToolMode, ToolUse, tool_use
+from text import ChatTemplate, Tokenizer
 
 PromptBody = models.AnthropicMessagesRequest | models.AnthropicCountTokensRequest
 

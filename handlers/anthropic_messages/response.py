@@ -16,18 +16,18 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Literal
 
-from engine.tokenizer import Tokenizer
 from generated import models
 from handlers.anthropic_messages.blocks import ContentBlocks
 from handlers.anthropic_messages.request import MessagesPlan
+from handlers.api_error import ApiError, anthropic_error_body
 from handlers.context import GenerationLimits, ModelService
-from handlers.errors import ApiError, anthropic_error_body
 from handlers.generation.adapter_choice import answering_model
 from handlers.generation.engine_bridge import ANTHROPIC_BUSY, Generation, start_generation
 from handlers.generation.identity import AnswerIdentity
-from handlers.generation.rows import FinishReason, UsageCount, row_events
+from handlers.generation.row_stream import FinishReason, UsageCount, row_events
 from handlers.generation.sse import named_event
 from handlers.generation.text_output import RowText, chat_row_text
+from text import Tokenizer
 
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
 

@@ -17,9 +17,9 @@ import llguidance
 import numpy as np
 
 from engine.api import Constraint
-from engine.tokenizer import Tokenizer
-from handlers.errors import ApiError
+from handlers.api_error import ApiError
 from handlers.generation.tool_calls import ToolCallFormat
+from text import Tokenizer
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 
-from handlers.errors import ApiError
+from handlers.api_error import ApiError
 
 T = TypeVar("T")
 

@@ -34,9 +34,9 @@ from engine.api import (
     RequestRefused,
     Tokens,
 )
+from handlers.api_error import ApiError
 from handlers.availability import not_serving
 from handlers.context import GenerationLimits, ModelService
-from handlers.errors import ApiError
 
 # How long past the stall timeout the engine may stay silent before the handler gives up on it
 # (the engine ends a stalled request itself; this covers an engine thread that stopped answering).

@@ -22,10 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.tokenizer import ChatTemplate, TemplateError, Tokenizer
-from handlers.errors import ApiError
+from handlers.api_error import ApiError
 from handlers.generation.reasoning import model_thinks, prompt_opens_reasoning
 from handlers.generation.tool_calls import FORMATS, ToolCallFormat
+from text import ChatTemplate, TemplateError, Tokenizer
 
 Message = dict[str, Any]
 

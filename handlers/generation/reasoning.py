@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.tokenizer import Tokenizer
 from handlers.generation.text_scan import partial_tail
+from text import Tokenizer
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"

@@ -17,9 +17,9 @@ from typing import Literal
 import numpy as np
 
 from engine.api import Constraint
-from engine.tokenizer import Tokenizer
 from handlers.generation.prompt import ChatPrompt
 from handlers.generation.reasoning import THINK_CLOSE, THINK_OPEN
+from text import Tokenizer
 
 State = Literal["start", "reasoning", "answer"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from handlers.errors import ApiError
+from handlers.api_error import ApiError
 from handlers.generation.text_scan import partial_tail
 
 MAX_STOP_STRINGS = 16

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.api import TokenLogprob
-from engine.tokenizer import IncrementalDetokenizer, Tokenizer
 from handlers.generation.prompt import ChatPrompt
 from handlers.generation.reasoning import ReasoningSplitter, Split
 from handlers.generation.stop_strings import StopStringMatcher
 from handlers.generation.tool_calls import Parsed, ToolCall, ToolCallParser
+from text import IncrementalDetokenizer, Tokenizer
 
 
 @dataclass

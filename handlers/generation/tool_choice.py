@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from engine.api import Constraint
-from engine.tokenizer import Tokenizer
-from handlers.errors import ApiError
+from handlers.api_error import ApiError
 from handlers.generation.constraints import constraint_factory, forced_tool_calls_grammar
 from handlers.generation.prompt import FunctionTool
 from handlers.generation.tool_calls import ToolCallFormat
+from text import Tokenizer
 
 ToolMode = Literal["none", "auto", "required"]
 

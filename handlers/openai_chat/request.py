@@ -7,15 +7,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.api import Constraint, GenerationRequest
-from engine.tokenizer import ChatTemplate, Tokenizer
 from generated import models
+from handlers.api_error import ApiError
 from handlers.context import GenerationLimits
-from handlers.errors import ApiError
 from handlers.generation.constraints import ANY_JSON_OBJECT, constraint_factory, json_schema_grammar
 from handlers.generation.prompt import ChatPrompt, FunctionTool, Message, render_chat
-from handlers.generation.sampling import check_choices, openai_sampling_fields, output_budget, sampling_params
+from handlers.generation.sampling_params import check_choices, openai_sampling_fields, output_budget, sampling_params
 from handlers.generation.stop_strings import stop_strings
 from handlers.generation.tool_choice import ToolMode, ToolUse, tool_use
+from text import ChatTemplate, Tokenizer
 
 TEXT_PART_TYPES = ("text", "input_text", "output_text")
 

@@ -12,18 +12,18 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Literal
 
 from engine.api import TokenLogprob
-from engine.tokenizer import Tokenizer
 from generated import models
+from handlers.api_error import ApiError, openai_error_body
 from handlers.context import GenerationLimits, ModelService
-from handlers.errors import ApiError, openai_error_body
 from handlers.generation.adapter_choice import answering_model
 from handlers.generation.engine_bridge import OPENAI_BUSY, Generation, start_generation
 from handlers.generation.identity import AnswerIdentity
-from handlers.generation.rows import FinishReason, UsageCount, row_events
+from handlers.generation.row_stream import FinishReason, UsageCount, row_events
 from handlers.generation.sse import data_line
 from handlers.generation.text_output import Piece, RowText, chat_row_text
 from handlers.openai_chat.request import ChatPlan
 from handlers.openai_usage import usage_model
+from text import Tokenizer
 
 ChatFinish = Literal["stop", "length", "tool_calls"]
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.api import GenerationRequest
-from engine.tokenizer import Tokenizer
 from generated import models
+from handlers.api_error import ApiError
 from handlers.context import GenerationLimits
-from handlers.errors import ApiError
-from handlers.generation.sampling import check_choices, openai_sampling_fields, output_budget, sampling_params
+from handlers.generation.sampling_params import check_choices, openai_sampling_fields, output_budget, sampling_params
 from handlers.generation.stop_strings import stop_strings
+from text import Tokenizer
 
 DEFAULT_MAX_TOKENS = 16
 

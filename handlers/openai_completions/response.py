@@ -8,16 +8,16 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Sequence
 
 from engine.api import TokenLogprob
-from engine.tokenizer import Tokenizer
 from generated import models
-from handlers.errors import ApiError, openai_error_body
+from handlers.api_error import ApiError, openai_error_body
 from handlers.generation.engine_bridge import Generation
 from handlers.generation.identity import AnswerIdentity
-from handlers.generation.rows import FinishReason, RowEvent, UsageCount, row_events
+from handlers.generation.row_stream import FinishReason, RowEvent, UsageCount, row_events
 from handlers.generation.sse import data_line
 from handlers.generation.text_output import Piece, RowText
 from handlers.openai_completions.request import CompletionPlan
 from handlers.openai_usage import usage_model
+from text import Tokenizer
 
 
 class CompletionRun:

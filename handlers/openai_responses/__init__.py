@@ -7,9 +7,9 @@ from fastapi.responses import Response
 from starlette.requests import HTTPConnection
 
 from generated import models
+from handlers.api_error import ApiError
 from handlers.availability import Serving, loaded_tokenizer, serving_for
 from handlers.context import context
-from handlers.errors import ApiError
 from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
 from handlers.generation.engine_bridge import OPENAI_BUSY, open_generations

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from generated import models
-from handlers.errors import ApiError
+from handlers.api_error import ApiError
 from handlers.generation.prompt import Message
 
 Item = dict[str, Any]

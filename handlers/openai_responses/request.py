@@ -9,16 +9,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.api import Constraint, GenerationRequest
-from engine.tokenizer import ChatTemplate, Tokenizer
 from generated import models
+from handlers.api_error import ApiError
 from handlers.context import GenerationLimits
-from handlers.errors import ApiError
 from handlers.generation.constraints import ANY_JSON_OBJECT, constraint_factory, json_schema_grammar
 from handlers.generation.prompt import ChatPrompt, render_chat
-from handlers.generation.sampling import SamplingFields, output_budget, sampling_params
+from handlers.generation.sampling_params import SamplingFields, output_budget, sampling_params
 from handlers.openai_responses.items import Item, conversation, input_items
 from handlers.openai_responses.tools import ResponseTools, ToolPlan, response_tools, tool_plan
 from handlers.response_store import ResponseStore
+from text import ChatTemplate, Tokenizer
 
 # `include` asks for output-text logprobs this way as well as by `top_logprobs`.
 INCLUDE_LOGPROBS = "message.output_text.logprobs"

@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from engine.api import TokenLogprob
-from engine.tokenizer import Tokenizer
 from generated import models
+from handlers.api_error import ApiError
 from handlers.context import GenerationLimits, ModelService
-from handlers.errors import ApiError
 from handlers.generation.engine_bridge import OPENAI_BUSY, Generation, start_generation
-from handlers.generation.rows import FinishReason, UsageCount, row_events
+from handlers.generation.row_stream import FinishReason, UsageCount, row_events
 from handlers.generation.sse import named_event
 from handlers.generation.text_output import chat_row_text
 from handlers.openai_chat.response import chat_logprobs
 from handlers.openai_responses.output import Event, OutputBuilder
 from handlers.openai_responses.request import ResponsePlan
 from handlers.response_store import ResponseStore
+from text import Tokenizer
 
 Status = Literal["in_progress", "completed", "incomplete", "failed"]
 

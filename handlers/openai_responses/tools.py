@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api import Constraint
-from engine.tokenizer import Tokenizer
 from generated import models
-from handlers.errors import ApiError
+from handlers.api_error import ApiError
 from handlers.generation.constraints import constraint_factory, lark_grammar, regex_grammar
 from handlers.generation.prompt import FunctionTool
 from handlers.generation.tool_calls import ToolCall
 from handlers.generation.tool_choice import ToolMode, ToolUse, tool_use
 from handlers.openai_responses.items import new_item_id
+from text import Tokenizer
 
 CUSTOM_INPUT_PARAMETERS: Mapping[str, Any] = {
     "type": "object",

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from generated import models
-from handlers.errors import ApiError
+from handlers.api_error import ApiError
 from handlers.generation.engine_bridge import OPENAI_BUSY, open_generations
 from handlers.openai_responses import prepared_response
 from handlers.openai_responses.response import response_events

@@ -1,4 +1,4 @@
-"""One model over two processes (engine/process_group.py), on loopback, each process with 2
+"""One model over two processes (engine/device/process_group.py), on loopback, each process with 2
 simulated CPU devices and gloo collectives: its answers equal a single process's over the same
 4-device mesh, token for token; SIGTERM on process 0 drains and stops both; a follower killed
 mid-stream ends the stream with an error event and leaves process 0 dead with the cause.

@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine.api import EngineEvent, Failed, Finished, GenerationRequest, Prefilled, SamplingParams, Tokens
-from engine.checkpoint.loader import LoadedModel
 from engine.engine import Engine
-from engine.layers.lora import LoraBatch
+from engine.model.checkpoint.loader import LoadedModel
+from engine.model.layers.lora import LoraBatch
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 WAIT_S = 60.0

@@ -1,4 +1,4 @@
-"""A test double of the runner seam (engine/runner_api.py) for the scheduler's tests: no device, no model.
+"""A test double of the runner seam (engine/device/runner_api.py) for the scheduler's tests: no device, no model.
 
 Its "model" is a hash of the context: a row's next token depends on every token before it, read
 back through the row's block table from the pages where earlier steps wrote them. A scheduler that
@@ -23,11 +23,20 @@ from typing import Literal
 import numpy as np
 
 from engine.api import SamplingParams
+from engine.device.runner_api import (
+    PREFILL_ROWS,
+    DecodeRow,
+    Drawn,
+    InsertedRow,
+    Pending,
+    PrefillChunk,
+    PromptLogits,
+    Report,
+)
 from engine.engine_config import EngineConfig
-from engine.kv_pages import NULL_PAGE
-from engine.lora_adapter import LoraAdapter
-from engine.metrics import Bucket
-from engine.runner_api import PREFILL_ROWS, DecodeRow, Drawn, InsertedRow, Pending, PrefillChunk, PromptLogits, Report
+from engine.lora.peft_adapter import LoraAdapter
+from engine.serving.kv_pages import NULL_PAGE
+from engine.stats import Bucket
 
 VOCAB = 1000
 TOP = 2  # alternatives reported with logprobs

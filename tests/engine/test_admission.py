@@ -1,6 +1,6 @@
 """The Retry-After estimate for a full queue, at its edges."""
 
-from engine.admission import retry_after_seconds, smoothed_hold
+from engine.serving.admission import retry_after_seconds, smoothed_hold
 
 
 def test_one_before_any_request_finished() -> None:

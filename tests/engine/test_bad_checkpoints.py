@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from engine.checkpoint.loader import load_model
 from engine.errors import CheckpointError
+from engine.model.checkpoint.loader import load_model
 
 
 @pytest.fixture

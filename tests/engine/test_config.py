@@ -2,9 +2,9 @@
 
 import pytest
 
-from engine.config import ModelConfig, with_context
 from engine.errors import CheckpointError
-from engine.families import family_for, family_for_hf_config
+from engine.model.families import family_for, family_for_hf_config
+from engine.model.model_config import ModelConfig, with_context
 from tests.engine.tiny_checkpoints import TINY_MODELS
 
 

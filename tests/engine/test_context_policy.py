@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.checkpoint.loader import LoadedModel, load_model
+from engine.device.kv_sizing import kv_bytes_per_token, pool_pages
 from engine.engine_config import EngineConfig
-from engine.kv_sizing import kv_bytes_per_token, pool_pages
-from pooled.context_policy import AGENT_CONTEXT, served_context
-from pooled.settings import Settings
+from engine.model.checkpoint.loader import LoadedModel, load_model
+from pooled.configuration.context_policy import AGENT_CONTEXT, served_context
+from pooled.configuration.settings import Settings
 
 CONFIG = EngineConfig(decode_lanes=4, page_size=16)
 

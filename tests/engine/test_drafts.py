@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from engine.api import GenerationRequest, SamplingParams
-from engine.drafts import PromptLookup
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
+from engine.serving.drafts import PromptLookup
 from tests.engine.engine_harness import generate, start
 from tests.engine.fake_runner import VOCAB, FakeRunner, copying_token, reference
 

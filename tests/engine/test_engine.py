@@ -23,9 +23,9 @@ from engine.api import (
     SamplingParams,
     Tokens,
 )
-from engine.checkpoint.loader import LoadedModel, load_model
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
+from engine.model.checkpoint.loader import LoadedModel, load_model
 from tests.engine.engine_harness import GREEDY, Collected, generate, greedy_request, prompt, reference_greedy, start
 
 CONTEXT = 64  # the tiny model's trained length

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from engine.api import Encoded, EncodeEvent, EncodeRequest, EngineEvent, Failed, RequestRefused, Tokens
-from engine.checkpoint.loader import load_model
-from engine.encoder import EncoderRunner, LoadedEncoder, load_encoder
+from engine.encoders.encoder_model import EncoderRunner, LoadedEncoder, load_encoder
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
+from engine.model.checkpoint.loader import load_model
 from tests.engine.engine_harness import WAIT_S, Collected, greedy_request
 from tests.engine.tiny_encoders import QUERY, SENTENCES, build_tiny_encoder
 

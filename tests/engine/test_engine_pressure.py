@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from engine.api import EngineUnavailable, GenerationRequest, SamplingParams
-from engine.checkpoint.loader import LoadedModel, load_model
+from engine.device.runner import failure_kind
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.runner import failure_kind
+from engine.model.checkpoint.loader import LoadedModel, load_model
 from tests.engine.engine_harness import generate, greedy_request, reference_greedy, start
 
 CONTEXT = 64

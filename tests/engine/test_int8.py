@@ -7,12 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine import int8
 from engine.api import GenerationRequest
-from engine.checkpoint.loader import load_model
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
+from engine.model import int8
+from engine.model.checkpoint.loader import load_model
 from tests.engine.engine_harness import GREEDY, generate, greedy_request, reference_greedy, start
 
 

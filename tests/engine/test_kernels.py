@@ -1,4 +1,4 @@
-"""The native kernels (engine/kernels): the int8 matmul against XLA's int8 dot, the same function
+"""The native kernels (engine/model/kernels): the int8 matmul against XLA's int8 dot, the same function
 bit for bit; the Q4 matmul against its definition computed here; and which steps run them. (The
 decode attention kernel's numbers are checked against dense attention in test_paged_attention.py.)
 
@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine import int4, int8, kernels
-from engine.layers.kv_cache import PagedLayerCache, empty_pool
-from engine.layers.paged_attention import paged_attention
+from engine.model import int4, int8, kernels
+from engine.model.layers.kv_cache import PagedLayerCache, empty_pool
+from engine.model.layers.paged_attention import paged_attention
 
 
 def test_the_kernel_builds_where_a_compiler_is() -> None:
@@ -178,7 +178,7 @@ def test_q4_extremes() -> None:
     x = jnp.full((1, depth), 127.0, jnp.float32)  # block scale 1: quantized to 127
 
     # Two groups of 8 channels: codes 15 for every input; codes 0 for the first 4 of every 8 inputs;
-    # every scale 2 and every minimum -1 (engine/int4.py's layout, block by block).
+    # every scale 2 and every minimum -1 (engine/model/int4.py's layout, block by block).
     def group(code_byte: int) -> np.ndarray:
         halves = np.concatenate([np.full(8, 2.0, np.float16), np.full(8, -1.0, np.float16)]).view(np.uint8)
         block = np.concatenate([np.full(8 * int4.BLOCK // 2, code_byte, np.uint8), halves])

@@ -1,4 +1,4 @@
-"""llama.cpp LoRA GGUF adapters (engine/checkpoint/gguf_lora.py): each tiny PEFT adapter converted
+"""llama.cpp LoRA GGUF adapters (engine/lora/gguf_adapter.py): each tiny PEFT adapter converted
 as llama.cpp's converter would (tests/engine/tiny_gguf_lora.py) reads into the pairs the PEFT
 reader gives, in every float type the converter writes; the scale is llama.cpp's; and each file
 the engine would not compute as llama.cpp does is refused. The logits are checked in
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
-from engine.config import ModelConfig
 from engine.errors import CheckpointError
-from engine.families import family_for_hf_config
-from engine.lora_adapter import LoraAdapter, file_sha256, read_peft_adapter
-from engine.lora_formats import read_lora_adapter
+from engine.lora.adapter_formats import read_lora_adapter
+from engine.lora.peft_adapter import LoraAdapter, file_sha256, read_peft_adapter
+from engine.model.families import family_for_hf_config
+from engine.model.model_config import ModelConfig
 from tests.engine.tiny_checkpoints import TINY_MODELS
 from tests.engine.tiny_gguf_lora import converted_tensors, write_adapter_gguf, write_lora_gguf
 from tests.engine.tiny_lora import TINY_ADAPTERS, build_tiny_adapter

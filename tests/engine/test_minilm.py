@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.encoder import EncoderRunner, LoadedEncoder, load_encoder
+from engine.encoders.encoder_model import EncoderRunner, LoadedEncoder, load_encoder
 from tests.engine.minilm import CORPUS, QUERIES, minilm_path
 
 GOLDEN = Path(__file__).parent.parent / "goldens" / "minilm_embeddings.json"

@@ -1,4 +1,4 @@
-"""The leader's runner and a follower's, in one process (engine/mirrored_runner.py): what crosses
+"""The leader's runner and a follower's, in one process (engine/device/mirrored_runner.py): what crosses
 the wire for each scheduler call, and that a follower makes the leader's calls in the leader's
 order, on its own results, with a grammar's mask filled in. The wire and the device runners are
 test doubles; tests/e2e/test_process_group.py runs the real thing over two processes."""
@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine import mirrored_runner
 from engine.api import SamplingParams
-from engine.mirrored_runner import FilledMask, LeaderRunner, _Follower
-from engine.process_group import Call, Calls, Kept, Lead, Message, Release
-from engine.runner_api import DecodeRow, Drawn, InsertedRow, PrefillChunk
+from engine.device import mirrored_runner
+from engine.device.mirrored_runner import FilledMask, LeaderRunner, _Follower
+from engine.device.process_group import Call, Calls, Kept, Lead, Message, Release
+from engine.device.runner_api import DecodeRow, Drawn, InsertedRow, PrefillChunk
 
 
 class RecordingRunner:

@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.kernels import available as kernels_available
-from engine.layers.kv_cache import PagedLayerCache, empty_pool, to_pool
-from engine.layers.paged_attention import (
+from engine.model.kernels import available as kernels_available
+from engine.model.layers.kv_cache import PagedLayerCache, empty_pool, to_pool
+from engine.model.layers.paged_attention import (
     WIDE_DECODE_ROWS,
     attention_block_tokens,
     paged_attention,

@@ -1,4 +1,4 @@
-"""The prefix cache's disk tier on its own (engine/prefix_disk.py): entries survive a new
+"""The prefix cache's disk tier on its own (engine/serving/prefix_disk.py): entries survive a new
 instance, damaged or foreign entries are never served, and the byte cap evicts the least
 recently used."""
 
@@ -6,8 +6,8 @@ import os
 import queue
 from pathlib import Path
 
-from engine.kv_pages import page_hashes
-from engine.prefix_disk import Loaded, PrefixDisk, entry_bytes, namespace_digest
+from engine.serving.kv_pages import page_hashes
+from engine.serving.prefix_disk import Loaded, PrefixDisk, entry_bytes, namespace_digest
 
 PAGE_BYTES = 64
 NAMESPACE = namespace_digest({"model": "a"})

@@ -2,7 +2,7 @@
 the prefix cache holds, however the prompt is chunked and beside whatever other streams.
 
 The model is wide enough (256 and 512 inputs) that XLA's own CPU dot orders a row's sums by the
-number of rows in the call; the engine's float matmuls must not (engine/kernels/f32_matmul.cc),
+number of rows in the call; the engine's float matmuls must not (engine/model/kernels/f32_matmul.cc),
 nor may the int8 ones switch rounding between the native kernel (few rows) and XLA's dot (many).
 Each quantization gets its own model and runner.
 One runner (compiled once) serves every case; each case gets a fresh Engine around it, so a fresh
@@ -17,16 +17,16 @@ import numpy as np
 import pytest
 
 from engine.api import GenerationRequest, SamplingParams
-from engine.checkpoint.loader import LoadedModel, load_model
+from engine.device.kv_sizing import pool_pages
+from engine.device.runner import DeviceRunner
+from engine.device.runner_api import PrefillChunk
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.kv_sizing import pool_pages
-from engine.prefix_disk import namespace_digest
-from engine.runner import DeviceRunner
-from engine.runner_api import PrefillChunk
-from engine.tokenizer import Tokenizer
-from pooled.model_host import default_model_path
+from engine.model.checkpoint.loader import LoadedModel, load_model
+from engine.serving.prefix_disk import namespace_digest
+from pooled.hosting.model_host import default_model_path
 from tests.engine.engine_harness import Collected, generate, start
+from text import Tokenizer
 
 PAGE = 8
 CONFIG = EngineConfig(decode_lanes=4, max_queue=4, page_size=PAGE, prefill_chunk=64, kv_cache_dtype="bfloat16")

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.sampling import SamplerInputs, allowed_mask, greedy, plain, sample
+from engine.device.sampling import SamplerInputs, allowed_mask, greedy, plain, sample
 
 V = 64
 ROWS = 4

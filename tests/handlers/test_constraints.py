@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer as BackendTokenizer
 
-from engine.tokenizer import Tokenizer
-from handlers.errors import ApiError
+from handlers.api_error import ApiError
 from handlers.generation.constraints import (
     choice_grammar,
     constraint_factory,
@@ -16,6 +15,7 @@ from handlers.generation.constraints import (
 )
 from handlers.generation.tool_calls import FORMATS, HermesParser
 from tests.engine.tiny_encoders import tokenizer_json
+from text import Tokenizer
 
 PADDING_WORDS = 3  # the engine's vocabulary may be padded past the tokenizer's
 

@@ -19,12 +19,12 @@ from fastapi.testclient import TestClient
 
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.tokenizer import ChatTemplate, Tokenizer
-from pooled.app import build_app, server_context
-from pooled.model_host import Loaded, ModelHost
-from pooled.settings import Settings
+from pooled.configuration.settings import Settings
+from pooled.hosting.model_host import Loaded, ModelHost
+from pooled.web.app import build_app, server_context
 from tests.conftest import BASE_URL
 from tests.engine.fake_runner import FakeDeviceError, FakeRunner
+from text import ChatTemplate, Tokenizer
 
 CONTEXT = 2048
 STREAMS = {

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from engine.adapters import AdapterRefused
-from engine.tokenizer import ChatTemplate, Tokenizer
+from engine.lora.adapter_table import AdapterRefused
 from handlers.context import AdapterEntry
-from pooled.app import build_app, server_context
-from pooled.settings import Settings
+from pooled.configuration.settings import Settings
+from pooled.web.app import build_app, server_context
 from tests.conftest import BASE_URL, StubModel
 from tests.fake_engine import FakeEngine
+from text import ChatTemplate, Tokenizer
 
 BASE_ID = "pooled/tiny-test"
 ENTRY = AdapterEntry(

@@ -10,10 +10,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from engine.api import Failed, Finished, GenerationRequest, Usage
-from engine.tokenizer import Tokenizer
 from generated import models
-from pooled.settings import Settings
+from pooled.configuration.settings import Settings
 from tests.fake_engine import FakeEngine
+from text import Tokenizer
 
 CHAT = "/v1/chat/completions"
 HI = [{"role": "user", "content": "Hi"}]

@@ -10,10 +10,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from engine.api import Failed
-from engine.tokenizer import Tokenizer
 from generated import models
-from pooled.settings import Settings
+from pooled.configuration.settings import Settings
 from tests.fake_engine import FakeEngine
+from text import Tokenizer
 
 RESPONSES = "/v1/responses"
 WEATHER_TOOL = {

@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from engine.tokenizer import ChatTemplate, Tokenizer
 from handlers.generation.prompt import render_chat
 from handlers.generation.reasoning_budget import ReasoningBudget, with_reasoning_budget
+from text import ChatTemplate, Tokenizer
 
 OPEN, CLOSE, VOCAB = 7, 40, 64
 

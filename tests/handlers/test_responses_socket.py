@@ -16,11 +16,11 @@ from fastapi.testclient import TestClient
 from starlette.testclient import WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
-from engine.tokenizer import ChatTemplate, Tokenizer
-from pooled.app import build_app, server_context
-from pooled.settings import Settings
+from pooled.configuration.settings import Settings
+from pooled.web.app import build_app, server_context
 from tests.conftest import BASE_URL, StubModel
 from tests.fake_engine import FakeEngine
+from text import ChatTemplate, Tokenizer
 
 Socket = Any  # starlette's WebSocketTestSession
 

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine.tokenizer import Tokenizer
-from handlers.errors import ApiError
+from handlers.api_error import ApiError
 from handlers.generation.reasoning import ReasoningSplitter, Split, prompt_opens_reasoning
 from handlers.generation.stop_strings import StopStringMatcher, stop_strings
 from handlers.generation.text_output import Piece, RowText
 from handlers.generation.tool_calls import HermesParser, JsonCallParser, Parsed, ToolCallParser
+from text import Tokenizer
 
 
 def cuttings(text: str) -> Iterator[list[str]]:

@@ -1,4 +1,4 @@
-"""The model catalog (pooled/catalog.py): the shipped entries against the files they describe, a
+"""The model catalog (pooled/models_folder/catalog.py): the shipped entries against the files they describe, a
 user's file over them, each CatalogError, and whether this machine can serve an entry."""
 
 import hashlib
@@ -7,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from pooled import catalog as catalog_module
-from pooled.catalog import GIB, CatalogEntry, CatalogError, availability, load_catalog, parse_catalog, size_class_of
+from pooled.models_folder import catalog as catalog_module
+from pooled.models_folder.catalog import (
+    GIB,
+    CatalogEntry,
+    CatalogError,
+    availability,
+    load_catalog,
+    parse_catalog,
+    size_class_of,
+)
 
 DEFAULT = "smollm2-135m-instruct-q4_1"
 ENCODER = "all-minilm-l6-v2"

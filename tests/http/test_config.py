@@ -14,18 +14,18 @@ import yaml
 from fastapi.testclient import TestClient
 
 from engine.api import EncodeRequest, QueueFull
-from engine.checkpoint.gguf_file import read_gguf_metadata
-from engine.intake import Intake
-from engine.tokenizer import ChatTemplate, Tokenizer
+from engine.model.checkpoint.gguf_file import read_gguf_metadata
+from engine.serving.intake import Intake
 from pooled import cli
-from pooled import settings as settings_module
-from pooled.app import build_app, server_context
-from pooled.config_service import host_reloader
-from pooled.live_settings import LiveSettings
-from pooled.model_host import Loaded, ModelHost, default_model_path
-from pooled.settings import BY_NAME, LoadedSettings, Settings, SettingsError
+from pooled.configuration import settings as settings_module
+from pooled.configuration.config_service import host_reloader
+from pooled.configuration.live_settings import LiveSettings
+from pooled.configuration.settings import BY_NAME, LoadedSettings, Settings, SettingsError
+from pooled.hosting.model_host import Loaded, ModelHost, default_model_path
+from pooled.web.app import build_app, server_context
 from tests.conftest import BASE_URL, StubModel
 from tests.fake_engine import FakeEngine
+from text import ChatTemplate, Tokenizer
 
 SPEC = Path(__file__).resolve().parents[2] / "spec" / "components" / "schemas" / "config.yaml"
 JSON_TYPES = {"string": "string", "integer": "integer", "number": "number", "boolean": "boolean", "list": "array"}

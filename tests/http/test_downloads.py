@@ -1,6 +1,7 @@
-"""Downloads (pooled/downloads.py) and the models folder (pooled/models_dir.py) against a loopback
-file server (tests/http/file_server.py): verify, resume after a cancel or a restart, retries of
-drops and stalls, each failure, and the folder's states."""
+"""Downloads (pooled/models_folder/downloads.py) and the models folder
+(pooled/models_folder/models_dir.py) against a loopback file server (tests/http/file_server.py):
+verify, resume after a cancel or a restart, retries of drops and stalls, each failure, and the
+folder's states."""
 
 import errno
 import fcntl
@@ -14,10 +15,10 @@ from typing import Literal
 
 import pytest
 
-from pooled import downloads as downloads_module
-from pooled.catalog import CatalogEntry, CatalogFile, size_class_of
-from pooled.downloads import DownloadBusy, Downloader, DownloadProgress, download
-from pooled.models_dir import (
+from pooled.models_folder import downloads as downloads_module
+from pooled.models_folder.catalog import CatalogEntry, CatalogFile, size_class_of
+from pooled.models_folder.downloads import DownloadBusy, Downloader, DownloadProgress, download
+from pooled.models_folder.models_dir import (
     VERIFIED,
     disk_state,
     folder_models,

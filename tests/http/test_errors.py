@@ -6,7 +6,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from pooled import errors
+from pooled.web import error_bodies
 from tests.conftest import BASE_URL, StubModel
 
 CHAT = "/v1/chat/completions"
@@ -108,7 +108,7 @@ def test_dead_model_is_503_naming_the_cause(client: TestClient, model: StubModel
 
 def test_crash_is_500_in_api_shape() -> None:
     app = FastAPI()
-    errors.install(app)
+    error_bodies.install(app)
 
     @app.post("/v1/messages")
     async def boom() -> None:
@@ -131,8 +131,8 @@ def test_crash_is_500_in_api_shape() -> None:
     ],
 )
 def test_status_to_error_type(status: int, openai_type: str, anthropic_type: str) -> None:
-    openai = errors.error_response({"path": CHAT, "headers": []}, status, "m")
-    anthropic = errors.error_response({"path": "/v1/messages", "headers": []}, status, "m")
+    openai = error_bodies.error_response({"path": CHAT, "headers": []}, status, "m")
+    anthropic = error_bodies.error_response({"path": "/v1/messages", "headers": []}, status, "m")
     assert openai.status_code == anthropic.status_code == status
     assert openai.body and f'"type":"{openai_type}"' in openai.body.decode()
     assert f'"type":"{anthropic_type}"' in anthropic.body.decode()

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from pooled.app import build_app, server_context
-from pooled.guards import is_public
-from pooled.settings import Settings
+from pooled.configuration.settings import Settings
+from pooled.web.app import build_app, server_context
+from pooled.web.guards import is_public
 from tests.conftest import BASE_URL, StubModel
 
 CHAT = "/v1/chat/completions"

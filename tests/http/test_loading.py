@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from engine.errors import CheckpointError
-from pooled.context_policy import AGENT_CONTEXT, served_context
-from pooled.loading import Checkpoint, engine_config, load_checkpoint, resolve_dtype
-from pooled.model_host import default_model_path
-from pooled.settings import Settings
+from pooled.configuration.context_policy import AGENT_CONTEXT, served_context
+from pooled.configuration.settings import Settings
+from pooled.hosting.loading import Checkpoint, engine_config, load_checkpoint, resolve_dtype
+from pooled.hosting.model_host import default_model_path
 
 
 def load(tmp_path: Path, **overrides: object) -> tuple[int, Checkpoint]:

@@ -1,4 +1,4 @@
-"""The LoRA trust policy (pooled/lora_policy.py): each refusal, and `--lora` at start-up."""
+"""The LoRA trust policy (pooled/hosting/lora_policy.py): each refusal, and `--lora` at start-up."""
 
 import dataclasses
 from collections.abc import Callable
@@ -6,18 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from engine.adapters import AdapterRefused
-from engine.checkpoint.loader import load_model
-from engine.config import ModelConfig
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
-from engine.families import family_for_hf_config
-from engine.lora_adapter import file_sha256
-from pooled import settings as settings_module
-from pooled.adapter_admin import EngineAdapters
-from pooled.loading import load_start_adapters, lora_policy
-from pooled.lora_policy import LoraPolicy
+from engine.lora.adapter_table import AdapterRefused
+from engine.lora.peft_adapter import file_sha256
+from engine.model.checkpoint.loader import load_model
+from engine.model.families import family_for_hf_config
+from engine.model.model_config import ModelConfig
+from pooled.configuration import settings as settings_module
+from pooled.hosting.adapter_admin import EngineAdapters
+from pooled.hosting.loading import load_start_adapters, lora_policy
+from pooled.hosting.lora_policy import LoraPolicy
 from tests.engine.tiny_checkpoints import TINY_MODELS, build_tiny_checkpoint
 from tests.engine.tiny_gguf_lora import write_lora_gguf
 from tests.engine.tiny_lora import build_tiny_adapter

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from pooled.app import server_context
-from pooled.metrics_listener import metrics_app
-from pooled.setting_types import host_port
-from pooled.settings import Settings
+from pooled.configuration.setting_types import host_port
+from pooled.configuration.settings import Settings
+from pooled.web.app import server_context
+from pooled.web.metrics_listener import metrics_app
 from tests.conftest import StubModel
 
 

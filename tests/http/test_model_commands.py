@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
-from pooled.catalog import load_catalog
-from pooled.downloads import download
-from pooled.model_ids import model_id_for
+from pooled.models_folder.catalog import load_catalog
+from pooled.models_folder.downloads import download
+from pooled.models_folder.model_ids import model_id_for
 from tests.e2e.conftest import running_server
 from tests.e2e.test_switching import servable
 from tests.http.file_server import Blob, FileServer

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pooled.catalog import load_catalog
-from pooled.model_host import (
+from pooled.configuration.settings import Settings
+from pooled.hosting.model_host import (
     Loaded,
     ModelHost,
     ModelNotFound,
@@ -18,9 +18,9 @@ from pooled.model_host import (
     SwitchRefused,
     default_model_path,
 )
-from pooled.model_ids import model_id_for
-from pooled.model_library import model_to_serve
-from pooled.settings import Settings
+from pooled.models_folder.catalog import load_catalog
+from pooled.models_folder.folder_library import model_to_serve
+from pooled.models_folder.model_ids import model_id_for
 
 
 def wait_until_settled(host: ModelHost) -> None:

@@ -12,11 +12,11 @@ from types import SimpleNamespace
 import pytest
 from fastapi.testclient import TestClient
 
-from pooled.app import build_app, server_context
-from pooled.downloads import Downloader
-from pooled.model_host import Loaded, ModelHost
-from pooled.model_library import FolderLibrary
-from pooled.settings import Settings
+from pooled.configuration.settings import Settings
+from pooled.hosting.model_host import Loaded, ModelHost
+from pooled.models_folder.downloads import Downloader
+from pooled.models_folder.folder_library import FolderLibrary
+from pooled.web.app import build_app, server_context
 from tests.conftest import BASE_URL
 from tests.http.file_server import Blob, FileServer
 from tests.http.test_downloads import BACKOFF_S, STALL_S, blob, entry_for, wait_for

@@ -23,15 +23,15 @@ from schemathesis.checks import (
 )
 from schemathesis.specs.openapi.checks import negative_data_rejection
 
-from engine.checkpoint.gguf_file import read_gguf_metadata
-from engine.encoder import EncoderRunner, load_encoder
-from engine.tokenizer import ChatTemplate, Tokenizer
-from pooled.app import build_app, server_context
-from pooled.model_host import default_model_path
-from pooled.settings import Settings
+from engine.encoders.encoder_model import EncoderRunner, load_encoder
+from engine.model.checkpoint.gguf_file import read_gguf_metadata
+from pooled.configuration.settings import Settings
+from pooled.hosting.model_host import default_model_path
+from pooled.web.app import build_app, server_context
 from tests.conftest import BASE_URL, StubModel
 from tests.engine.tiny_encoders import build_tiny_encoder
 from tests.fake_engine import FakeEngine
+from text import ChatTemplate, Tokenizer
 
 # The model routes run for real (tokenizer, chat template, the whole generation layer; tiny real
 # encoders for embeddings and rerank); only the engine's queue is a scripted double, so fuzzed

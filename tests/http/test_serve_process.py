@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine import kernels
+from engine.model import kernels
 
 STARTUP_TIMEOUT_S = 900  # cold: loading plus the engine's compile plan on 2 CPU cores
 # The e2e suite's engine shape, so the persistent XLA cache serves both.

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pooled import settings as settings_module
-from pooled.settings import Settings
+from pooled.configuration import settings as settings_module
+from pooled.configuration.settings import Settings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

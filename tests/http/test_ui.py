@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from pooled.app import build_app, server_context
-from pooled.guards import is_public
-from pooled.settings import Settings
+from pooled.configuration.settings import Settings
+from pooled.web.app import build_app, server_context
+from pooled.web.guards import is_public
 from tests.conftest import BASE_URL, StubModel
 
 

@@ -2,7 +2,7 @@
 
 1. transformers' tokenizer built on the SmolLM2 GGUF (byte-level BPE). Ids are taken with
    `split_special_tokens=True`: control tokens spelled in text stay plain text, which is what
-   `engine.tokenizer.Tokenizer.encode` promises.
+   `text.Tokenizer.encode` promises.
 2. SentencePiece itself, on a small BPE model with byte fallback trained here the way Llama's was
    (no normalization, digits split). Its vocabulary is stored as the `tokenizer.ggml.*` metadata
    llama.cpp's converter would write, so the test builds our tokenizer from it as from a GGUF.

@@ -1,1 +1,0 @@
-"""Reading checkpoints from disk. `engine.checkpoint.loader.load_model` is the entry point."""

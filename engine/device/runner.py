@@ -1,0 +1,482 @@
+"""`DeviceRunner`: the runner on JAX — the KV pool, the lanes' tables and the compiled steps.
+
+It keeps the device state (KV pages, per-lane penalty state) and the host tables a step reads
+(each lane's block table and sampling parameters), pads every step to a compiled shape (rows,
+chunk tokens) and runs the compile plan at start-up. What each verb may assume is in
+`engine/device/runner_api.py`; all of them run on the engine thread, except `compile`, which runs on
+the building thread before the engine thread starts.
+
+Block tables carry one more column than a row can fill, always the null page: padded prompt
+tokens are placed there, so their keys and values never land in a real page. Padding rows of a
+decode step use the spare lane, `lanes`.
+
+With adapter slots (`EngineConfig.max_loras`), the device holds every slot's LoRA pairs in one
+stack (engine/model/layers/lora.py); each lane and each prefill chunk names its slot, and
+`load_adapter` writes a slot's columns between steps through one compiled function.
+"""
+
+import bisect
+import math
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from engine.device.compile_watch import CompileWatch
+from engine.device.kv_sizing import kv_dtype, max_context
+from engine.device.runner_api import (
+    PREFILL_ROWS,
+    DecodeRow,
+    Drawn,
+    InsertedRow,
+    Pending,
+    PrefillChunk,
+    PromptLogits,
+    Report,
+)
+from engine.device.sampling import Sampled
+from engine.device.step import LaneState, RowParams, StepFunctions
+from engine.engine_config import EngineConfig
+from engine.lora.peft_adapter import LoraAdapter
+from engine.model.checkpoint.loader import DTYPES, LoadedModel
+from engine.model.layers.kv_cache import init_paged_caches
+from engine.model.layers.lora import LoraStack, stack_adapters
+from engine.model.layers.paged_attention import PREFILL_ATTENTION_BLOCK_TOKENS
+from engine.serving.kv_pages import NULL_PAGE
+from engine.stats import Bucket
+
+# Logit-bias entries per row, padded to this many (OpenAI allows up to 300).
+LOGIT_BIAS_SLOTS = 300
+# Pages moved per call between the KV pool and the host (the prefix cache's disk tier): one
+# compiled shape, padded with the null page.
+PAGE_TRANSFER_GROUP = 16
+# Shortest prefill chunk compiled; chunk sizes double up to prefill_chunk. A padded prompt token
+# costs as much as a real one, and the new turn of a resent conversation is often a few dozen
+# tokens: doubling keeps its padding under half a chunk for one compile per size.
+SMALLEST_PREFILL_CHUNK = 8
+
+
+def geometric_buckets(smallest: int, largest: int, growth: int) -> list[int]:
+    """smallest, smallest·growth, ... and largest; a size within 2× of largest is left to largest,
+    which costs that little padding and saves a compile."""
+    sizes, size = [], max(1, smallest)
+    while size * 2 <= largest:
+        sizes.append(size)
+        size *= growth
+    return [*sizes, largest]
+
+
+@dataclass(frozen=True)
+class _Step:
+    """A dispatched decode step: its sampled tokens on the device (`width` per row, row-major),
+    how many of each row's a verify step takes (None: one each), and whether any row wants logprobs."""
+
+    sampled: Sampled
+    logprobs: bool
+    width: int = 1
+    taken: jax.Array | None = None
+
+
+class DeviceRunner:
+    """The runner of one loaded model (see `engine.device.runner_api.Runner`)."""
+
+    def __init__(self, model: LoadedModel, config: EngineConfig, pages: int) -> None:
+        c = model.config
+        self.lanes = config.decode_lanes
+        self.page_size = config.page_size
+        self.max_context = max_context(model.config, config)
+        self._vocab_size = c.vocab_size
+        param_leaves, params_tree = jax.tree.flatten(model.params)
+        self._param_leaves: list[jax.Array] = param_leaves
+        self.steps = StepFunctions(
+            model.family.model(c, DTYPES[model.dtype]), params_tree, config.page_size, PREFILL_ROWS
+        )
+        # Placed like the step outputs (replicated on the model's mesh), so the first real step
+        # finds the start-up compile instead of compiling again for a different input placement.
+        self._replicated = NamedSharding(model.mesh, PartitionSpec())
+        kv_pool = init_paged_caches(c, pages, config.page_size, kv_dtype(model.dtype, config.kv_cache_dtype))
+        self._kv = jax.device_put(kv_pool, self._replicated)
+        spare = self.lanes + 1
+        self._lane_state = jax.device_put(
+            LaneState(jnp.zeros((spare, c.vocab_size), bool), jnp.zeros((spare, c.vocab_size), jnp.int32)),
+            self._replicated,
+        )
+        pages_per_row = math.ceil(self.max_context / config.page_size)
+        self._row_buckets = geometric_buckets(1, self.lanes, config.bucket_growth)
+        self.draft_tokens = config.draft_tokens
+        self.draft_rows = min(config.draft_rows, self.lanes) if config.draft_tokens > 0 else 0
+        # Steps with drafts take the row buckets up to the first that holds draft_rows.
+        self._verify_buckets = self._row_buckets[: bisect.bisect_left(self._row_buckets, self.draft_rows) + 1]
+        if self.draft_rows == 0:
+            self._verify_buckets = []
+        self._chunk_buckets = geometric_buckets(
+            min(SMALLEST_PREFILL_CHUNK, config.prefill_chunk), config.prefill_chunk, 2
+        )
+        self.batched_chunk = max(
+            (b for b in self._chunk_buckets if b * PREFILL_ROWS <= config.prefill_chunk), default=0
+        )
+        self._block_tables = np.zeros((spare, pages_per_row + 1), np.int32)
+        self._padding_position = pages_per_row * config.page_size
+        self.mask_words = math.ceil(c.vocab_size / 32)  # a grammar mask's int32 words
+        self._row_params = _empty_row_params(spare, self.mask_words)
+        self.idle_interval: float | None = None  # one process: nothing to do while idle
+        self.adapter_slots, self.adapter_rank = config.max_loras, config.max_lora_rank
+        self._model_config, self._dtype = c, DTYPES[model.dtype]
+        self._lora: LoraStack | None = None
+        if self.adapter_slots:
+            empty = stack_adapters(c, [None] * self.adapter_slots, self.adapter_rank, self._dtype)
+            self._lora = jax.device_put(empty, self._replicated)
+        self._lane_adapters = np.zeros(spare, np.int32)  # each lane's adapter slot; the spare lane's is 0
+        self._buckets: tuple[Bucket, ...] = ()
+        self._compiles: CompileWatch | None = None
+        pool = self._kv[0].k
+        self._page_shape = (c.num_layers, 2, pool.shape[0], config.page_size, pool.shape[3])
+        self._page_dtype = np.dtype(pool.dtype)
+        self.page_bytes = math.prod(self._page_shape) * self._page_dtype.itemsize
+
+    # --- start-up ---------------------------------------------------------------------------
+
+    def compile(self, report: Report) -> None:
+        # Attention loops over the pages a step's rows have filled, so one block-table width (the
+        # whole context) serves every length: the plan is one prefill shape per chunk size (and per
+        # batched chunk size), and one first-token and one decode shape per row bucket.
+        width = self._block_tables.shape[1]
+        plan = [Bucket("prefill", 1, tokens, width) for tokens in self._chunk_buckets]
+        plan += [
+            Bucket("prefill", PREFILL_ROWS, tokens, width)
+            for tokens in self._chunk_buckets
+            if tokens <= self.batched_chunk
+        ]
+        plan += [Bucket("first_tokens", b, 1, 0) for b in self._row_buckets]
+        plan += [Bucket("decode", b, 1, width) for b in self._row_buckets]
+        plan += [Bucket("verify", b, self.draft_tokens + 1, width) for b in self._verify_buckets]
+        plan += [Bucket("reset_lane", 1, self.max_context, 0), Bucket("copy_page", 1, self.page_size, 0)]
+        if self.adapter_slots:
+            plan += [Bucket("load_adapter", 1, self.adapter_rank, 0)]
+        plan += [Bucket("read_pages", PAGE_TRANSFER_GROUP, self.page_size, 0)]
+        plan += [Bucket("write_pages", PAGE_TRANSFER_GROUP, self.page_size, 0)]
+        for done, bucket in enumerate(plan):
+            report(
+                f"compiling {bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}",
+                done,
+                len(plan),
+            )
+            self._run_bucket(bucket)
+        report("compiled", len(plan), len(plan))
+        jax.block_until_ready(self._kv)
+        self._buckets = tuple(plan)
+
+    def _run_bucket(self, bucket: Bucket) -> None:
+        """Runs one bucket on padding (null page, spare lane), which compiles it and changes nothing real.
+
+        Attention's loop over pages runs at least one turn (decode positions start at 1) and a
+        prefill's runs two, over one whole block and one partial (each its own branch): on XLA's
+        CPU backend the first run of a loop body or of a branch costs more than later runs, and
+        that belongs here, not in a request.
+        """
+        if bucket.kind == "prefill":
+            shape = (bucket.rows, bucket.tokens)
+            start = PREFILL_ATTENTION_BLOCK_TOKENS + 1 if self.max_context > PREFILL_ATTENTION_BLOCK_TOKENS + 1 else 1
+            tokens, positions = np.zeros(shape, np.int32), np.full(shape, start, np.int32)
+            table, last = np.zeros((bucket.rows, bucket.pages), np.int32), np.zeros(bucket.rows, np.int32)
+            slots = np.zeros(bucket.rows, np.int32)
+            written, _ = self.steps.prefill(
+                self._param_leaves, self._lora, self._kv, tokens, positions, table, last, slots
+            )
+            self._kv = self.steps.write(self._kv, written)
+        elif bucket.kind == "first_tokens":
+            lane_ids = np.full(bucket.rows, self.lanes, np.int32)
+            logits = jax.device_put(jnp.zeros((PREFILL_ROWS, self._vocab_size), jnp.float32), self._replicated)
+            self._lane_state, _ = self.steps.first_tokens(
+                self._lane_state, logits, np.int32(0), lane_ids, self._rows(lane_ids)
+            )
+        elif bucket.kind == "decode":
+            lane_ids = np.full(bucket.rows, self.lanes, np.int32)
+            tokens = jax.device_put(np.zeros(bucket.rows, np.int32), self._replicated)
+            self._decode(tokens, np.ones(bucket.rows, np.int32), lane_ids, self._rows(lane_ids))
+        elif bucket.kind == "verify":
+            lane_ids = np.full(bucket.rows, self.lanes, np.int32)
+            shape = (bucket.rows, bucket.tokens)
+            tokens, positions = np.zeros(shape, np.int32), np.ones(shape, np.int32)
+            drafts = np.full(bucket.rows, self.draft_tokens, np.int32)
+            self._verify(tokens, positions, drafts, lane_ids, self._rows(lane_ids))
+        elif bucket.kind == "reset_lane":
+            self._reset_lane(self.lanes, [], [])
+        elif bucket.kind == "load_adapter":
+            self.load_adapter(1, None)  # slot 1 is empty at start-up: clearing it changes nothing
+        elif bucket.kind == "read_pages":
+            self.read_pages([NULL_PAGE])
+        elif bucket.kind == "write_pages":
+            self.write_pages([NULL_PAGE], [bytes(self.page_bytes)])
+        else:
+            self.copy_page(NULL_PAGE, NULL_PAGE)
+
+    def buckets(self) -> tuple[Bucket, ...]:
+        return self._buckets
+
+    def watch_compiles(self, thread: threading.Thread) -> None:
+        """Counts compiles on `thread` (the engine thread) from now on."""
+        self._compiles = CompileWatch(thread)
+
+    def compiles_after_startup(self) -> int:
+        return 0 if self._compiles is None else self._compiles.count
+
+    def failure_kind(self, error: BaseException) -> Literal["fault", "panicked"]:
+        return failure_kind(error)
+
+    def idle(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self._compiles is not None:
+            self._compiles.close()
+
+    # --- prompts ----------------------------------------------------------------------------
+
+    def prefill(self, chunks: Sequence[PrefillChunk]) -> PromptLogits:
+        size = next(b for b in self._chunk_buckets if b >= max(len(chunk.tokens) for chunk in chunks))
+        rows = 1 if len(chunks) == 1 else PREFILL_ROWS
+        # Padding rows sit at position 0 of the null page: attention reads nothing for them, while
+        # the loop over pages runs as far as the row that starts latest.
+        tokens = np.zeros((rows, size), np.int32)
+        positions = np.zeros((rows, size), np.int32)
+        table = np.zeros((rows, self._block_tables.shape[1]), np.int32)
+        last = np.zeros(rows, np.int32)
+        slots = np.zeros(rows, np.int32)
+        for i, chunk in enumerate(chunks):
+            length = len(chunk.tokens)
+            tokens[i, :length] = chunk.tokens
+            positions[i] = self._padding_position
+            positions[i, :length] = np.arange(chunk.start, chunk.start + length)
+            table[i, : len(chunk.pages)] = chunk.pages
+            last[i] = length - 1
+            slots[i] = chunk.adapter
+        written, logits = self.steps.prefill(
+            self._param_leaves, self._lora, self._kv, tokens, positions, table, last, slots
+        )
+        self._kv = self.steps.write(self._kv, written)
+        return PromptLogits(logits)
+
+    def insert(self, lane: int, row: InsertedRow) -> None:
+        sampling = row.sampling
+        self._block_tables[lane] = NULL_PAGE
+        self._block_tables[lane, : len(row.pages)] = row.pages
+        self._lane_adapters[lane] = row.adapter
+        p = self._row_params
+        p.temperature[lane] = sampling.temperature
+        p.top_k[lane] = sampling.top_k
+        p.top_p[lane] = sampling.top_p
+        p.min_p[lane] = sampling.min_p
+        p.repetition_penalty[lane] = sampling.repetition_penalty
+        p.presence_penalty[lane] = sampling.presence_penalty
+        p.frequency_penalty[lane] = sampling.frequency_penalty
+        p.bias_ids[lane] = 0
+        p.bias_values[lane] = 0.0
+        bias = list(sampling.logit_bias.items())[:LOGIT_BIAS_SLOTS]
+        p.bias_ids[lane, : len(bias)] = [token for token, _ in bias]
+        p.bias_values[lane, : len(bias)] = [value for _, value in bias]
+        p.allowed[lane] = -1
+        p.seed[lane] = row.seed
+        p.logprobs[lane] = sampling.logprobs is not None
+        penalised = (sampling.repetition_penalty, sampling.presence_penalty, sampling.frequency_penalty) != (
+            1.0,
+            0.0,
+            0.0,
+        )
+        if penalised:
+            self._reset_lane(lane, row.prompt, row.output)
+
+    def add_page(self, lane: int, index: int, page: int) -> None:
+        self._block_tables[lane, index] = page
+
+    def copy_page(self, source: int, target: int) -> None:
+        self._kv = self.steps.copy_page(self._kv, np.int32(source), np.int32(target))
+
+    def load_adapter(self, slot: int, adapter: LoraAdapter | None) -> None:
+        assert self._lora is not None and 1 <= slot <= self.adapter_slots, "no such adapter slot"
+        part = stack_adapters(self._model_config, [adapter], self.adapter_rank, self._dtype)
+        first = np.int32((slot - 1) * self.adapter_rank)
+        self._lora = self.steps.set_slot(self._lora, first, jax.device_put(part, self._replicated))
+
+    def read_pages(self, pages: Sequence[int]) -> list[bytes]:
+        contents = []
+        for start in range(0, len(pages), PAGE_TRANSFER_GROUP):
+            group = self._page_group(pages[start : start + PAGE_TRANSFER_GROUP])
+            read = np.asarray(self.steps.read_pages(self._kv, group))
+            contents += [page.tobytes() for page in read[: min(PAGE_TRANSFER_GROUP, len(pages) - start)]]
+        return contents
+
+    def write_pages(self, pages: Sequence[int], contents: Sequence[bytes]) -> None:
+        for start in range(0, len(pages), PAGE_TRANSFER_GROUP):
+            chunk = contents[start : start + PAGE_TRANSFER_GROUP]
+            # Padding entries write zeros into the null page, which no row reads as a real page.
+            data = np.zeros((PAGE_TRANSFER_GROUP, *self._page_shape), self._page_dtype)
+            for i, content in enumerate(chunk):
+                data[i] = np.frombuffer(content, self._page_dtype).reshape(self._page_shape)
+            group = self._page_group(pages[start : start + PAGE_TRANSFER_GROUP])
+            self._kv = self.steps.write_pages(self._kv, group, jax.device_put(data, self._replicated))
+
+    @staticmethod
+    def _page_group(pages: Sequence[int]) -> np.ndarray:
+        group = np.full(PAGE_TRANSFER_GROUP, NULL_PAGE, np.int32)
+        group[: len(pages)] = pages
+        return group
+
+    def first_tokens(self, logits: PromptLogits, index: int, rows: Sequence[DecodeRow]) -> Drawn:
+        lane_ids = self._lane_ids(rows)
+        params = self._rows(lane_ids)
+        self._lane_state, sampled = self.steps.first_tokens(self._lane_state, logits, np.int32(index), lane_ids, params)
+        return self.take(Pending(_Step(sampled, bool(params.logprobs.any()))))
+
+    # --- decode -----------------------------------------------------------------------------
+
+    def generate(self, rows: Sequence[DecodeRow], chained: Pending | None = None) -> Pending:
+        if any(row.draft for row in rows):
+            assert chained is None, "a step with drafts chained on a pending step"
+            return self._generate_verifying(rows)
+        lane_ids = self._lane_ids(rows)
+        positions = np.zeros(len(lane_ids), np.int32)
+        positions[: len(rows)] = [row.position for row in rows]
+        if chained is None:
+            host_tokens = np.zeros(len(lane_ids), np.int32)
+            host_tokens[: len(rows)] = [row.token for row in rows]
+            tokens = jax.device_put(host_tokens, self._replicated)
+        else:
+            tokens = _step(chained).sampled.token
+        params = self._rows(lane_ids)
+        return Pending(_Step(self._decode(tokens, positions, lane_ids, params), bool(params.logprobs.any())))
+
+    def _generate_verifying(self, rows: Sequence[DecodeRow]) -> Pending:
+        """A step over each row's token and its draft (positions after it); padding tokens sit in
+        the null page's column, padding rows at position 0 of the spare lane's null pages."""
+        lane_ids = self._lane_ids(rows, self._verify_buckets)
+        width = self.draft_tokens + 1
+        tokens = np.zeros((len(lane_ids), width), np.int32)
+        positions = np.zeros((len(lane_ids), width), np.int32)
+        drafts = np.zeros(len(lane_ids), np.int32)
+        for i, row in enumerate(rows):
+            assert len(row.draft) <= self.draft_tokens, "a draft longer than the runner takes"
+            length = 1 + len(row.draft)
+            tokens[i, 0], tokens[i, 1:length] = row.token, row.draft
+            positions[i] = self._padding_position
+            positions[i, :length] = np.arange(row.position, row.position + length)
+            drafts[i] = len(row.draft)
+        params = self._rows(lane_ids)
+        sampled, taken = self._verify(tokens, positions, drafts, lane_ids, params)
+        return Pending(_Step(sampled, bool(params.logprobs.any()), width, taken))
+
+    def _verify(
+        self, tokens: np.ndarray, positions: np.ndarray, drafts: np.ndarray, lane_ids: np.ndarray, params: RowParams
+    ) -> tuple[Sampled, jax.Array]:
+        sampled, taken = self._run_step(self.steps.verify, tokens, positions, lane_ids, params, drafts)
+        return sampled, taken
+
+    def take(self, step: Pending) -> Drawn:
+        sampled, width = _step(step).sampled, _step(step).width
+        chosen = np.asarray(sampled.token).reshape(-1, width)
+        taken = np.ones(len(chosen), np.int32) if _step(step).taken is None else np.asarray(_step(step).taken)
+        if not _step(step).logprobs:
+            return Drawn(chosen, taken, None)
+        top = sampled.top_ids.shape[-1]
+        return Drawn(
+            chosen,
+            taken,
+            (
+                np.asarray(sampled.logprob).reshape(-1, width),
+                np.asarray(sampled.top_ids).reshape(-1, width, top),
+                np.asarray(sampled.top_logprobs).reshape(-1, width, top),
+            ),
+        )
+
+    def _decode(self, tokens: jax.Array, positions: np.ndarray, lane_ids: np.ndarray, params: RowParams) -> Sampled:
+        """`tokens` are on the device, placed like a step's sampled tokens: a step started from host
+        tokens and one chained on the last step's run the same compiled program."""
+        (sampled,) = self._run_step(self.steps.decode, tokens, positions, lane_ids, params)
+        return sampled
+
+    def _run_step(
+        self,
+        step: Callable[..., tuple[Any, ...]],
+        tokens: jax.Array | np.ndarray,
+        positions: np.ndarray,
+        lane_ids: np.ndarray,
+        params: RowParams,
+        *extra: np.ndarray,
+    ) -> list[Any]:
+        """Runs a decode-like step function over the lanes' block tables and writes its keys and
+        values into the pool; returns what it returns after them and the lanes' penalty state."""
+        written, self._lane_state, *results = step(
+            self._param_leaves,
+            self._lora,
+            self._kv,
+            self._lane_state,
+            tokens,
+            positions,
+            self._block_tables[lane_ids],
+            lane_ids,
+            params,
+            None if self._lora is None else self._lane_adapters[lane_ids],
+            *extra,
+        )
+        self._kv = self.steps.write(self._kv, written)
+        return results
+
+    # --- lane tables ------------------------------------------------------------------------
+
+    def _lane_ids(self, rows: Sequence[DecodeRow], buckets: Sequence[int] | None = None) -> np.ndarray:
+        """The rows' lanes padded to a row bucket (padding rows use the spare lane), after writing
+        each row's draw counter and grammar mask into its lane's parameters."""
+        bucket = next(b for b in (buckets or self._row_buckets) if b >= len(rows))
+        lane_ids = np.full(bucket, self.lanes, np.int32)
+        for i, row in enumerate(rows):
+            lane_ids[i] = row.lane
+            self._row_params.counter[row.lane] = row.draws
+            if row.constraint is not None:
+                row.constraint.fill_mask(self._row_params.allowed[row.lane])
+        return lane_ids
+
+    def _rows(self, lane_ids: np.ndarray) -> RowParams:
+        return RowParams(**{name: table[lane_ids] for name, table in vars(self._row_params).items()})
+
+    def _reset_lane(self, lane: int, prompt: Sequence[int], output: Sequence[int]) -> None:
+        padded_prompt = np.full(self.max_context, -1, np.int32)
+        padded_output = np.full(self.max_context, -1, np.int32)
+        padded_prompt[: len(prompt)] = prompt
+        padded_output[: len(output)] = output
+        self._lane_state = self.steps.reset_lane(self._lane_state, np.int32(lane), padded_prompt, padded_output)
+
+
+def failure_kind(error: BaseException) -> Literal["fault", "panicked"]:
+    """A device/XLA runtime error is a fault; anything else that kills the engine thread is a panic."""
+    return "fault" if isinstance(error, jax.errors.JaxRuntimeError) else "panicked"
+
+
+def _step(pending: Pending) -> _Step:
+    assert isinstance(pending, _Step), "a pending step of another runner"
+    return pending
+
+
+def _empty_row_params(lanes: int, mask_words: int) -> RowParams:
+    def zeros(dtype: type, *shape: int) -> np.ndarray:
+        return np.zeros((lanes, *shape), dtype)
+
+    return RowParams(
+        temperature=zeros(np.float32),
+        top_k=zeros(np.int32),
+        top_p=np.ones(lanes, np.float32),
+        min_p=zeros(np.float32),
+        repetition_penalty=np.ones(lanes, np.float32),
+        presence_penalty=zeros(np.float32),
+        frequency_penalty=zeros(np.float32),
+        bias_ids=zeros(np.int32, LOGIT_BIAS_SLOTS),
+        bias_values=zeros(np.float32, LOGIT_BIAS_SLOTS),
+        allowed=np.full((lanes, mask_words), -1, np.int32),
+        seed=zeros(np.uint32),
+        counter=zeros(np.int32),
+        logprobs=zeros(np.bool_),
+    )

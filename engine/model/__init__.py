@@ -1,0 +1,2 @@
+"""Models: families, layers, native kernels, checkpoint reading, quantized formats, sharding rules and
+the forward function."""

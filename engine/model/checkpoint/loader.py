@@ -1,0 +1,288 @@
+"""`load_model`: a checkpoint path → a family's parameters placed on a device mesh.
+
+1. Fingerprint the checkpoint files; on a prepared-cache hit, restore the parameters with orbax
+   straight into their shardings and skip parsing and conversion entirely.
+2. Otherwise read the checkpoint (safetensors directory or GGUF file) into a `RawCheckpoint`, let
+   the family convert HF tensors to its parameter tree a layer at a time, check every shape
+   against the model, cast, place each tensor shard by shard, and write the cache entry.
+3. With `quantization="w8a8"`, turn the projections and the output head into int8 weights with
+   per-channel scales (`engine/model/int8.py`); with "w4a8" into Q4_1 blocks (`engine/model/int4.py`). The
+   cache keeps the float parameters: the quantization is a serving choice, cheap to redo at each
+   load. "auto" serves a file's own numbers fast: w4a8 for a GGUF whose projections are all Q4_1
+   (requantizing them gives back the file's blocks) where the native CPU kernels run, else none.
+"""
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, overload
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+from tqdm import tqdm
+
+from engine.cache_paths import cache_root
+from engine.errors import CheckpointError
+from engine.model import int8, kernels
+from engine.model.checkpoint.prepared_cache import PreparedCache, fingerprint
+from engine.model.checkpoint.raw import RawCheckpoint
+from engine.model.checkpoint.safetensors_dir import checkpoint_files, read_chat_template, read_safetensors_dir
+from engine.model.families import Family, family_for_hf_config
+from engine.model.forward import ForwardFn, abstract_params, make_forward
+from engine.model.layers.kv_cache import LayerCache, init_layer_caches
+from engine.model.layers.lora import LoraBatch
+from engine.model.model_config import ModelConfig, with_context
+from engine.model.sharding import make_mesh, place, shardings_for
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# --quantization → ModelConfig.matmul_weights ("auto" resolves to one of them, see resolve_quantization)
+QUANTIZATIONS = {"none": "float", "w8a8": "int8", "w4a8": "int4"}
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    config: ModelConfig
+    family: Family
+    dtype: str
+    params: Any  # the family's parameter tree of jax.Array, placed on `mesh`
+    mesh: Mesh
+    apply: ForwardFn  # pure: apply(params, tokens, positions, kv_cache=None, lora=None)
+    source: Path
+    tokenizer_dir: Path | None
+    chat_template: str | None
+    from_cache: bool  # parameters were restored from the prepared cache
+    quantization: str  # one of QUANTIZATIONS, "auto" resolved
+    fingerprint: str  # of the checkpoint files and dtype (the prepared cache's key)
+
+    @overload
+    def forward(
+        self, tokens: jax.Array, positions: jax.Array, *, lora: LoraBatch | None = None
+    ) -> tuple[jax.Array, None]: ...
+
+    @overload
+    def forward(
+        self, tokens: jax.Array, positions: jax.Array, kv_cache: Sequence[LayerCache], lora: LoraBatch | None = None
+    ) -> tuple[jax.Array, tuple[LayerCache, ...]]: ...
+
+    def forward(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array,
+        kv_cache: Sequence[LayerCache] | None = None,
+        lora: LoraBatch | None = None,
+    ) -> tuple[jax.Array, tuple[LayerCache, ...] | None]:
+        """Logits [B,T,V] float32 for tokens [B,T] at positions [B,T], and the updated cache
+        (donated); with `lora`, each row's adapter slot added."""
+        return self.apply(self.params, tokens, positions, kv_cache, lora)
+
+    def init_kv_cache(self, batch: int, length: int) -> tuple[LayerCache, ...]:
+        return init_layer_caches(self.config, batch, length, DTYPES[self.dtype])
+
+
+def load_model(
+    path: str | Path,
+    dtype: str = "float32",
+    devices: Sequence[jax.Device] | None = None,
+    cache_dir: str | Path | None = None,
+    progress: bool = True,
+    *,
+    context_length: int | None = None,
+    rope_scaling: str | None = None,
+    quantization: str = "none",
+    prepared_cache: bool = True,
+) -> LoadedModel:
+    """Loads a safetensors directory or `.gguf` file; raises CheckpointError with a one-line reason.
+
+    Without `prepared_cache` the cache of prepared parameters is neither read nor written (a
+    process group: writing it is collective, over a folder every host would have to share).
+
+    `context_length` beyond the trained length needs `rope_scaling` (see `engine.model.model_config.with_context`).
+    """
+    path = Path(path).expanduser()
+    if dtype not in DTYPES:
+        raise CheckpointError(f"unsupported dtype {dtype!r} (supported: {', '.join(DTYPES)})")
+    if quantization != "auto" and quantization not in QUANTIZATIONS:
+        supported = ", ".join(("auto", *QUANTIZATIONS))
+        raise CheckpointError(f"unsupported quantization {quantization!r} (supported: {supported})")
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    is_gguf = path.suffix == ".gguf"
+    if not is_gguf and not path.is_dir():
+        raise CheckpointError(f"{path} is neither a model directory nor a .gguf file")
+    files_fingerprint = fingerprint([path] if is_gguf else checkpoint_files(path), dtype)
+    cache = PreparedCache(cache_root(cache_dir), files_fingerprint)
+    mesh = make_mesh(devices)
+
+    meta = cache.lookup() if prepared_cache else None
+    raw = _read(path, is_gguf) if meta is None else None
+    if meta is None:
+        assert raw is not None
+        meta = {
+            "hf_config": raw.hf_config,
+            "tokenizer_dir": str(raw.tokenizer_dir) if raw.tokenizer_dir else None,
+            "chat_template": raw.chat_template,
+            "projection_blocks": raw.projection_blocks,
+        }
+
+    family = family_for_hf_config(meta["hf_config"])
+    config = ModelConfig.from_hf(meta["hf_config"], family.traits)
+    if context_length is not None:
+        config = with_context(config, context_length, rope_scaling)
+    model = family.model(config, DTYPES[dtype])
+    shapes, logical = abstract_params(model)
+    shardings = shardings_for(shapes, logical, mesh)
+
+    params = _restore(cache, shapes, shardings) if raw is None else None
+    if params is None:
+        raw = raw or _read(path, is_gguf)
+        params = _prepare(family.convert(raw.tensors, config), shapes, shardings, progress)
+        if prepared_cache:
+            log.info("saving prepared parameters to %s", cache.entry)
+            cache.save(params, meta)
+    if quantization == "auto":
+        quantization = resolve_quantization(meta["projection_blocks"], mesh)
+    if quantization != "none":
+        config = replace(config, matmul_weights=QUANTIZATIONS[quantization])
+        model = family.model(config, DTYPES[dtype])
+        params = _int8_params(params, model, mesh)
+    elif config.tie_word_embeddings and dtype == "float32" and _native_matmuls(mesh):
+        config = replace(config, tie_word_embeddings=False)
+        model = family.model(config, DTYPES[dtype])
+        params = _untied_head(params, model, mesh)
+
+    tokenizer_dir = meta["tokenizer_dir"]
+    return LoadedModel(
+        config=config,
+        family=family,
+        dtype=dtype,
+        params=params,
+        mesh=mesh,
+        apply=make_forward(model),
+        source=path,
+        tokenizer_dir=Path(tokenizer_dir) if tokenizer_dir else None,
+        # The cache holds prepared parameters; a directory's template is read at every load, so an
+        # edited one is served (a GGUF's lives in the fingerprinted file itself).
+        chat_template=meta["chat_template"] if is_gguf else read_chat_template(path),
+        from_cache=raw is None,
+        quantization=quantization,
+        fingerprint=files_fingerprint,
+    )
+
+
+def with_served_context(model: LoadedModel, ctx: int, rope_scaling: str | None) -> LoadedModel:
+    """`model` serving `ctx` tokens (see `engine.model.model_config.with_context`), its forward rebuilt for the
+    new RoPE; the parameters are shared, not reloaded."""
+    config = with_context(model.config, ctx, rope_scaling)
+    return replace(model, config=config, apply=make_forward(model.family.model(config, DTYPES[model.dtype])))
+
+
+def resolve_quantization(projection_blocks: str | None, mesh: Mesh) -> str:
+    """What "auto" serves: the file's own Q4_1 blocks on the native kernel (the numbers llama.cpp
+    computes with, ~4x float32's decode speed on a CPU), else the float weights."""
+    return "w4a8" if projection_blocks == "Q4_1" and _native_matmuls(mesh) else "none"
+
+
+def _native_matmuls(mesh: Mesh) -> bool:
+    """Whether float matmuls run on the native CPU kernel (engine/model/layers/linear.py float_matmuls)."""
+    return mesh.devices.flat[0].platform == "cpu" and kernels.available()
+
+
+def _untied_head(params: Any, model: Any, mesh: Mesh) -> Any:
+    """A tied embedding's own copy as the output head, [D, V]: the native float matmul reads its
+    weights input-major, and the embedding table is [V, D] (a row-invariant kernel over that layout
+    ran the default model's 32-row head at 1.7× XLA's time; input-major at XLA's). Costs the
+    table's bytes once more (113 MB for the default model)."""
+    shapes, logical = abstract_params(model)
+    untie = jax.jit(
+        lambda p: {**p, "lm_head": p["embed"]["embedding"].T}, out_shardings=shardings_for(shapes, logical, mesh)
+    )
+    return untie(params)
+
+
+def _int8_params(params: Any, model: Any, mesh: Mesh) -> Any:
+    """Float parameters → the int8 model's tree: each int8 weight `w` with its `w_scale`, or packed
+    to Q4_1 (uint8) on its own."""
+    shapes, logical = abstract_params(model)
+
+    def convert(floats: dict[str, Any], shapes: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, shape in shapes.items():
+            if isinstance(shape, dict):
+                out[name] = convert(floats[name], shape)
+            elif name in floats and shape.dtype in (jnp.int8, jnp.uint8):
+                # An embedding table's channels are its rows (tokens); a kernel's are its last axes.
+                packed = shape.dtype == jnp.uint8
+                weight = int8.quantize(
+                    floats[name],
+                    shape.ndim - 1 if packed else shapes[f"{name}_scale"].ndim,
+                    channels_last=name != "embedding",
+                    packed=packed,
+                )
+                out[name] = weight.values
+                if weight.scale is not None:
+                    out[f"{name}_scale"] = weight.scale
+            elif name not in out:
+                out[name] = floats[name]
+        return out
+
+    quantize = jax.jit(lambda floats: convert(floats, shapes), out_shardings=shardings_for(shapes, logical, mesh))
+    return quantize(params)
+
+
+def _read(path: Path, is_gguf: bool) -> RawCheckpoint:
+    if is_gguf:
+        from engine.model.checkpoint.gguf_file import read_gguf  # gguf parsing is only needed for .gguf paths
+
+        return read_gguf(path)
+    return read_safetensors_dir(path)
+
+
+def _restore(cache: PreparedCache, shapes: Any, shardings: Any) -> Any | None:
+    """Parameters from the cache entry, or None (and a warning) if the entry cannot be restored."""
+    log.info("restoring prepared parameters from %s", cache.entry)
+    target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
+    try:
+        return cache.restore(target)
+    except Exception as e:  # orbax raises many types for damaged entries; the checkpoint itself is still good
+        log.warning("ignoring unreadable prepared-parameter cache %s: %s", cache.entry, e)
+        return None
+
+
+def _prepare(parts: Iterator[tuple[str, Any]], shapes: Any, shardings: Any, progress: bool) -> dict[str, Any]:
+    """Checks each converted entry against the model, casts it and places it shard by shard."""
+    placed: dict[str, Any] = {}
+    bar = tqdm(parts, total=len(shapes), desc="preparing weights", unit="part", disable=not progress)
+    for name, host in bar:
+        if name not in shapes:
+            raise CheckpointError(f"checkpoint has parameters the model does not use: {name}")
+        placed[name] = _place_entry(name, host, shapes[name], shardings[name])
+    if missing := sorted(shapes.keys() - placed.keys()):
+        raise CheckpointError(f"checkpoint lacks parameter {missing[0]}")
+    return placed
+
+
+def _place_entry(name: str, host: Any, shapes: Any, shardings: Any) -> Any:
+    host_leaves = dict(jax.tree_util.tree_flatten_with_path(host)[0])
+    expected = jax.tree_util.tree_flatten_with_path(shapes)[0]
+    if unexpected := host_leaves.keys() - {key for key, _ in expected}:
+        raise CheckpointError(f"checkpoint has parameters the model does not use: {_name(name, min(unexpected))}")
+    placed = []
+    for (key, shape), sharding in zip(expected, jax.tree.leaves(shardings), strict=True):
+        if key not in host_leaves:
+            raise CheckpointError(f"checkpoint lacks parameter {_name(name, key)}")
+        tensor = host_leaves[key]
+        if tensor.shape != shape.shape:
+            raise CheckpointError(
+                f"parameter {_name(name, key)} has shape {tuple(tensor.shape)} but the config implies {shape.shape}"
+            )
+        placed.append(place(np.asarray(tensor), sharding, shape.dtype))  # a view: read slice by slice
+    return jax.tree_util.tree_unflatten(jax.tree.structure(shapes), placed)
+
+
+def _name(prefix: str, key: tuple[Any, ...]) -> str:
+    return "/".join([prefix, *(str(getattr(k, "key", k)) for k in key)])

@@ -1,0 +1,13 @@
+"""Llama (Llama 2/3.x, SmolLM2, Mistral-style): the base layout, unchanged."""
+
+from typing import ClassVar
+
+from engine.model.families.base import Family
+from engine.model.families.traits import FamilyTraits
+
+
+class Llama(Family):
+    name = "llama"
+    hf_architectures: ClassVar[tuple[str, ...]] = ("LlamaForCausalLM", "MistralForCausalLM")
+    gguf_architecture = "llama"
+    traits = FamilyTraits(gguf_interleaved_qk=True)

@@ -1,0 +1,288 @@
+"""`Intake`: what the engine thread shares with every other thread, under one lock.
+
+Threads: handler threads enqueue requests, cancels and adapter jobs, drain, wait for idleness,
+read stats and change the queue bound (`set_max_queue`, a configuration change); the engine
+thread takes the inbox, the encode requests, the adapter jobs, the cancels and the disk tier's
+finished loads (`next_work`, which waits on the condition when there is
+nothing to do: nothing polls) and records what happened to each request. The disk tier's IO
+thread hands over each finished load (`fetched`). Either side holds the lock only for these
+exchanges and counters: never across a device call or a sink call.
+
+A request is pending from `enqueue` until its rows first hold lanes (`admitted`), then running
+until it closes. A full queue is refused with a `Retry-After` estimate (engine/serving/admission.py).
+"""
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Literal, NamedTuple
+
+from engine.api import EncodeEvent, EncodeRequest, EngineUnavailable, GenerationRequest, QueueFull
+from engine.encoders.encoding import EncodeJob
+from engine.lora.adapter_table import AdapterJob, AdapterUse
+from engine.serving.admission import retry_after_seconds, smoothed_hold
+from engine.serving.prefix_disk import Loaded
+from engine.serving.rows import Request, Row, Sink
+from engine.stats import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, LatencyHistogram
+
+FinishReason = Literal["stop", "length", "cancelled", "timeout"]
+EngineState = Literal["serving", "draining", "dead"]
+COUNTERS = (
+    "prefix_queries",
+    "prefix_hits",
+    "prefix_disk_hits",
+    "prompt_tokens",
+    "generation_tokens",
+    "preemptions",
+    "refusals",
+    "draft_tokens",
+    "draft_accepted",
+    "encode_requests",
+)
+
+
+class Work(NamedTuple):
+    """What the engine thread takes from the intake each iteration."""
+
+    inbox: deque[Request]
+    cancels: dict[int, FinishReason]
+    fetched: list[Loaded]
+    encodes: list[EncodeJob]
+    adapter_jobs: list[AdapterJob]
+    stopping: bool
+
+
+class Intake:
+    def __init__(self, lanes: int, max_queue: int) -> None:
+        self.max_queue = max_queue
+        self.state: EngineState = "serving"
+        self.failure: tuple[str, str] | None = None
+        self.lock = threading.Lock()
+        self._wake = threading.Condition(self.lock)
+        self._inbox: deque[Request] = deque()
+        self._cancels: dict[int, FinishReason] = {}
+        self._fetched: list[Loaded] = []
+        self._encodes: deque[EncodeJob] = deque()
+        self._adapter_jobs: list[AdapterJob] = []
+        self._pending_requests = 0  # submitted, not yet holding lanes
+        self._pending_rows = 0
+        self._free_lane_count = lanes
+        self.running: dict[int, Request] = {}
+        self._next_id = 0
+        self._average_hold: float | None = None
+        self._stopping = False
+        self.counters = dict.fromkeys(COUNTERS, 0)
+        self.ttft = LatencyHistogram(TTFT_BUCKETS)
+        self.itl = LatencyHistogram(ITL_BUCKETS)
+        self.e2e = LatencyHistogram(E2E_BUCKETS)
+
+    # --- any thread -------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        request: GenerationRequest,
+        sink: Sink,
+        max_tokens: int,
+        stop_ids: frozenset[int],
+        adapter: AdapterUse | None = None,
+    ) -> int:
+        """Queues a request already valid on its face; raises EngineUnavailable or QueueFull."""
+        with self.lock:
+            if self.state != "serving":
+                raise EngineUnavailable(f"the engine is {self.state}")
+            starts_now = self._pending_rows + request.n <= self._free_lane_count
+            if not starts_now and self._pending_requests >= self.max_queue:
+                self.counters["refusals"] += 1
+                raise QueueFull(self._retry_after_locked())
+            self._next_id += 1
+            entry = Request(self._next_id, request, sink, max_tokens, stop_ids, time.monotonic(), adapter)
+            self._pending_requests += 1
+            self._pending_rows += request.n
+            self._inbox.append(entry)
+            self._wake.notify_all()  # wait_idle callers share the condition
+            return entry.id
+
+    def enqueue_encode(self, request: EncodeRequest, sink: Callable[[EncodeEvent], None]) -> int:
+        """Queues an encode request already valid on its face; raises EngineUnavailable or QueueFull.
+        It counts as a pending request until its values are sent."""
+        with self.lock:
+            if self.state != "serving":
+                raise EngineUnavailable(f"the engine is {self.state}")
+            if self._pending_requests >= self.max_queue:
+                self.counters["refusals"] += 1
+                raise QueueFull(self._retry_after_locked())
+            self._next_id += 1
+            self._pending_requests += 1
+            self._encodes.append(EncodeJob(self._next_id, request, sink, time.monotonic()))
+            self._wake.notify_all()
+            return self._next_id
+
+    def enqueue_adapter_job(self, job: AdapterJob) -> None:
+        with self.lock:
+            if self.state != "serving":
+                raise EngineUnavailable(f"the engine is {self.state}")
+            self._adapter_jobs.append(job)
+            self._wake.notify_all()
+
+    def cancel(self, request_id: int) -> None:
+        with self.lock:
+            self._cancels.setdefault(request_id, "cancelled")
+            self._wake.notify_all()  # wait_idle callers share the condition
+
+    def drain(self) -> None:
+        with self.lock:
+            if self.state == "serving":
+                self.state = "draining"
+
+    def stop(self) -> None:
+        """Asks the engine thread to cancel everything and end."""
+        with self.lock:
+            if self.state == "serving":
+                self.state = "draining"
+            self._stopping = True
+            self._wake.notify_all()
+
+    def wait_idle(self, timeout: float | None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.lock:
+            while self.state != "dead" and (self.running or self._pending_requests):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._wake.wait(left)
+            return True
+
+    def set_max_queue(self, max_queue: int) -> None:
+        """A new bound for requests waiting for lanes; those already waiting stay queued."""
+        with self.lock:
+            self.max_queue = max_queue
+
+    @property
+    def pending_requests(self) -> int:
+        return self._pending_requests
+
+    def _retry_after_locked(self) -> int:
+        admitted = [entry.admitted for entry in self.running.values() if entry.admitted is not None]
+        return retry_after_seconds(time.monotonic(), min(admitted, default=None), self._average_hold)
+
+    # --- the engine thread ------------------------------------------------------------------
+
+    def fetched(self, loaded: Loaded) -> None:
+        """A disk-tier load finished (called on its IO thread)."""
+        with self.lock:
+            self._fetched.append(loaded)
+            self._wake.notify_all()
+
+    def next_work(self, busy: bool, timeout: float | None = None) -> Work:
+        """The new requests, the cancels (every new request too, when stopping), the finished disk
+        loads, the new encode requests and whether the engine is stopping; waits while there is
+        none of these and the engine is not `busy`, for at most `timeout` seconds (then all are empty)."""
+        with self.lock:
+            while (
+                not (
+                    self._inbox
+                    or self._encodes
+                    or self._cancels
+                    or self._fetched
+                    or self._adapter_jobs
+                    or self._stopping
+                )
+                and not busy
+            ):
+                if not self._wake.wait(timeout):
+                    break
+            inbox, self._inbox = self._inbox, deque()
+            cancels, self._cancels = self._cancels, {}
+            fetched, self._fetched = self._fetched, []
+            encodes, self._encodes = list(self._encodes), deque()
+            adapter_jobs, self._adapter_jobs = self._adapter_jobs, []
+            if self._stopping:
+                cancels.update({entry.id: "cancelled" for entry in inbox})
+            return Work(inbox, cancels, fetched, encodes, adapter_jobs, self._stopping)
+
+    def abandon_encodes(self) -> list[EncodeJob]:
+        """The encode requests not yet taken, removed (the engine is ending)."""
+        with self.lock:
+            jobs, self._encodes = list(self._encodes), deque()
+            self._pending_requests -= len(jobs)
+            self._wake.notify_all()
+            return jobs
+
+    def encoded(self, job: EncodeJob) -> None:
+        """An encode request ended (its values sent, or cancelled)."""
+        now = time.monotonic()
+        with self.lock:
+            self._pending_requests -= 1
+            if job.values is not None and job.done == len(job.request.inputs):
+                self.counters["prompt_tokens"] += job.prompt_tokens
+                self.counters["encode_requests"] += 1
+                self.e2e.observe(now - job.submitted)
+            self._wake.notify_all()
+
+    def admitted(self, entry: Request, rows: int, prompt_tokens: int, cached_tokens: int, now: float) -> None:
+        """`rows` rows of `entry` took lanes; the first time, the request starts running."""
+        with self.lock:
+            self._free_lane_count -= rows
+            if entry.admitted is None:
+                entry.admitted = now
+                entry.cached_prompt_tokens = cached_tokens
+                self._pending_requests -= 1
+                self._pending_rows -= rows
+                self.running[entry.id] = entry
+                self.counters["prompt_tokens"] += prompt_tokens
+                self.counters["prefix_queries"] += prompt_tokens
+                self.counters["prefix_hits"] += cached_tokens
+
+    def token(self, row: Row, now: float) -> None:
+        """Counts a row's new token and its latencies."""
+        entry = row.request
+        with self.lock:
+            self.counters["generation_tokens"] += 1
+            if entry.first_token_at is None:
+                entry.first_token_at = now
+                self.ttft.observe(now - entry.submitted)
+            elif row.generated > 1:
+                self.itl.observe(now - row.last_token_at)
+
+    def lane_freed(self) -> None:
+        with self.lock:
+            self._free_lane_count += 1
+
+    def restored(self, tokens: int) -> None:
+        with self.lock:
+            self.counters["prefix_disk_hits"] += tokens
+
+    def drafted(self, proposed: int, accepted: int) -> None:
+        """Counts a step's draft tokens and those its rows' draws agreed with."""
+        with self.lock:
+            self.counters["draft_tokens"] += proposed
+            self.counters["draft_accepted"] += accepted
+
+    def preempted(self) -> None:
+        with self.lock:
+            self.counters["preemptions"] += 1
+
+    def closed(self, entry: Request) -> None:
+        now = time.monotonic()
+        with self.lock:
+            if entry.admitted is None:
+                self._pending_requests -= 1
+                self._pending_rows -= entry.request.n
+            else:
+                del self.running[entry.id]
+                self._average_hold = smoothed_hold(self._average_hold, now - entry.admitted)
+                self.e2e.observe(now - entry.submitted)
+            self._wake.notify_all()
+
+    def died(self, kind: str, reason: str) -> list[Request]:
+        """Marks the engine dead; returns the requests in flight that it knows of (running or in the inbox)."""
+        with self.lock:
+            self.state = "dead"
+            self.failure = (kind, reason)
+            doomed = list(self.running.values()) + list(self._inbox)
+            self._inbox.clear()
+            self.running.clear()
+            self._pending_requests = self._pending_rows = 0
+            self._wake.notify_all()
+        return doomed

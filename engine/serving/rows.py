@@ -1,0 +1,76 @@
+"""The scheduler's host records: a request, its rows, and a prompt being prefilled.
+
+A request's `n` rows share its prompt; each row decodes in its own lane. Only the engine thread
+changes a row or a prefill; a request's counting fields (`admitted`, `first_token_at`) are also
+read under the intake's lock.
+"""
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.api import Constraint, EngineEvent, GenerationRequest
+from engine.lora.adapter_table import AdapterUse
+from engine.serving.drafts import PromptLookup
+
+Sink = Callable[[EngineEvent], None]
+
+
+@dataclass(eq=False)
+class Request:
+    id: int
+    request: GenerationRequest
+    sink: Sink
+    max_tokens: int  # clamped to the context left
+    stop_ids: frozenset[int]  # the request's and (unless ignore_eos) the model's
+    submitted: float
+    adapter: AdapterUse | None = None  # its LoRA adapter's slot, held until it closes
+    rows: list["Row"] = field(default_factory=list)
+    admitted: float | None = None
+    cached_prompt_tokens: int = 0
+    first_token_at: float | None = None
+    rows_unfinished: int = 0
+    # The last time the request moved (submission, admission, a prefill chunk, a token): a stall
+    # past the request's stall_timeout ends it.
+    progress_at: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.progress_at = self.submitted
+
+    def new_rows(self) -> list["Row"]:
+        """The request's rows, each with its own seed (derived from the request's seed, if any)
+        and its own grammar state."""
+        sampling, prompt, factory = self.request.sampling, list(self.request.prompt_ids), self.request.constraint
+        for index in range(self.request.n):
+            seed = int.from_bytes(os.urandom(4)) if sampling.seed is None else hash((sampling.seed, index))
+            self.rows.append(Row(self, index, list(prompt), seed & 0xFFFFFFFF, factory() if factory else None))
+        self.rows_unfinished = self.request.n
+        return list(self.rows)
+
+
+@dataclass(eq=False)
+class Row:
+    request: Request
+    index: int
+    tokens: list[int]  # prompt + output so far
+    seed: int
+    constraint: Constraint | None
+    generated: int = 0
+    lane: int | None = None
+    pages: list[int] = field(default_factory=list)
+    named_pages: int = 0  # leading full pages already named in the prefix cache
+    page_hashes: list[bytes] = field(default_factory=list)  # of its leading full pages, as far as computed
+    admitted_seq: int = 0  # admission order, for choosing preemption victims
+    last_token_at: float = 0.0
+    done: bool = False
+    drafts: PromptLookup | None = None  # while it decodes, when its sampling lets drafts be checked
+
+
+@dataclass(eq=False)
+class Prefill:
+    """Rows sharing one prompt whose KV is being written chunk by chunk."""
+
+    rows: list[Row]
+    tokens: list[int]
+    pages: list[int]
+    next_position: int

@@ -1,0 +1,141 @@
+"""Sampling parameters: an API's fields → the engine's `SamplingParams`, checked before the engine is asked.
+
+Everything here is a 400 naming the field, or a documented clamp: the output budget is clamped to
+the room left in the context, the engine's cap (`MAX_TOKENS_CAP`) and the server's
+`--max-output-tokens`; an `n` above the decode lanes and more than `MAX_LOGIT_BIAS` biases are
+refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from engine.api import MAX_TOKENS_CAP, SamplingParams
+from handlers.api_error import ApiError
+
+MAX_LOGIT_BIAS = 10_000
+
+
+@dataclass(frozen=True)
+class SamplingFields:
+    """The sampling fields the APIs share, as the request gave them (None: not given)."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: Mapping[str, float] | None = None
+    seed: int | None = None
+    logprobs: int | None = None  # top alternatives per token; None: no logprobs at all
+
+
+class OpenAISamplingBody(Protocol):
+    """The sampling fields Chat Completions and Completions requests both carry, under these names."""
+
+    @property
+    def temperature(self) -> float | None: ...
+    @property
+    def top_p(self) -> float | None: ...
+    @property
+    def top_k(self) -> int | None: ...
+    @property
+    def min_p(self) -> float | None: ...
+    @property
+    def repetition_penalty(self) -> float | None: ...
+    @property
+    def presence_penalty(self) -> float | None: ...
+    @property
+    def frequency_penalty(self) -> float | None: ...
+    @property
+    def logit_bias(self) -> Mapping[str, float] | None: ...
+    @property
+    def seed(self) -> int | None: ...
+
+
+def openai_sampling_fields(body: OpenAISamplingBody, logprobs: int | None) -> SamplingFields:
+    return SamplingFields(
+        temperature=body.temperature,
+        top_p=body.top_p,
+        top_k=body.top_k,
+        min_p=body.min_p,
+        repetition_penalty=body.repetition_penalty,
+        presence_penalty=body.presence_penalty,
+        frequency_penalty=body.frequency_penalty,
+        logit_bias=body.logit_bias,
+        seed=body.seed,
+        logprobs=logprobs,
+    )
+
+
+def sampling_params(fields: SamplingFields, vocab_size: int) -> SamplingParams:
+    return SamplingParams(
+        temperature=1.0 if fields.temperature is None else fields.temperature,
+        top_k=max(fields.top_k or 0, 0),  # -1 and 0 both mean "all tokens"
+        top_p=1.0 if fields.top_p is None else fields.top_p,
+        min_p=fields.min_p or 0.0,
+        repetition_penalty=fields.repetition_penalty or 1.0,
+        presence_penalty=fields.presence_penalty or 0.0,
+        frequency_penalty=fields.frequency_penalty or 0.0,
+        logit_bias=logit_bias(fields.logit_bias, vocab_size),
+        seed=fields.seed,
+        logprobs=fields.logprobs,
+    )
+
+
+def logit_bias(biases: Mapping[str, float] | None, vocab_size: int) -> dict[int, float]:
+    if not biases:
+        return {}
+    if len(biases) > MAX_LOGIT_BIAS:
+        raise ApiError(
+            400,
+            f"logit_bias has {len(biases)} entries; at most {MAX_LOGIT_BIAS} are allowed.",
+            code="invalid_logit_bias",
+            param="logit_bias",
+        )
+    parsed: dict[int, float] = {}
+    for key, bias in biases.items():
+        token_id = int(key) if key.strip().lstrip("-").isdigit() else -1
+        if not 0 <= token_id < vocab_size:
+            raise ApiError(
+                400,
+                f"logit_bias key '{key}' is not a token id of this model (0 to {vocab_size - 1}).",
+                code="invalid_logit_bias",
+                param="logit_bias",
+            )
+        parsed[token_id] = bias
+    return parsed
+
+
+def check_choices(n: int, decode_lanes: int, param: str = "n") -> int:
+    if n > decode_lanes:
+        raise ApiError(
+            400,
+            f"{param}={n} is more than the {decode_lanes} sequences this server decodes at once (--decode-lanes).",
+            code="too_many_choices",
+            param=param,
+        )
+    return n
+
+
+def output_budget(requested: int | None, prompt_tokens: int, context: int, server_cap: int | None) -> int:
+    """The most tokens to generate: the request's, clamped; a prompt that fills the context is a 400."""
+    room = context - prompt_tokens
+    if room < 1:
+        raise context_length_exceeded(prompt_tokens, context)
+    caps = [room, MAX_TOKENS_CAP] + ([server_cap] if server_cap else [])
+    return min([requested, *caps] if requested is not None else caps)
+
+
+def context_length_exceeded(prompt_tokens: int, context: int) -> ApiError:
+    return ApiError(
+        400,
+        f"The prompt is {prompt_tokens} tokens; this server's context is {context} tokens, "
+        "which leaves no room to generate. Shorten the prompt.",
+        code="context_length_exceeded",
+        param="messages",
+    )

@@ -1,0 +1,242 @@
+"""The load step that `ModelHost` runs on its thread: checkpoint → model, tokenizer, template, engine.
+
+The weight dtype `auto` resolves per backend: float32 on the CPU (XLA's CPU
+backend ran the batch-1 decode step several times slower with bf16 weights; see
+docs/BENCHMARKS.md) and bfloat16 on accelerators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+
+from engine.cache_paths import cache_root
+from engine.device.mirrored_runner import lead_load
+from engine.device.process_group import Lead, in_group
+from engine.encoders.decoder_embedding import decoder_embedding, decoder_embedding_runner, is_embedding_decoder
+from engine.encoders.encoder_engine import EncoderEngine
+from engine.encoders.encoder_model import EncoderRunner, is_encoder_checkpoint, load_encoder
+from engine.engine import Engine
+from engine.engine_config import EngineConfig
+from engine.errors import CheckpointError
+from engine.lora.adapter_table import AdapterRefused
+from engine.model.checkpoint.loader import LoadedModel, load_model
+from pooled.configuration.context_policy import ServedContext, served_context
+from pooled.configuration.settings import Settings
+from pooled.hosting.adapter_admin import EngineAdapters
+from pooled.hosting.lora_policy import LoraPolicy
+from pooled.hosting.model_host import Embedder, Loaded
+from pooled.models_folder.model_ids import model_id_for
+from text import ChatTemplate, Tokenizer
+
+
+def resolve_dtype(requested: str, backend: str) -> str:
+    if requested != "auto":
+        return requested
+    return "float32" if backend == "cpu" else "bfloat16"
+
+
+def _devices(count: int | None) -> list[jax.Device]:
+    devices = jax.devices()
+    if count is None:
+        return devices
+    if not 1 <= count <= len(devices):
+        raise CheckpointError(f"--devices {count} asked for, but this machine has {len(devices)}")
+    return devices[:count]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A loaded checkpoint, before its engine is built."""
+
+    model: LoadedModel
+    tokenizer: Tokenizer
+    chat_template: ChatTemplate | None
+
+
+def engine_config(settings: Settings, checkpoint: Checkpoint) -> EngineConfig:
+    return EngineConfig(
+        decode_lanes=settings.decode_lanes,
+        max_queue=settings.max_queue,
+        kv_cache_dtype=settings.kv_cache_dtype,
+        page_size=settings.page_size,
+        prefill_chunk=settings.prefill_chunk,
+        kv_memory_bytes=settings.kv_memory or 0,  # 0: the engine sizes the pool (engine/device/kv_sizing.py)
+        stop_token_ids=checkpoint.tokenizer.stop_token_ids,
+        draft_tokens=settings.draft_tokens,
+        draft_rows=settings.draft_rows,
+        prefix_disk_dir=settings.prefix_cache_dir,
+        prefix_disk_bytes=settings.prefix_cache_disk,
+        max_loras=settings.max_loras,
+        max_lora_rank=settings.max_lora_rank,
+    )
+
+
+def lora_policy(settings: Settings) -> LoraPolicy:
+    return LoraPolicy(
+        roots=tuple(Path(root) for root in settings.lora_root),
+        max_rank=settings.max_lora_rank,
+        max_bytes=settings.lora_max_bytes,
+        digests=dict(settings.lora_sha256),
+    )
+
+
+def load_start_adapters(adapters: EngineAdapters, settings: Settings) -> None:
+    """The `--lora NAME=PATH` adapters, through the trust policy, into the engine's slots."""
+    for name, path in settings.lora:
+        try:
+            adapters.load_at_start(name, path)
+        except AdapterRefused as error:
+            hint = " (set --max-loras)" if error.code == "lora_disabled" else ""
+            raise CheckpointError(f"--lora {name}: {error.message}{hint}") from error
+
+
+def use_compilation_cache() -> None:
+    """Keep compiled XLA programs on disk, so a restart skips the start-up compile plan it already ran."""
+    jax.config.update("jax_compilation_cache_dir", str(cache_root(None) / "xla"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def load_checkpoint(path: Path, settings: Settings) -> Checkpoint:
+    model = load_model(
+        path,
+        dtype=resolve_dtype(settings.dtype, jax.default_backend()),
+        devices=_devices(settings.devices),
+        context_length=settings.ctx,
+        rope_scaling=settings.rope_scaling,
+        quantization=settings.quantization,
+        prepared_cache=not in_group(),
+    )
+    tokenizer = Tokenizer.for_checkpoint(model.source, model.tokenizer_dir)
+    template = ChatTemplate(model.chat_template, tokenizer) if model.chat_template else None
+    return Checkpoint(model, tokenizer, template)
+
+
+@dataclass(frozen=True)
+class ServedEncoder:
+    """An embedding or rerank model: what requests see of it, and its runner on the engine thread."""
+
+    face: Embedder
+    runner: EncoderRunner
+    quantization: str = "none"  # what a decoder's --quantization resolved to
+
+
+def load_encoders(settings: Settings) -> dict[str, ServedEncoder]:
+    """The encoders served beside the model (`--embedding-model`, `--rerank-model`), by the name
+    requests use; one of the wrong kind is a CheckpointError saying which flag takes it."""
+    encoders: dict[str, ServedEncoder] = {}
+    for flag, kind, value in (
+        ("--embedding-model", "embedding", settings.embedding_model),
+        ("--rerank-model", "rerank", settings.rerank_model),
+    ):
+        if value is None:
+            continue
+        path = Path(value).expanduser()
+        served = load_served_encoder(path, settings)
+        if served.face.kind != kind:
+            other = "--rerank-model" if served.face.kind == "rerank" else "--embedding-model"
+            raise CheckpointError(f"{flag} {value} is a {served.face.kind} model: give it as {other}")
+        encoders[model_id_for(path)] = served
+    return encoders
+
+
+def load_served_encoder(path: Path, settings: Settings) -> ServedEncoder:
+    """An encoder checkpoint, or a decoder that declares itself an embedding model, with its runner."""
+    if is_embedding_decoder(path):
+        return decoder_embedder(load_checkpoint(path, settings), settings)
+    encoder = load_encoder(path)
+    return ServedEncoder(encoder, EncoderRunner.for_encoder(encoder, settings.encoder_batch_tokens))
+
+
+def decoder_embedder(checkpoint: Checkpoint, settings: Settings) -> ServedEncoder:
+    """A decoder's embedding pass (engine/encoders/decoder_embedding.py) over the checkpoint's own weights."""
+    model = checkpoint.model
+    embedding = decoder_embedding(model, checkpoint.tokenizer.to_json(), settings.embedding_max_tokens)
+    runner = decoder_embedding_runner(model, embedding, settings.encoder_batch_tokens)
+    return ServedEncoder(embedding, runner, model.quantization)
+
+
+@dataclass(frozen=True)
+class GroupLoad:
+    """What a process group's follower needs to load the model its leader loads."""
+
+    path: Path
+    settings: Settings
+
+
+def load_generation(path: Path, settings: Settings) -> tuple[Checkpoint, EngineConfig, ServedContext]:
+    """A chat model's checkpoint, its engine configuration and the context it serves."""
+    checkpoint = load_checkpoint(path, settings)
+    config = engine_config(settings, checkpoint)
+    return checkpoint, config, served_context(checkpoint.model, settings, config)
+
+
+def follower_model(spec: GroupLoad) -> LoadedModel:
+    """A follower's copy of the leader's model (engine/device/mirrored_runner.follow)."""
+    return load_generation(spec.path, spec.settings)[2].model
+
+
+def check_group_serving(path: Path, settings: Settings) -> None:
+    """What a process group does not serve: an embedding pass over a decoder's weights (its
+    steps would run on the leader alone, over devices of every process) and an encoder as the model."""
+    if is_encoder_checkpoint(path) or is_embedding_decoder(path):
+        raise CheckpointError(f"{path} is an embedding or rerank model: a process group serves a chat model")
+    if settings.embeddings:
+        raise CheckpointError("--embeddings is not served by a process group; give --embedding-model an encoder")
+    if settings.embedding_model and is_embedding_decoder(Path(settings.embedding_model).expanduser()):
+        raise CheckpointError("--embedding-model names a decoder: a process group serves encoders beside its model")
+
+
+def load_serving(
+    path: Path, settings: Settings, report: Callable[[str, int, int], None], group: Lead | None = None
+) -> Loaded:
+    """The model at `path`, served; with `group`, led over a process group (engine/device/process_group.py)."""
+    use_compilation_cache()
+    report("loading weights", 0, 1)
+    if group is not None:
+        check_group_serving(path, settings)
+        spec = GroupLoad(path, settings)
+        checkpoint, config, context = lead_load(group.channel, spec, lambda: load_generation(path, settings))
+    elif is_encoder_checkpoint(path) or is_embedding_decoder(path):
+        return load_encoder_serving(path, settings, report)
+    else:
+        checkpoint, config, context = load_generation(path, settings)
+    encoders = load_encoders(settings)  # an encoder's steps run on this process's first device alone
+    if settings.embeddings:
+        encoders[model_id_for(path)] = decoder_embedder(checkpoint, settings)
+    runners = {name: encoder.runner for name, encoder in encoders.items()}
+    engine = Engine.build(context.model, config, report, runners, group)
+    adapters = EngineAdapters(engine, context.model.config, lora_policy(settings))
+    try:
+        load_start_adapters(adapters, settings)
+    except CheckpointError:
+        engine.shutdown()
+        raise
+    return Loaded(
+        engine.max_context,
+        context.trained,
+        context.rope_scaling,
+        checkpoint.model.quantization,
+        checkpoint.tokenizer,
+        checkpoint.chat_template,
+        engine,
+        {name: encoder.face for name, encoder in encoders.items()},
+        adapters=adapters,
+    )
+
+
+def load_encoder_serving(path: Path, settings: Settings, report: Callable[[str, int, int], None]) -> Loaded:
+    """An encoder, or a decoder that declares itself an embedding model, as the model itself: its
+    own engine thread, its routes only (generation is a 400)."""
+    if settings.embedding_model or settings.rerank_model:
+        raise CheckpointError(f"{path} is an encoder: --embedding-model and --rerank-model go beside a chat model")
+    served = load_served_encoder(path, settings)
+    tokenizer = Tokenizer(served.face.tokenizer, bos_token_id=None, eos_token_ids=())
+    name, face = model_id_for(path), served.face
+    engine = EncoderEngine(name, face.kind, served.runner, settings.max_queue, report)
+    return Loaded(
+        face.max_tokens, face.max_tokens, None, served.quantization, tokenizer, None, engine, {name: face}, face.kind
+    )

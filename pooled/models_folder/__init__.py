@@ -1,0 +1,1 @@
+"""The models folder: the catalog, downloads, what is on disk, and the model ids it serves under."""

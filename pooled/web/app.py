@@ -1,0 +1,84 @@
+"""Assemble the ASGI app: guards around FastAPI, the generated routes, the error renderer."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp
+
+from generated.routes import router
+from handlers.context import AccessRules, GenerationLimits, ModelLibrary, ModelService, ServerContext
+from handlers.generation.volatile_lines import volatile_line_pattern
+from handlers.openai_responses.websocket import responses_socket
+from handlers.response_store import ResponseStore
+from pooled.configuration.config_service import Reloader, SettingsConfig
+from pooled.configuration.live_settings import LiveSettings
+from pooled.configuration.settings import LoadedSettings, Settings
+from pooled.web import error_bodies
+from pooled.web.counting import RequestCounting
+from pooled.web.guards import Guards
+
+
+def server_context(
+    settings: Settings,
+    model: ModelService,
+    library: ModelLibrary | None = None,
+    live: LiveSettings | None = None,
+    reload: Reloader | None = None,
+) -> ServerContext:
+    """The state handlers share: the model, its library, the response store, the request counters,
+    and the settings in force (`live`; over `settings` alone when not given): a change to them
+    replaces the limits, the guards' rules, the volatile-line pattern and the LoRA switch at once.
+    `reload` loads the model again for a change that needs it (none: such a change is a 409)."""
+    live = live if live is not None else LiveSettings(LoadedSettings.of(settings))
+    settings = live.current
+    responses = ResponseStore(settings.stored_responses, settings.stored_responses_bytes, settings.stored_response_idle)
+    server = ServerContext(
+        model=model,
+        port=settings.port,
+        created=int(time.time()),
+        responses=responses,
+        limits=generation_limits(settings),
+        volatile_lines=volatile_line_pattern(settings.volatile_line_pattern),
+        lora_admin=settings.lora_admin,
+        ui=settings.server_ui,
+        library=library,
+        config=SettingsConfig(live, reload),
+        access=access_rules(settings),
+    )
+    live.subscribe(lambda changed: apply_live(server, changed))
+    return server
+
+
+def generation_limits(settings: Settings) -> GenerationLimits:
+    return GenerationLimits(
+        request_timeout_s=settings.request_timeout,
+        max_output_tokens=settings.max_output_tokens,
+        max_output_tokens_finish=settings.max_output_tokens_finish,
+        keepalive_interval_s=settings.keepalive_interval,
+        max_embedding_inputs=settings.max_embedding_inputs,
+    )
+
+
+def access_rules(settings: Settings) -> AccessRules:
+    return AccessRules(allow_origin=frozenset(settings.allow_origin), max_body=settings.max_body)
+
+
+def apply_live(server: ServerContext, settings: Settings) -> None:
+    """The live settings' new values, each part replaced in one assignment (handlers and guards
+    read each once per request)."""
+    server.limits = generation_limits(settings)
+    server.access = access_rules(settings)
+    server.volatile_lines = volatile_line_pattern(settings.volatile_line_pattern)
+    server.lora_admin = settings.lora_admin
+
+
+def build_app(settings: Settings, server: ServerContext) -> ASGIApp:
+    """The served app; FastAPI's own schema and docs are off, as the spec is served instead."""
+    app = FastAPI(title="pooled", openapi_url=None, docs_url=None, redoc_url=None)
+    app.state.context = server
+    app.include_router(router)
+    app.add_api_websocket_route("/v1/responses", responses_socket)
+    error_bodies.install(app)
+    return Guards(RequestCounting(app, server.counters), settings, lambda: server.access)
