@@ -56,10 +56,23 @@ class Constraint(Protocol):
 
 
 @dataclass(frozen=True)
+class OutputCap:
+    """A cap on every request's output that the server sets, not the request: a row it ends
+    finishes as `finish` says ("stop" for a small model that never ends an agent's turn itself)."""
+
+    tokens: int
+    finish: Literal["length", "stop"] = "length"
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
+    """What to generate. The engine's admission (engine/serving/admission.py) alone decides what
+    is allowed: the prompt against the context, `n` against the decode lanes, and the output
+    budget (`max_tokens`, the server's `output_cap`, the context left, MAX_TOKENS_CAP)."""
+
     prompt_ids: tuple[int, ...]
     sampling: SamplingParams
-    max_tokens: int  # the engine clamps it to the context left and to MAX_TOKENS_CAP
+    max_tokens: int | None  # the request's own limit; None: as many as the context and the caps allow
     n: int = 1  # rows sharing the prompt's KV pages; n > decode lanes is refused
     # Besides the model's own EOS/end-of-turn ids (unless ignore_eos).
     stop_token_ids: frozenset[int] = frozenset()
@@ -68,6 +81,7 @@ class GenerationRequest:
     # token) before it ends with reason "timeout": a long prompt or a long answer is not stuck.
     stall_timeout: float | None = None
     adapter: str | None = None  # the name of a loaded LoRA adapter (engine/lora/adapter_table.py), or none
+    output_cap: OutputCap | None = None
 
 
 @dataclass(frozen=True)
@@ -159,12 +173,15 @@ class QueueFull(Exception):
 
 
 class RequestRefused(Exception):
-    """Raised by submit(): invalid on its face (prompt over the context, n > lanes, empty prompt)."""
+    """Raised by submit(): invalid on its face (prompt over the context, n > lanes, empty prompt).
+    `field` names the request's part at fault in the engine's terms ("prompt", "n", "max_tokens",
+    "inputs"); each API renames it to its own field."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.field = field
 
 
 class EngineUnavailable(Exception):

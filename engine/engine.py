@@ -24,7 +24,7 @@ from pathlib import Path
 
 import jax
 
-from engine.api import MAX_TOKENS_CAP, EncodeEvent, EncodeRequest, GenerationRequest, RequestRefused
+from engine.api import EncodeEvent, EncodeRequest, GenerationRequest
 from engine.device.kv_sizing import kv_dtype, pool_pages
 from engine.device.mirrored_runner import LeaderRunner
 from engine.device.process_group import Build, Lead
@@ -36,6 +36,7 @@ from engine.engine_config import EngineConfig
 from engine.lora.adapter_table import AdapterTable
 from engine.lora.peft_adapter import LoraAdapter
 from engine.model.checkpoint.loader import LoadedModel
+from engine.serving.admission import admit
 from engine.serving.intake import EngineState, Intake
 from engine.serving.kv_pages import PagePool
 from engine.serving.prefix_disk import PrefixDisk, namespace_digest
@@ -132,24 +133,11 @@ class Engine:
         return self._intake.failure
 
     def submit(self, request: GenerationRequest, sink: Sink) -> int:
-        prompt_length = len(request.prompt_ids)
-        if prompt_length == 0:
-            raise RequestRefused("invalid_prompt", "the prompt is empty")
-        if prompt_length >= self.max_context:
-            raise RequestRefused(
-                "context_length_exceeded",
-                f"the prompt has {prompt_length} tokens; this model's context is {self.max_context} tokens "
-                f"and at least one must be left for the output",
-            )
-        if not 1 <= request.n <= self.decode_lanes:
-            raise RequestRefused("invalid_n", f"n is {request.n}; this engine decodes at most {self.decode_lanes} rows")
-        if request.max_tokens < 1:
-            raise RequestRefused("invalid_max_tokens", f"max_tokens is {request.max_tokens}; it must be at least 1")
-        max_tokens = min(request.max_tokens, MAX_TOKENS_CAP, self.max_context - prompt_length)
+        admission = admit(request, self.max_context, self.decode_lanes)
         stop_ids = request.stop_token_ids | (frozenset() if request.sampling.ignore_eos else self.eos_token_ids)
         adapter = None if request.adapter is None else self.adapters.use(request.adapter)
         try:
-            return self._intake.enqueue(request, sink, max_tokens, stop_ids, adapter)
+            return self._intake.enqueue(request, sink, admission, stop_ids, adapter)
         except Exception:
             if adapter is not None:
                 self.adapters.release(adapter.slot)

@@ -2,8 +2,9 @@
 
 Each row emits its script one token per `Tokens` event, then `Finished`. With a constraint it runs
 until the grammar is complete, a scripted token the grammar forbids (or any past the script)
-replaced by the lowest allowed id, so a constrained row always writes what the grammar admits. It honours `n`,
-`max_tokens`, `logprobs`, `cancel` and a blocking `gate` to hold a request in flight. Encode
+replaced by the lowest allowed id, so a constrained row always writes what the grammar admits. It admits
+requests by the engine's own rules (engine/serving/admission.py: the context, `n`, the output budget and
+its finish) and honours `logprobs`, `cancel` and a blocking `gate` to hold a request in flight. Encode
 requests go to real encoder runners, if it has any, each input alone, refused as the engine refuses.
 """
 
@@ -29,6 +30,7 @@ from engine.api import (
 )
 from engine.device.runner_api import EncodeRunner
 from engine.encoders.encoding import check_encode
+from engine.serving.admission import Admission, admit
 from engine.stats import Bucket, EngineStats, Histogram
 
 Script = Callable[[GenerationRequest, int], Sequence[int]]
@@ -41,12 +43,17 @@ class FakeEngine:
         vocab_size: int,
         stop_ids: frozenset[int] = frozenset(),
         encoders: Mapping[str, EncodeRunner] | None = None,
+        max_context: int = 2048,
+        decode_lanes: int = 4,
     ) -> None:
         self.script = script
+        self.max_context = max_context
+        self.decode_lanes = decode_lanes
         self.encoders = dict(encoders or {})
         self.vocab_size = vocab_size
         self.stop_ids = stop_ids
         self.submitted: list[GenerationRequest] = []
+        self.admitted: dict[int, Admission] = {}  # by request id
         self.cancelled: set[int] = set()
         self.queue_full_after: int | None = None  # refuse with QueueFull once this many were submitted
         self.gate = threading.Event()
@@ -56,8 +63,10 @@ class FakeEngine:
     def submit(self, request: GenerationRequest, sink: Callable[[EngineEvent], None]) -> int:
         if self.queue_full_after is not None and len(self.submitted) >= self.queue_full_after:
             raise QueueFull(retry_after_s=3)
+        admission = admit(request, self.max_context, self.decode_lanes)
         self.submitted.append(request)
         request_id = next(self._ids)
+        self.admitted[request_id] = admission
         threading.Thread(target=self._run, args=(request_id, request, sink), daemon=True).start()
         return request_id
 
@@ -74,7 +83,7 @@ class FakeEngine:
     def stats(self) -> EngineStats:
         empty = Histogram(bounds=(1.0,), counts=(0, 0), sum=0.0, count=0)
         return EngineStats(
-            state="serving", decode_lanes=4, requests_running=0, requests_waiting=0, kv_pages_total=64,
+            state="serving", decode_lanes=self.decode_lanes, requests_running=0, requests_waiting=0, kv_pages_total=64,
             kv_pages_used=0, kv_cache_usage=0.0, prefix_cache_queries=0, prefix_cache_hits=0, prefix_cache_disk_hits=0,
             prompt_tokens=sum(len(r.prompt_ids) for r in self.submitted), generation_tokens=0, preemptions=0,
             refusals=0, draft_tokens=0, draft_tokens_accepted=0, encode_requests=0, time_to_first_token=empty,
@@ -83,17 +92,18 @@ class FakeEngine:
         )  # fmt: skip
 
     def _run(self, request_id: int, request: GenerationRequest, sink: Callable[[EngineEvent], None]) -> None:
+        admission = self.admitted[request_id]
         self.gate.wait()
         for row in range(request.n):
             constraint = request.constraint() if request.constraint else None
             mask = np.zeros((self.vocab_size + 31) // 32, dtype=np.int32)
             script = list(self.script(request, row))
-            count, reason, stop_id = 0, "length", None
+            count, reason, stop_id = 0, admission.length_finish, None
             for position in itertools.count():
                 if request_id in self.cancelled:
                     reason = "cancelled"
                     break
-                if count >= request.max_tokens:
+                if count >= admission.max_tokens:
                     break
                 if constraint is not None and constraint.is_finished():
                     reason = "stop"

@@ -1,27 +1,52 @@
-"""The Retry-After estimate for a refused request: when is a lane expected to free?
+"""The rules a generation request must meet, in one place: the prompt against the context, `n`
+against the decode lanes, and the output budget.
 
-The oldest request in flight is expected to let go of its lane one average hold time after it got
-it. The average moves 1/8 of the way toward each finished request's hold time.
+The handlers compute none of this: they pass the request's own fields (and the server's output
+cap) and turn a `RequestRefused` into their API's error, renaming its `field`.
 """
 
-import math
+from dataclasses import dataclass
+from typing import Literal
 
-HOLD_SMOOTHING = 1 / 8
-# An overdue oldest request has proved the average wrong; expect a lane one average hold from now, capped.
-OVERDUE_CAP_S = 15
-MARGIN_S = 1
-MAX_ESTIMATE_S = 59  # plus the margin: 60, the most the OpenAI SDK honours
+from engine.api import MAX_TOKENS_CAP, GenerationRequest, RequestRefused
 
 
-def smoothed_hold(average: float | None, hold: float) -> float:
-    return hold if average is None else average + (hold - average) * HOLD_SMOOTHING
+@dataclass(frozen=True)
+class Admission:
+    """What a request valid on its face gets: its rows' output budget, and how a row that reaches
+    it finishes ("length", or what the server's output cap says when that cap is the budget)."""
+
+    max_tokens: int
+    length_finish: Literal["length", "stop"]
 
 
-def retry_after_seconds(now: float, oldest_admitted: float | None, average_hold: float | None) -> int:
-    """Whole seconds (2..60; 2..16 once the oldest is overdue; 1 before any request finished)."""
-    if average_hold is None:
-        return 1
-    expected_free = (now if oldest_admitted is None else oldest_admitted) + average_hold
-    if expected_free >= now:
-        return min(max(math.ceil(expected_free - now), 1), MAX_ESTIMATE_S) + MARGIN_S
-    return min(max(math.ceil(average_hold), 1), OVERDUE_CAP_S) + MARGIN_S
+def admit(request: GenerationRequest, max_context: int, decode_lanes: int) -> Admission:
+    """Raises RequestRefused naming the field at fault."""
+    prompt_tokens = len(request.prompt_ids)
+    if prompt_tokens == 0:
+        raise RequestRefused("invalid_prompt", "The prompt is empty.", "prompt")
+    room = max_context - prompt_tokens
+    if room < 1:
+        raise RequestRefused(
+            "context_length_exceeded",
+            f"The prompt is {prompt_tokens} tokens; this server's context is {max_context} tokens, "
+            "which leaves no room to generate. Shorten the prompt.",
+            "prompt",
+        )
+    if request.n < 1:
+        raise RequestRefused("invalid_n", f"n is {request.n}; it must be at least 1.", "n")
+    if request.n > decode_lanes:
+        raise RequestRefused(
+            "invalid_n",
+            f"n={request.n} is more than the {decode_lanes} sequences this server decodes at once (its decode lanes).",
+            "n",
+        )
+    if request.max_tokens is not None and request.max_tokens < 1:
+        raise RequestRefused(
+            "invalid_max_tokens", f"max_tokens is {request.max_tokens}; it must be at least 1.", "max_tokens"
+        )
+    budget = min(room, MAX_TOKENS_CAP, room if request.max_tokens is None else request.max_tokens)
+    cap = request.output_cap
+    if cap is not None and cap.tokens <= budget:
+        return Admission(cap.tokens, cap.finish)
+    return Admission(budget, "length")

@@ -9,7 +9,7 @@ thread hands over each finished load (`fetched`). Either side holds the lock onl
 exchanges and counters: never across a device call or a sink call.
 
 A request is pending from `enqueue` until its rows first hold lanes (`admitted`), then running
-until it closes. A full queue is refused with a `Retry-After` estimate (engine/serving/admission.py).
+until it closes. A full queue is refused with a `Retry-After` estimate (engine/serving/retry_after.py).
 """
 
 import threading
@@ -21,8 +21,9 @@ from typing import Literal, NamedTuple
 from engine.api import EncodeEvent, EncodeRequest, EngineUnavailable, GenerationRequest, QueueFull
 from engine.encoders.encoding import EncodeJob
 from engine.lora.adapter_table import AdapterJob, AdapterUse
-from engine.serving.admission import retry_after_seconds, smoothed_hold
+from engine.serving.admission import Admission
 from engine.serving.prefix_disk import Loaded
+from engine.serving.retry_after import retry_after_seconds, smoothed_hold
 from engine.serving.rows import Request, Row, Sink
 from engine.stats import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, LatencyHistogram
 
@@ -83,7 +84,7 @@ class Intake:
         self,
         request: GenerationRequest,
         sink: Sink,
-        max_tokens: int,
+        admission: Admission,
         stop_ids: frozenset[int],
         adapter: AdapterUse | None = None,
     ) -> int:
@@ -96,7 +97,7 @@ class Intake:
                 self.counters["refusals"] += 1
                 raise QueueFull(self._retry_after_locked())
             self._next_id += 1
-            entry = Request(self._next_id, request, sink, max_tokens, stop_ids, time.monotonic(), adapter)
+            entry = Request(self._next_id, request, sink, admission, stop_ids, time.monotonic(), adapter)
             self._pending_requests += 1
             self._pending_rows += request.n
             self._inbox.append(entry)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from engine.api import Constraint, EngineEvent, GenerationRequest
 from engine.lora.adapter_table import AdapterUse
+from engine.serving.admission import Admission
 from engine.serving.drafts import PromptLookup
 
 Sink = Callable[[EngineEvent], None]
@@ -21,7 +22,7 @@ class Request:
     id: int
     request: GenerationRequest
     sink: Sink
-    max_tokens: int  # clamped to the context left
+    admission: Admission  # its output budget and how a row that reaches it finishes
     stop_ids: frozenset[int]  # the request's and (unless ignore_eos) the model's
     submitted: float
     adapter: AdapterUse | None = None  # its LoRA adapter's slot, held until it closes
@@ -36,6 +37,10 @@ class Request:
 
     def __post_init__(self) -> None:
         self.progress_at = self.submitted
+
+    @property
+    def max_tokens(self) -> int:
+        return self.admission.max_tokens
 
     def new_rows(self) -> list["Row"]:
         """The request's rows, each with its own seed (derived from the request's seed, if any)

@@ -503,7 +503,7 @@ class Scheduler:
             if row.constraint.is_finished():
                 return "stop", None
         if row.generated >= entry.max_tokens:
-            return "length", None
+            return entry.admission.length_finish, None
         return None
 
     def _send(self, entry: Request, event: EngineEvent) -> None:

@@ -17,7 +17,7 @@ from handlers.availability import loaded_tokenizer, serving_for
 from handlers.context import context
 from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
-from handlers.generation.engine_bridge import ANTHROPIC_BUSY, open_generations
+from handlers.generation.engine_bridge import MESSAGES_API, open_generations
 from handlers.generation.sse import EventStream
 
 
@@ -25,12 +25,12 @@ async def create_message(
     request: Request, body: models.AnthropicMessagesRequest, beta: str | None = None
 ) -> models.AnthropicMessage | Response:
     """`beta` (Claude Code's `?beta=true`) and the `anthropic-*` headers change nothing here."""
-    ready = await serving_for(request, body.model, ANTHROPIC_BUSY.unavailable)
+    ready = await serving_for(request, body.model, MESSAGES_API.unavailable)
     server, model, tokenizer, limits = ready.server, ready.model, ready.tokenizer, ready.server.limits
     adapter = chosen_adapter(model, body.model)
-    plan = plan_message(body, model.chat_template, tokenizer, ready.ctx, limits, server.volatile_lines, adapter)
+    plan = plan_message(body, model.chat_template, tokenizer, server.volatile_lines, adapter)
     if body.stream:
-        (generation,), close = await open_generations(model, [plan.generation], limits, ANTHROPIC_BUSY)
+        (generation,), close = await open_generations(model, [plan.generation], limits, MESSAGES_API)
         stream = MessageStream(plan, generation, answering_model(model, plan.generation.adapter), tokenizer)
         return EventStream(stream.lines(), limits.keepalive_interval_s, close, keepalive=PING)
     return await unless_disconnected(request, message(plan, model, tokenizer, limits))
@@ -41,6 +41,6 @@ async def count_message_tokens(
 ) -> models.AnthropicCountTokensResponse:
     """The prompt's exact length as `create_message` renders it; needs the tokenizer only, not the engine."""
     server = context(request)
-    tokenizer = loaded_tokenizer(server.model, ANTHROPIC_BUSY.unavailable)
+    tokenizer = loaded_tokenizer(server.model, MESSAGES_API.unavailable)
     prompt, _ = messages_prompt(body, server.model.chat_template, tokenizer, server.volatile_lines)
     return models.AnthropicCountTokensResponse(input_tokens=len(prompt.token_ids))

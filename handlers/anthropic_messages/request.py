@@ -14,10 +14,9 @@ from engine.api import GenerationRequest
 from generated import models
 from handlers.anthropic_messages.conversation import conversation
 from handlers.api_error import ApiError
-from handlers.context import GenerationLimits
 from handlers.generation.prompt import ChatPrompt, FunctionTool, render_chat
 from handlers.generation.reasoning_budget import with_reasoning_budget
-from handlers.generation.sampling_params import SamplingFields, output_budget, sampling_params
+from handlers.generation.sampling_params import SamplingFields, sampling_params
 from handlers.generation.stop_strings import stop_strings
 from handlers.generation.tool_choice import ToolMode, ToolUse, tool_use
 from text import ChatTemplate, Tokenizer
@@ -55,8 +54,6 @@ def plan_message(
     body: models.AnthropicMessagesRequest,
     template: ChatTemplate | None,
     tokenizer: Tokenizer,
-    context: int,
-    limits: GenerationLimits,
     volatile: re.Pattern[str],
     adapter: str | None = None,
 ) -> MessagesPlan:
@@ -68,8 +65,8 @@ def plan_message(
     generation = GenerationRequest(
         prompt_ids=prompt.token_ids,
         sampling=sampling,
-        # Clamped, never refused: Claude Code asks for 32000-64000, far past a small model's context.
-        max_tokens=output_budget(body.max_tokens, len(prompt.token_ids), context, limits.max_output_tokens),
+        # Clamped by the engine, never refused: Claude Code asks for 32000-64000, far past a small model's context.
+        max_tokens=body.max_tokens,
         constraint=with_reasoning_budget(
             tools.constraint(tokenizer, prompt.tool_format), _thinking_budget(body.thinking), tokenizer, prompt
         ),

@@ -22,7 +22,7 @@ from handlers.anthropic_messages.request import MessagesPlan
 from handlers.api_error import ApiError, anthropic_error_body
 from handlers.context import GenerationLimits, ModelService
 from handlers.generation.adapter_choice import answering_model
-from handlers.generation.engine_bridge import ANTHROPIC_BUSY, Generation, start_generation
+from handlers.generation.engine_bridge import MESSAGES_API, Generation, start_generation
 from handlers.generation.identity import AnswerIdentity
 from handlers.generation.row_stream import FinishReason, UsageCount, row_events
 from handlers.generation.sse import named_event
@@ -77,7 +77,7 @@ async def message(
     blocks = ContentBlocks()
     usage = UsageCount(prompt_tokens=len(plan.generation.prompt_ids))
     finish: FinishReason | None = None
-    async with start_generation(model, plan.generation, limits, ANTHROPIC_BUSY) as generation:
+    async with start_generation(model, plan.generation, limits, MESSAGES_API) as generation:
         async for event in row_events(generation, [row], usage):
             blocks.add(event.piece)
             finish = event.finish or finish

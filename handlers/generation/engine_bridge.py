@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from engine.api import (
     EngineEvent,
@@ -29,6 +29,7 @@ from engine.api import (
     Finished,
     GenerationEngine,
     GenerationRequest,
+    OutputCap,
     Prefilled,
     QueueFull,
     RequestRefused,
@@ -44,15 +45,23 @@ ENGINE_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
-class BusyStatuses:
-    """The statuses an API answers when the engine cannot take a request now."""
+class ApiShape:
+    """How one API answers what the engine turns away: its statuses when the engine cannot take a
+    request now, and its own names for the request's parts a refusal names (engine/api.py's
+    `RequestRefused.field`; a name not listed is the API's too)."""
 
     queue_full: int
     unavailable: int
+    fields: Mapping[str, str] = field(default_factory=dict)
+
+    def field_name(self, engine_field: str | None) -> str | None:
+        return None if engine_field is None else self.fields.get(engine_field, engine_field)
 
 
-OPENAI_BUSY = BusyStatuses(queue_full=429, unavailable=503)
-ANTHROPIC_BUSY = BusyStatuses(queue_full=529, unavailable=529)
+CHAT_API = ApiShape(queue_full=429, unavailable=503, fields={"prompt": "messages"})
+COMPLETIONS_API = ApiShape(queue_full=429, unavailable=503)
+RESPONSES_API = ApiShape(queue_full=429, unavailable=503, fields={"prompt": "input", "max_tokens": "max_output_tokens"})
+MESSAGES_API = ApiShape(queue_full=529, unavailable=529, fields={"prompt": "messages"})
 
 FAILED_STATUS = {"refused": 400, "unavailable": 503, "fault": 500}
 
@@ -67,14 +76,12 @@ class Generation:
         queue: asyncio.Queue[EngineEvent],
         rows: int,
         stall_timeout_s: float,
-        length_ends_turn: bool = False,
     ) -> None:
         self._engine = engine
         self._request_id = request_id
         self._queue = queue
         self._unfinished = rows
         self._silence_limit_s = stall_timeout_s + ENGINE_GRACE_S
-        self._length_ends_turn = length_ends_turn
 
     @property
     def done(self) -> bool:
@@ -92,8 +99,6 @@ class Generation:
                 self._unfinished -= 1
                 if event.reason == "timeout":
                     raise timeout_error()
-                if event.reason == "length" and self._length_ends_turn:
-                    event = replace(event, reason="stop")
             yield event
 
     def cancel(self) -> None:
@@ -120,16 +125,13 @@ def timeout_error() -> ApiError:
 
 @asynccontextmanager
 async def start_generation(
-    model: ModelService, request: GenerationRequest, limits: GenerationLimits, busy: BusyStatuses
+    model: ModelService, request: GenerationRequest, limits: GenerationLimits, api: ApiShape
 ) -> AsyncIterator[Generation]:
-    """Submit `request` (its stall timeout from `limits`); on exit, cancel whatever is unfinished.
-
-    An answer that the server's own output cap (`--max-output-tokens`) ended is reported as the end
-    of the turn when `--max-output-tokens-finish stop` says so: clients such as Claude Code treat
-    a length finish as an error and send the request again."""
+    """Submit `request` with the server's limits (its stall timeout, the output cap); on exit,
+    cancel whatever is unfinished. A refusal is answered in `api`'s terms."""
     engine = model.engine
     if engine is None:
-        raise not_serving(model, busy.unavailable)
+        raise not_serving(model, api.unavailable)
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[EngineEvent] = asyncio.Queue()
 
@@ -140,36 +142,45 @@ async def start_generation(
             loop.call_soon_threadsafe(queue.put_nowait, event)
 
     try:
-        request_id = engine.submit(replace(request, stall_timeout=limits.request_timeout_s), sink)
+        request_id = engine.submit(
+            replace(request, stall_timeout=limits.request_timeout_s, output_cap=output_cap(limits)), sink
+        )
     except QueueFull as full:
         raise ApiError(
-            busy.queue_full,
+            api.queue_full,
             f"The server is busy: its wait queue is full. Retry after {full.retry_after_s} s.",
             code="queue_full",
             headers={"Retry-After": str(full.retry_after_s)},
         ) from None
     except RequestRefused as refused:
-        raise ApiError(400, refused.message, code=refused.code) from None
+        raise ApiError(400, refused.message, code=refused.code, param=api.field_name(refused.field)) from None
     except EngineUnavailable:
-        raise not_serving(model, busy.unavailable) from None
-    capped = limits.max_output_tokens is not None and request.max_tokens >= limits.max_output_tokens
-    ends_turn = capped and limits.max_output_tokens_finish == "stop"
-    generation = Generation(engine, request_id, queue, request.n, limits.request_timeout_s, ends_turn)
+        raise not_serving(model, api.unavailable) from None
+    generation = Generation(engine, request_id, queue, request.n, limits.request_timeout_s)
     try:
         yield generation
     finally:
         generation.cancel()
 
 
+def output_cap(limits: GenerationLimits) -> OutputCap | None:
+    """The server's cap on every answer (`--max-output-tokens`) and how an answer it ends
+    finishes (`--max-output-tokens-finish`: "stop" for clients such as Claude Code, which take a
+    length finish for an error and send the request again)."""
+    if limits.max_output_tokens is None:
+        return None
+    return OutputCap(limits.max_output_tokens, "stop" if limits.max_output_tokens_finish == "stop" else "length")
+
+
 async def open_generations(
-    model: ModelService, requests: Sequence[GenerationRequest], limits: GenerationLimits, busy: BusyStatuses
+    model: ModelService, requests: Sequence[GenerationRequest], limits: GenerationLimits, api: ApiShape
 ) -> tuple[list[Generation], Callable[[], Awaitable[None]]]:
     """Submit every request now, so that a refusal is still a plain HTTP error (before a stream's
     200); the caller awaits the returned closer when its answer ends, however it ends."""
     stack = AsyncExitStack()
     try:
         generations = [
-            await stack.enter_async_context(start_generation(model, request, limits, busy)) for request in requests
+            await stack.enter_async_context(start_generation(model, request, limits, api)) for request in requests
         ]
     except BaseException:
         await stack.aclose()

@@ -1,9 +1,8 @@
-"""Sampling parameters: an API's fields → the engine's `SamplingParams`, checked before the engine is asked.
+"""Sampling parameters: an API's fields → the engine's `SamplingParams`.
 
-Everything here is a 400 naming the field, or a documented clamp: the output budget is clamped to
-the room left in the context, the engine's cap (`MAX_TOKENS_CAP`) and the server's
-`--max-output-tokens`; an `n` above the decode lanes and more than `MAX_LOGIT_BIAS` biases are
-refused.
+A logit bias naming no token of the model, or more than `MAX_LOGIT_BIAS` biases, is a 400 naming
+the field. The prompt against the context, `n` against the decode lanes and the output budget
+are the engine's to decide (engine/serving/admission.py).
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.api import MAX_TOKENS_CAP, SamplingParams
+from engine.api import SamplingParams
 from handlers.api_error import ApiError
 
 MAX_LOGIT_BIAS = 10_000
@@ -109,33 +108,3 @@ def logit_bias(biases: Mapping[str, float] | None, vocab_size: int) -> dict[int,
             )
         parsed[token_id] = bias
     return parsed
-
-
-def check_choices(n: int, decode_lanes: int, param: str = "n") -> int:
-    if n > decode_lanes:
-        raise ApiError(
-            400,
-            f"{param}={n} is more than the {decode_lanes} sequences this server decodes at once (--decode-lanes).",
-            code="too_many_choices",
-            param=param,
-        )
-    return n
-
-
-def output_budget(requested: int | None, prompt_tokens: int, context: int, server_cap: int | None) -> int:
-    """The most tokens to generate: the request's, clamped; a prompt that fills the context is a 400."""
-    room = context - prompt_tokens
-    if room < 1:
-        raise context_length_exceeded(prompt_tokens, context)
-    caps = [room, MAX_TOKENS_CAP] + ([server_cap] if server_cap else [])
-    return min([requested, *caps] if requested is not None else caps)
-
-
-def context_length_exceeded(prompt_tokens: int, context: int) -> ApiError:
-    return ApiError(
-        400,
-        f"The prompt is {prompt_tokens} tokens; this server's context is {context} tokens, "
-        "which leaves no room to generate. Shorten the prompt.",
-        code="context_length_exceeded",
-        param="messages",
-    )

@@ -9,10 +9,9 @@ from typing import Any
 from engine.api import Constraint, GenerationRequest
 from generated import models
 from handlers.api_error import ApiError
-from handlers.context import GenerationLimits
 from handlers.generation.constraints import ANY_JSON_OBJECT, constraint_factory, json_schema_grammar
 from handlers.generation.prompt import ChatPrompt, FunctionTool, Message, render_chat
-from handlers.generation.sampling_params import check_choices, openai_sampling_fields, output_budget, sampling_params
+from handlers.generation.sampling_params import openai_sampling_fields, sampling_params
 from handlers.generation.stop_strings import stop_strings
 from handlers.generation.tool_choice import ToolMode, ToolUse, tool_use
 from text import ChatTemplate, Tokenizer
@@ -36,12 +35,8 @@ def plan_chat(
     body: models.ChatCompletionRequest,
     template: ChatTemplate | None,
     tokenizer: Tokenizer,
-    context: int,
-    decode_lanes: int,
-    limits: GenerationLimits,
     adapter: str | None = None,
 ) -> ChatPlan:
-    n = check_choices(body.n or 1, decode_lanes)
     stops = stop_strings(body.stop)
     tools = _tool_use(body)
     switches: dict[str, Any] = {"enable_thinking": False} if body.reasoning_effort == "none" else {}
@@ -56,8 +51,8 @@ def plan_chat(
     generation = GenerationRequest(
         prompt_ids=prompt.token_ids,
         sampling=sampling,
-        max_tokens=output_budget(requested, len(prompt.token_ids), context, limits.max_output_tokens),
-        n=n,
+        max_tokens=requested,
+        n=body.n or 1,
         constraint=tools.constraint(tokenizer, prompt.tool_format) or _response_format(body.response_format, tokenizer),
         adapter=adapter,
     )

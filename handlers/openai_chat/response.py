@@ -16,7 +16,7 @@ from generated import models
 from handlers.api_error import ApiError, openai_error_body
 from handlers.context import GenerationLimits, ModelService
 from handlers.generation.adapter_choice import answering_model
-from handlers.generation.engine_bridge import OPENAI_BUSY, Generation, start_generation
+from handlers.generation.engine_bridge import CHAT_API, Generation, start_generation
 from handlers.generation.identity import AnswerIdentity
 from handlers.generation.row_stream import FinishReason, UsageCount, row_events
 from handlers.generation.sse import data_line
@@ -61,7 +61,7 @@ async def chat_completion(
     answers = [Piece() for _ in rows]
     finishes: list[ChatFinish] = ["stop"] * len(rows)
     usage = UsageCount(prompt_tokens=len(plan.generation.prompt_ids))
-    async with start_generation(model, plan.generation, limits, OPENAI_BUSY) as generation:
+    async with start_generation(model, plan.generation, limits, CHAT_API) as generation:
         async for event in row_events(generation, rows, usage):
             answers[event.row].extend(event.piece)
             if event.finish:

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from engine.api import GenerationRequest
 from generated import models
 from handlers.api_error import ApiError
-from handlers.context import GenerationLimits
-from handlers.generation.sampling_params import check_choices, openai_sampling_fields, output_budget, sampling_params
+from handlers.generation.sampling_params import openai_sampling_fields, sampling_params
 from handlers.generation.stop_strings import stop_strings
 from text import Tokenizer
 
@@ -37,14 +36,11 @@ class CompletionPlan:
 def plan_completion(
     body: models.CompletionRequest,
     tokenizer: Tokenizer,
-    context: int,
-    decode_lanes: int,
-    limits: GenerationLimits,
     adapter: str | None = None,
 ) -> CompletionPlan:
     if body.suffix:
         raise ApiError(400, "'suffix' (fill-in-the-middle) is not supported by pooled.", param="suffix")
-    n = check_choices(body.n or 1, decode_lanes)
+    n = body.n or 1
     if body.best_of not in (None, 0, 1, n):
         raise ApiError(400, "'best_of' must be 1 or equal to 'n': pooled does not rank candidates.", param="best_of")
     if body.echo and body.logprobs is not None:
@@ -61,7 +57,7 @@ def plan_completion(
         GenerationRequest(
             prompt_ids=tuple(ids),
             sampling=sampling,
-            max_tokens=output_budget(requested, len(ids), context, limits.max_output_tokens),
+            max_tokens=requested,
             n=n,
             adapter=adapter,
         )

@@ -12,7 +12,7 @@ from handlers.availability import Serving, loaded_tokenizer, serving_for
 from handlers.context import context
 from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
-from handlers.generation.engine_bridge import OPENAI_BUSY, open_generations
+from handlers.generation.engine_bridge import RESPONSES_API, open_generations
 from handlers.generation.sse import EventStream
 from handlers.openai_responses.echo import echoed_fields
 from handlers.openai_responses.request import plan_response, render_input
@@ -23,7 +23,7 @@ async def create_response(request: Request, body: models.CreateResponseRequest) 
     ready, run = await prepared_response(request, body)
     model, limits = ready.model, ready.server.limits
     if body.stream:
-        (generation,), close = await open_generations(model, [run.plan.generation], limits, OPENAI_BUSY)
+        (generation,), close = await open_generations(model, [run.plan.generation], limits, RESPONSES_API)
         return EventStream(response_stream(run, generation), limits.keepalive_interval_s, close)
     return await unless_disconnected(request, response_answer(run, model, limits))
 
@@ -32,10 +32,10 @@ async def prepared_response(
     connection: HTTPConnection, body: models.CreateResponseRequest
 ) -> tuple[Serving, ResponseRun]:
     """The serving model and the response `body` asks for, planned: over HTTP or a WebSocket."""
-    ready = await serving_for(connection, body.model, OPENAI_BUSY.unavailable)
-    server, model, tokenizer, limits = ready.server, ready.model, ready.tokenizer, ready.server.limits
+    ready = await serving_for(connection, body.model, RESPONSES_API.unavailable)
+    server, model, tokenizer = ready.server, ready.model, ready.tokenizer
     adapter = chosen_adapter(model, body.model)
-    plan = plan_response(body, model.chat_template, tokenizer, ready.ctx, limits, server.responses, adapter)
+    plan = plan_response(body, model.chat_template, tokenizer, server.responses, adapter)
     store = server.responses if body.store is not False else None
     return ready, ResponseRun(plan, echoed_fields(body, answering_model(model, adapter)), store, tokenizer)
 
@@ -44,7 +44,7 @@ async def count_response_input_tokens(
     request: Request, body: models.ResponseInputTokensRequest
 ) -> models.ResponseInputTokens:
     server = context(request)
-    tokenizer = loaded_tokenizer(server.model, OPENAI_BUSY.unavailable)
+    tokenizer = loaded_tokenizer(server.model, RESPONSES_API.unavailable)
     rendered = render_input(body, server.model.chat_template, tokenizer, server.responses)
     return models.ResponseInputTokens(object="response.input_tokens", input_tokens=len(rendered.prompt.token_ids))
 

@@ -3,7 +3,6 @@ tools, the constraint and the sampling."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,10 +10,9 @@ from typing import Any
 from engine.api import Constraint, GenerationRequest
 from generated import models
 from handlers.api_error import ApiError
-from handlers.context import GenerationLimits
 from handlers.generation.constraints import ANY_JSON_OBJECT, constraint_factory, json_schema_grammar
 from handlers.generation.prompt import ChatPrompt, render_chat
-from handlers.generation.sampling_params import SamplingFields, output_budget, sampling_params
+from handlers.generation.sampling_params import SamplingFields, sampling_params
 from handlers.openai_responses.items import Item, conversation, input_items
 from handlers.openai_responses.tools import ResponseTools, ToolPlan, response_tools, tool_plan
 from handlers.response_store import ResponseStore
@@ -59,8 +57,6 @@ def plan_response(
     body: models.CreateResponseRequest,
     template: ChatTemplate | None,
     tokenizer: Tokenizer,
-    context: int,
-    limits: GenerationLimits,
     store: ResponseStore,
     adapter: str | None = None,
 ) -> ResponsePlan:
@@ -76,11 +72,6 @@ def plan_response(
         ),
         tokenizer.vocab_size,
     )
-    prompt_tokens = len(rendered.prompt.token_ids)
-    try:
-        max_tokens = output_budget(body.max_output_tokens, prompt_tokens, context, limits.max_output_tokens)
-    except ApiError as error:
-        raise dataclasses.replace(error, param="input") from None
     plan = rendered.tool_plan
     forced = plan.forced_custom
     constraint = (
@@ -89,7 +80,7 @@ def plan_response(
         else plan.use.constraint(tokenizer, rendered.prompt.tool_format) or _text_format(body.text, tokenizer)
     )
     generation = GenerationRequest(
-        rendered.prompt.token_ids, sampling, max_tokens, constraint=constraint, adapter=adapter
+        rendered.prompt.token_ids, sampling, body.max_output_tokens, constraint=constraint, adapter=adapter
     )
     return ResponsePlan(generation, rendered, logprobs)
 

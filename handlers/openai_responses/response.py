@@ -19,7 +19,7 @@ from engine.api import TokenLogprob
 from generated import models
 from handlers.api_error import ApiError
 from handlers.context import GenerationLimits, ModelService
-from handlers.generation.engine_bridge import OPENAI_BUSY, Generation, start_generation
+from handlers.generation.engine_bridge import RESPONSES_API, Generation, start_generation
 from handlers.generation.row_stream import FinishReason, UsageCount, row_events
 from handlers.generation.sse import named_event
 from handlers.generation.text_output import chat_row_text
@@ -103,7 +103,7 @@ def _usage(usage: UsageCount) -> dict[str, Any]:
 
 
 async def response_answer(run: ResponseRun, model: ModelService, limits: GenerationLimits) -> models.ResponseObject:
-    async with start_generation(model, run.plan.generation, limits, OPENAI_BUSY) as generation:
+    async with start_generation(model, run.plan.generation, limits, RESPONSES_API) as generation:
         async for _ in run.events(generation):
             pass
     return models.ResponseObject.model_validate(run.conclude())

@@ -30,7 +30,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from generated import models
 from handlers.api_error import ApiError
-from handlers.generation.engine_bridge import OPENAI_BUSY, open_generations
+from handlers.generation.engine_bridge import RESPONSES_API, open_generations
 from handlers.openai_responses import prepared_response
 from handlers.openai_responses.response import response_events
 
@@ -101,7 +101,7 @@ async def _response(websocket: WebSocket, fields: dict[str, Any]) -> AsyncIterat
         model, limits = ready.model, ready.server.limits
         while True:
             try:
-                (generation,), close = await open_generations(model, [run.plan.generation], limits, OPENAI_BUSY)
+                (generation,), close = await open_generations(model, [run.plan.generation], limits, RESPONSES_API)
                 break
             except ApiError as refused:
                 if refused.code != "queue_full":

@@ -1,24 +1,56 @@
-"""The Retry-After estimate for a full queue, at its edges."""
+"""The engine's admission rules (engine/serving/admission.py): the one place that decides the prompt
+against the context, `n` against the lanes and the output budget, naming the field it refuses."""
 
-from engine.serving.admission import retry_after_seconds, smoothed_hold
+import pytest
 
+from engine.api import MAX_TOKENS_CAP, GenerationRequest, OutputCap, RequestRefused, SamplingParams
+from engine.serving.admission import Admission, admit
 
-def test_one_before_any_request_finished() -> None:
-    assert retry_after_seconds(now=100.0, oldest_admitted=99.0, average_hold=None) == 1
-
-
-def test_oldest_plus_average_rounded_up_clamped_plus_margin() -> None:
-    assert retry_after_seconds(now=100.0, oldest_admitted=98.0, average_hold=4.2) == 3 + 1  # 2.2 s left → 3
-    assert retry_after_seconds(now=100.0, oldest_admitted=100.0, average_hold=0.01) == 1 + 1
-    assert retry_after_seconds(now=100.0, oldest_admitted=100.0, average_hold=500.0) == 59 + 1
+CONTEXT, LANES = 100, 4
 
 
-def test_overdue_oldest_expects_one_average_hold_from_now_at_most_15_s() -> None:
-    assert retry_after_seconds(now=100.0, oldest_admitted=10.0, average_hold=6.5) == 7 + 1
-    assert retry_after_seconds(now=100.0, oldest_admitted=10.0, average_hold=40.0) == 15 + 1
-    assert retry_after_seconds(now=100.0, oldest_admitted=10.0, average_hold=0.2) == 1 + 1
+def request(prompt: int, max_tokens: int | None = None, n: int = 1, cap: OutputCap | None = None) -> GenerationRequest:
+    return GenerationRequest(tuple(range(prompt)), SamplingParams(), max_tokens, n=n, output_cap=cap)
 
 
-def test_each_finished_request_moves_the_average_an_eighth_of_the_way() -> None:
-    assert smoothed_hold(None, 3.0) == 3.0
-    assert smoothed_hold(8.0, 16.0) == 9.0
+@pytest.mark.parametrize(
+    ("asked", "code", "field"),
+    [
+        (request(0), "invalid_prompt", "prompt"),
+        (request(CONTEXT), "context_length_exceeded", "prompt"),
+        (request(10, n=LANES + 1), "invalid_n", "n"),
+        (request(10, n=0), "invalid_n", "n"),
+        (request(10, max_tokens=0), "invalid_max_tokens", "max_tokens"),
+    ],
+)
+def test_a_refusal_names_its_rule_and_field(asked: GenerationRequest, code: str, field: str) -> None:
+    with pytest.raises(RequestRefused) as refused:
+        admit(asked, CONTEXT, LANES)
+    assert (refused.value.code, refused.value.field) == (code, field)
+
+
+def test_the_context_refusal_says_how_long_each_is() -> None:
+    with pytest.raises(RequestRefused) as refused:
+        admit(request(120), CONTEXT, LANES)
+    assert "120 tokens" in refused.value.message and f"{CONTEXT} tokens" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("asked", "admitted"),
+    [
+        (request(10), Admission(CONTEXT - 10, "length")),  # no limit: the room left
+        (request(10, max_tokens=5), Admission(5, "length")),
+        (request(10, max_tokens=10**6), Admission(CONTEXT - 10, "length")),
+        (request(10, max_tokens=5, cap=OutputCap(8, "stop")), Admission(5, "length")),  # the request's own is lower
+        (request(10, max_tokens=50, cap=OutputCap(8, "stop")), Admission(8, "stop")),  # the cap ends the turn
+        (request(10, cap=OutputCap(8)), Admission(8, "length")),
+        (request(95, cap=OutputCap(8, "stop")), Admission(5, "length")),  # the context is lower than the cap
+        (request(10, max_tokens=8, cap=OutputCap(8, "stop")), Admission(8, "stop")),  # a tie: the cap's finish
+    ],
+)
+def test_the_output_budget_and_its_finish(asked: GenerationRequest, admitted: Admission) -> None:
+    assert admit(asked, CONTEXT, LANES) == admitted
+
+
+def test_the_engine_cap_bounds_a_long_context() -> None:
+    assert admit(request(10), 10 * MAX_TOKENS_CAP, LANES).max_tokens == MAX_TOKENS_CAP

@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from engine.api import Failed, Finished, GenerationRequest, Usage
+from engine.serving.admission import admit
 from generated import models
 from pooled.configuration.settings import Settings
 from tests.fake_engine import FakeEngine
@@ -83,7 +84,8 @@ def test_answer_and_stream_are_equal_and_ordered(api: TestClient, fake_engine: F
     assert message.content == [models.AnthropicTextBlock(type="text", text="Hello there, how can I help?")]
     prompt_tokens = len(fake_engine.submitted[0].prompt_ids)
     assert message.usage.input_tokens == prompt_tokens and message.usage.cache_read_input_tokens == 0
-    assert fake_engine.submitted[0].max_tokens == 2048 - prompt_tokens  # 64000 clamped to the room left
+    # 64000 reaches the engine, whose admission clamps it to the room left
+    assert admit(fake_engine.submitted[0], 2048, 4).max_tokens == 2048 - prompt_tokens
 
     stream = events(api.post(MESSAGES, json={**body, "stream": True}))
     names = [name for name, _ in stream]

@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from engine.api import Failed, Finished, GenerationRequest, Usage
+from engine.serving.admission import admit
 from generated import models
 from pooled.configuration.settings import Settings
 from tests.fake_engine import FakeEngine
@@ -175,8 +176,8 @@ def test_prompt_over_the_context(api: TestClient) -> None:
 
 def test_max_tokens_clamped_to_the_room_left(api: TestClient, fake_engine: FakeEngine) -> None:
     assert api.post(CHAT, json={"messages": HI, "max_tokens": 10**6}).status_code == 200
-    request = fake_engine.submitted[0]
-    assert request.max_tokens == 2048 - len(request.prompt_ids)
+    request = fake_engine.submitted[0]  # the request's own limit; the engine's admission clamps it
+    assert request.max_tokens == 10**6 and admit(request, 2048, 4).max_tokens == 2048 - len(request.prompt_ids)
 
 
 def test_stop_string_cuts_and_cancels(api: TestClient, fake_engine: FakeEngine) -> None:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from engine.api import EncodeRequest, QueueFull
+from engine.api import EncodeRequest, OutputCap, QueueFull
 from engine.model.checkpoint.gguf_file import read_gguf_metadata
 from engine.serving.intake import Intake
 from pooled import cli
@@ -243,7 +243,7 @@ def test_a_live_change_holds_from_the_next_request(api: TestClient, engine: Fake
     assert (changed.json()["max_output_tokens"], changed.json()["request_timeout"]) == (3, 12.5)
     capped = api.post("/v1/completions", json=body).json()
     assert capped["usage"]["completion_tokens"] == 3 and capped["choices"][0]["finish_reason"] == "length"
-    assert engine.submitted[-1].max_tokens == 3 and engine.submitted[-1].stall_timeout == 12.5
+    assert engine.submitted[-1].output_cap == OutputCap(3) and engine.submitted[-1].stall_timeout == 12.5
     api.patch("/v1/config", json={"max_output_tokens_finish": "stop"})
     assert api.post("/v1/completions", json=body).json()["choices"][0]["finish_reason"] == "stop"
     api.patch("/v1/config", json={"max_output_tokens": None})
