@@ -12,13 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
 from engine.stats import EngineStats
 
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from engine.lora.adapter_table import ServedAdapter
+    from engine.lora.peft_adapter import LoraAdapter
+
 MAX_TOKENS_CAP = 32768
+
+EngineState = Literal["serving", "draining", "dead"]
 
 
 @dataclass(frozen=True)
@@ -206,4 +214,57 @@ class GenerationEngine(Protocol):
 
     def stats(self) -> EngineStats:
         """A consistent snapshot of the engine's counters, for /health and /metrics."""
+        ...
+
+
+class ServedEngine(GenerationEngine, Protocol):
+    """What the host holding an engine calls besides requests: its life. `Engine` and
+    `EncoderEngine` both offer it (their shared front: engine/serving/intake_front.py)."""
+
+    @property
+    def max_context(self) -> int:
+        """The longest prompt plus output a request may have (an encoder's: its longest input)."""
+        ...
+
+    @property
+    def state(self) -> EngineState: ...
+
+    @property
+    def failure(self) -> tuple[str, str] | None:
+        """(cause, reason) once the engine thread has died."""
+        ...
+
+    def set_max_queue(self, max_queue: int) -> None:
+        """How many requests may wait from now on (`--max-queue` changed while serving)."""
+        ...
+
+    def drain(self) -> None:
+        """Refuses new requests (EngineUnavailable); in-flight ones finish."""
+        ...
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Blocks until no request is in flight (or the engine is dead); False on timeout."""
+        ...
+
+    def shutdown(self) -> None:
+        """Cancels everything in flight and stops the engine thread."""
+        ...
+
+
+class AdapterEngine(Protocol):
+    """An engine's LoRA adapter slots (engine/lora/adapter_table.py), as the host's admin uses them."""
+
+    @property
+    def adapter_slots(self) -> int: ...
+
+    def adapter_listing(self) -> list[ServedAdapter]:
+        """The adapters loaded or unloading, by slot."""
+        ...
+
+    def load_adapter(self, name: str, adapter: LoraAdapter) -> Future[None]:
+        """Puts `adapter` in a free slot between two steps; raises AdapterRefused."""
+        ...
+
+    def unload_adapter(self, name: str) -> Future[None]:
+        """Frees the adapter's slot once the requests using it have finished."""
         ...

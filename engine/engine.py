@@ -18,34 +18,34 @@ owns the engine (the load thread, the server's shutdown).
 """
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
 
 import jax
 
-from engine.api import EncodeEvent, EncodeRequest, GenerationRequest
+from engine.api import GenerationRequest
 from engine.device.kv_sizing import kv_dtype, pool_pages
 from engine.device.mirrored_runner import LeaderRunner
 from engine.device.process_group import Build, Lead
 from engine.device.runner import DeviceRunner
 from engine.device.runner_api import Report, Runner
 from engine.encoders.encoder_model import EncoderRunner
-from engine.encoders.encoding import check_encode
 from engine.engine_config import EngineConfig
-from engine.lora.adapter_table import AdapterTable
+from engine.lora.adapter_table import AdapterTable, ServedAdapter
 from engine.lora.peft_adapter import LoraAdapter
 from engine.model.checkpoint.loader import LoadedModel
 from engine.serving.admission import admit
-from engine.serving.intake import EngineState, Intake
+from engine.serving.intake import Intake
+from engine.serving.intake_front import IntakeFront
 from engine.serving.kv_pages import PagePool
 from engine.serving.prefix_disk import PrefixDisk, namespace_digest
 from engine.serving.rows import Sink
 from engine.serving.scheduler import Scheduler
-from engine.stats import EngineStats
+from engine.stats import Bucket
 
 
-class Engine:
+class Engine(IntakeFront):
     """One engine thread, one queue. submit/cancel/stats are thread-safe and never block on the device."""
 
     def __init__(
@@ -69,18 +69,16 @@ class Engine:
                 f"KV pool of {pages} pages cannot hold one full-context row ({pages_per_row} pages) "
                 f"plus {config.decode_lanes} lanes; raise the KV memory or lower max_context"
             )
+        super().__init__(Intake(config.decode_lanes, config.max_queue), config.decode_lanes, encoders or {})
         self.max_context = runner.max_context
-        self.decode_lanes = config.decode_lanes
         self.eos_token_ids = eos_token_ids | config.stop_token_ids
         self.runner = runner
         self._pool = PagePool(pages, config.page_size)
-        self._intake = Intake(config.decode_lanes, config.max_queue)
         self._disk = None
         if config.prefix_disk_dir and config.prefix_disk_bytes > 0 and disk_namespace is not None:
             root = Path(config.prefix_disk_dir).expanduser()
             cap = config.prefix_disk_bytes
             self._disk = PrefixDisk(root, disk_namespace, runner.page_bytes, cap, self._intake.fetched)
-        self.encoders: Mapping[str, EncoderRunner] = dict(encoders or {})
         self.adapters = AdapterTable(runner.adapter_slots, runner.adapter_rank)
         self._scheduler = Scheduler(
             runner, self._pool, self._intake, config.prefill_chunk, self._disk, self.encoders, self.adapters
@@ -123,15 +121,6 @@ class Engine:
         eos = frozenset(model.config.eos_token_ids)
         return cls(runner, pages, config, eos, report, namespace, encoders)
 
-    @property
-    def state(self) -> EngineState:
-        return self._intake.state
-
-    @property
-    def failure(self) -> tuple[str, str] | None:
-        """(cause, reason) once the engine thread has died."""
-        return self._intake.failure
-
     def submit(self, request: GenerationRequest, sink: Sink) -> int:
         admission = admit(request, self.max_context, self.decode_lanes)
         stop_ids = request.stop_token_ids | (frozenset() if request.sampling.ignore_eos else self.eos_token_ids)
@@ -142,6 +131,13 @@ class Engine:
             if adapter is not None:
                 self.adapters.release(adapter.slot)
             raise
+
+    @property
+    def adapter_slots(self) -> int:
+        return self.adapters.slots
+
+    def adapter_listing(self) -> list[ServedAdapter]:
+        return self.adapters.listing()
 
     def load_adapter(self, name: str, adapter: LoraAdapter) -> Future[None]:
         """Puts `adapter` (read and checked against this model: engine/lora/peft_adapter.py) in a free
@@ -158,26 +154,6 @@ class Engine:
         self._intake.enqueue_adapter_job(job)
         return job.done
 
-    def encode(self, request: EncodeRequest, sink: Callable[[EncodeEvent], None]) -> int:
-        check_encode(request, self.encoders)
-        return self._intake.enqueue_encode(request, sink)
-
-    def cancel(self, request_id: int) -> None:
-        self._intake.cancel(request_id)
-
-    def set_max_queue(self, max_queue: int) -> None:
-        """How many requests may wait for lanes from now on (`--max-queue` changed while serving);
-        past it `submit` raises QueueFull. Requests already waiting keep their place."""
-        self._intake.set_max_queue(max_queue)
-
-    def drain(self) -> None:
-        """Refuses new requests (EngineUnavailable); in-flight ones finish."""
-        self._intake.drain()
-
-    def wait_idle(self, timeout: float | None = None) -> bool:
-        """Blocks until no request is in flight (or the engine is dead); False on timeout."""
-        return self._intake.wait_idle(timeout)
-
     def shutdown(self) -> None:
         """Cancels everything in flight and stops the engine thread."""
         self._intake.stop()
@@ -186,31 +162,11 @@ class Engine:
             self._disk.close()  # after the queued saves (seconds for a long prompt's pages)
         self.runner.close()
 
-    def stats(self) -> EngineStats:
-        intake = self._intake
-        with intake.lock:
-            total, used, counters = self._pool.total, self._pool.used, intake.counters
-            return EngineStats(
-                state=intake.state,
-                decode_lanes=self.decode_lanes,
-                requests_running=len(intake.running),
-                requests_waiting=intake.pending_requests,
-                kv_pages_total=total,
-                kv_pages_used=used,
-                kv_cache_usage=used / total,
-                prefix_cache_queries=counters["prefix_queries"],
-                prefix_cache_hits=counters["prefix_hits"],
-                prefix_cache_disk_hits=counters["prefix_disk_hits"],
-                prompt_tokens=counters["prompt_tokens"],
-                generation_tokens=counters["generation_tokens"],
-                preemptions=counters["preemptions"],
-                refusals=counters["refusals"],
-                draft_tokens=counters["draft_tokens"],
-                draft_tokens_accepted=counters["draft_accepted"],
-                encode_requests=counters["encode_requests"],
-                time_to_first_token=intake.ttft.snapshot(),
-                inter_token_latency=intake.itl.snapshot(),
-                e2e_latency=intake.e2e.snapshot(),
-                compiles_after_startup=self.runner.compiles_after_startup(),
-                buckets=self.runner.buckets(),
-            )
+    def _kv_pages(self) -> tuple[int, int]:
+        return self._pool.total, self._pool.used
+
+    def _compiles_after_startup(self) -> int:
+        return self.runner.compiles_after_startup()
+
+    def _buckets(self) -> tuple[Bucket, ...]:
+        return self.runner.buckets()

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Literal, NamedTuple
 
-from engine.api import EncodeEvent, EncodeRequest, EngineUnavailable, GenerationRequest, QueueFull
+from engine.api import EncodeEvent, EncodeRequest, EngineState, EngineUnavailable, GenerationRequest, QueueFull
 from engine.encoders.encoding import EncodeJob
 from engine.lora.adapter_table import AdapterJob, AdapterUse
 from engine.serving.admission import Admission
@@ -28,7 +28,6 @@ from engine.serving.rows import Request, Row, Sink
 from engine.stats import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, LatencyHistogram
 
 FinishReason = Literal["stop", "length", "cancelled", "timeout"]
-EngineState = Literal["serving", "draining", "dead"]
 COUNTERS = (
     "prefix_queries",
     "prefix_hits",

