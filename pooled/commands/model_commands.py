@@ -111,4 +111,4 @@ def _configure_logging() -> None:
     """pooled's own notes (a download's retries) on stderr; not httpx's line per request."""
     logging.basicConfig(level=logging.WARNING, format="pooled: %(message)s")
     logging.getLogger("pooled").setLevel(logging.INFO)
-    logging.getLogger("pooled.models_folder.downloads").addFilter(_ReportedFailure())
+    logging.getLogger("pooled.models_folder.download_job").addFilter(_ReportedFailure())

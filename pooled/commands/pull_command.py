@@ -34,7 +34,7 @@ from pooled.commands.progress_bar import ProgressBar
 from pooled.commands.server_api import PooledServer, ServerRefused, find_server
 from pooled.configuration.settings import Settings
 from pooled.models_folder.catalog import CatalogEntry
-from pooled.models_folder.downloads import DownloadProgress, download
+from pooled.models_folder.download_job import DownloadProgress, download
 from pooled.models_folder.model_ids import model_id_for
 from pooled.models_folder.models_dir import disk_state
 from pooled.models_folder.url_pull import UrlFailed, UrlRefused, already_there, fetch, is_url, kept, plan, remote_size

@@ -23,7 +23,8 @@ from handlers.context import CatalogView, DownloadView, LibraryRefused, ModelKin
 from pooled.hosting.model_host import ModelHost, ModelNotFound, SwitchFailed, SwitchRefused, default_model_path
 from pooled.models_folder.catalog import CatalogEntry, availability
 from pooled.models_folder.checkpoint_context import trained_context
-from pooled.models_folder.downloads import DownloadBusy, Downloader, DownloadProgress
+from pooled.models_folder.download_job import DownloadProgress
+from pooled.models_folder.downloads import DownloadBusy, Downloader
 from pooled.models_folder.model_ids import PREFIX, bare, model_id_for
 from pooled.models_folder.models_dir import disk_state, folder_models, remove_entry
 

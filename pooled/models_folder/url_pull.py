@@ -25,7 +25,7 @@ import httpx
 
 from pooled.commands.human_units import human_size
 from pooled.models_folder.catalog import CatalogEntry, CatalogFile, size_class_of
-from pooled.models_folder.downloads import DownloadProgress, ProgressCallback, download
+from pooled.models_folder.download_job import DownloadProgress, ProgressCallback, download
 from pooled.models_folder.model_ids import model_id_for
 from pooled.models_folder.models_dir import disk_state, part_path, read_verified, remove_entry, sha256_file
 

@@ -15,9 +15,10 @@ from typing import Literal
 
 import pytest
 
-from pooled.models_folder import downloads as downloads_module
+from pooled.models_folder import download_job as download_job_module
 from pooled.models_folder.catalog import CatalogEntry, CatalogFile, size_class_of
-from pooled.models_folder.downloads import DownloadBusy, Downloader, DownloadProgress, download
+from pooled.models_folder.download_job import DownloadProgress, download
+from pooled.models_folder.downloads import DownloadBusy, Downloader
 from pooled.models_folder.models_dir import (
     VERIFIED,
     disk_state,
@@ -272,7 +273,7 @@ def test_a_full_disk_fails_and_keeps_the_part(
                 raise OSError(errno.ENOSPC, "No space left on device")
             return super().write(chunk)
 
-    monkeypatch.setattr(downloads_module, "_open_part", lambda path, mode: FullDisk(path, mode.replace("b", "")))
+    monkeypatch.setattr(download_job_module, "_open_part", lambda path, mode: FullDisk(path, mode.replace("b", "")))
     progress = fetch(entry, tmp_path)
     assert progress.state == "failed" and progress.error is not None and "disk full" in progress.error
     kept = part_path(entry, tmp_path, entry.files[0]).stat().st_size

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from pooled.models_folder.catalog import load_catalog
-from pooled.models_folder.downloads import download
+from pooled.models_folder.download_job import download
 from pooled.models_folder.model_ids import model_id_for
 from tests.e2e.conftest import running_server
 from tests.e2e.test_switching import servable
