@@ -9,51 +9,35 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from starlette.requests import HTTPConnection
 
-from engine.api import EncoderInput, GenerationEngine
+from engine.api import GenerationEngine
 from handlers.generation.volatile_lines import volatile_line_pattern
 from handlers.response_store import ResponseStore
 from text import ChatTemplate, Tokenizer
+from text.encoder_inputs import EncoderTokenizer
 
 ModelState = Literal["loading", "serving", "switching", "unloaded", "draining", "dead"]
 EncoderKind = Literal["embedding", "rerank"]
 ModelKind = Literal["chat", "embedding", "rerank"]
 
 
-class EncoderService(Protocol):
-    """An encoder served beside the model (engine/encoders/encoder_model.py's `LoadedEncoder`), as the HTTP side
-    sees it: what it is and how its inputs are tokenized."""
+@dataclass(frozen=True)
+class EncoderService:
+    """An encoder served beside the model (or as the model), as the HTTP side sees it: what the
+    engine loaded (engine/encoders/) and how its inputs are tokenized (text/encoder_inputs.py)."""
 
-    @property
-    def kind(self) -> EncoderKind: ...
-
-    @property
-    def dimensions(self) -> int: ...
-
-    @property
-    def max_tokens(self) -> int:
-        """The most tokens one input may hold, special tokens included."""
-        ...
-
-    @property
-    def matryoshka(self) -> bool:
-        """Whether its embeddings may be cut to fewer dimensions."""
-        ...
-
-    @property
-    def normalize(self) -> bool: ...
-
-    def encode_text(self, text: str, truncate_to: int | None = None) -> EncoderInput: ...
-
-    def encode_pair(self, first: str, second: str, truncate_to: int | None = None) -> EncoderInput: ...
-
-    def token_input(self, token_ids: Sequence[int]) -> EncoderInput: ...
+    kind: EncoderKind
+    dimensions: int
+    max_tokens: int  # the most tokens one input may hold, special tokens included
+    matryoshka: bool  # whether its embeddings may be cut to fewer dimensions
+    normalize: bool
+    inputs: EncoderTokenizer
 
 
 @dataclass(frozen=True)

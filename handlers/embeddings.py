@@ -58,8 +58,8 @@ def _truncation(value: int | None, encoder: EncoderService) -> int | None:
 
 def _encoder_input(encoder: EncoderService, item: str | list[int], truncate: int | None) -> EncoderInput:
     if isinstance(item, str):
-        return encoder.encode_text(item, truncate)
-    return encoder.token_input(item[:truncate] if truncate is not None else item)
+        return encoder.inputs.encode_text(item, truncate)
+    return encoder.inputs.token_input(item[:truncate] if truncate is not None else item)
 
 
 def _dimensions(values: np.ndarray, dimensions: int | None, name: str, encoder: EncoderService) -> np.ndarray:

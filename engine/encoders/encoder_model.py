@@ -26,7 +26,6 @@ from tokenizers import Tokenizer as BackendTokenizer
 
 from engine.api import EncoderInput
 from engine.device.runner_api import Report
-from engine.encoders.encoder_inputs import TokenizedInputs
 from engine.errors import CheckpointError
 from engine.model.checkpoint.gguf_encoder import is_gguf_encoder, read_gguf_encoder
 from engine.model.checkpoint.safetensors_dir import SafetensorsTensors, checkpoint_files, read_hf_config
@@ -45,10 +44,10 @@ MIN_BUCKET_TOKENS = 16
 
 
 @dataclass(frozen=True)
-class LoadedEncoder(TokenizedInputs):
+class LoadedEncoder:
     config: EncoderConfig
     params: Any  # jax.Array tree on the device
-    tokenizer: BackendTokenizer  # no truncation, no padding
+    tokenizer: BackendTokenizer  # the checkpoint's, no truncation, no padding (text/encoder_inputs.py uses it)
     pooling: Pooling
     normalize: bool
     max_tokens: int  # per input, special tokens included
@@ -65,6 +64,7 @@ class LoadedEncoder(TokenizedInputs):
 
     @property
     def token_types(self) -> int:
+        """How many segment types the model embeds."""
         return self.config.type_vocab_size
 
 

@@ -29,6 +29,7 @@ from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
 from engine.lora.adapter_table import AdapterRefused
 from engine.model.checkpoint.loader import LoadedModel, load_model
+from handlers.context import EncoderService
 from pooled.configuration.context_policy import ServedContext, served_context
 from pooled.configuration.settings import Settings
 from pooled.hosting.adapter_admin import EngineAdapters
@@ -36,6 +37,7 @@ from pooled.hosting.lora_policy import LoraPolicy
 from pooled.hosting.model_host import Loaded
 from pooled.models_folder.model_ids import model_id_for
 from text import ChatTemplate, Tokenizer
+from text.encoder_inputs import EncoderTokenizer
 
 
 def resolve_dtype(requested: str, backend: str) -> str:
@@ -124,7 +126,7 @@ def load_checkpoint(path: Path, settings: Settings) -> Checkpoint:
 class ServedEncoder:
     """An embedding or rerank model: what requests see of it, and its runner on the engine thread."""
 
-    face: LoadedEncoder | DecoderEmbedding  # what requests see of it
+    face: EncoderService  # what requests see of it
     runner: EncoderRunner
     quantization: str = "none"  # what a decoder's --quantization resolved to
 
@@ -153,15 +155,21 @@ def load_served_encoder(path: Path, settings: Settings) -> ServedEncoder:
     if is_embedding_decoder(path):
         return decoder_embedder(load_checkpoint(path, settings), settings)
     encoder = load_encoder(path)
-    return ServedEncoder(encoder, EncoderRunner.for_encoder(encoder, settings.encoder_batch_tokens))
+    face = encoder_service(encoder, EncoderTokenizer(encoder.tokenizer, encoder.token_types))
+    return ServedEncoder(face, EncoderRunner.for_encoder(encoder, settings.encoder_batch_tokens))
 
 
 def decoder_embedder(checkpoint: Checkpoint, settings: Settings) -> ServedEncoder:
     """A decoder's embedding pass (engine/encoders/decoder_embedding.py) over the checkpoint's own weights."""
     model = checkpoint.model
-    embedding = decoder_embedding(model, checkpoint.tokenizer.to_json(), settings.embedding_max_tokens)
+    embedding = decoder_embedding(model, settings.embedding_max_tokens)
     runner = decoder_embedding_runner(model, embedding, settings.encoder_batch_tokens)
-    return ServedEncoder(embedding, runner, model.quantization)
+    face = encoder_service(embedding, EncoderTokenizer.of(checkpoint.tokenizer, embedding.token_types))
+    return ServedEncoder(face, runner, model.quantization)
+
+
+def encoder_service(model: LoadedEncoder | DecoderEmbedding, inputs: EncoderTokenizer) -> EncoderService:
+    return EncoderService(model.kind, model.dimensions, model.max_tokens, model.matryoshka, model.normalize, inputs)
 
 
 @dataclass(frozen=True)
@@ -239,7 +247,7 @@ def load_encoder_serving(path: Path, settings: Settings, report: Callable[[str, 
     if settings.embedding_model or settings.rerank_model:
         raise CheckpointError(f"{path} is an encoder: --embedding-model and --rerank-model go beside a chat model")
     served = load_served_encoder(path, settings)
-    tokenizer = Tokenizer(served.face.tokenizer, bos_token_id=None, eos_token_ids=())
+    tokenizer = Tokenizer(served.face.inputs.tokenizer, bos_token_id=None, eos_token_ids=())
     name, face = model_id_for(path), served.face
     engine = EncoderEngine(name, face.kind, served.runner, settings.max_queue, report)
     return Loaded(

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from engine.encoders.encoder_inputs import longest_first
 from engine.encoders.encoder_model import (
     EncoderRunner,
     LoadedEncoder,
@@ -17,8 +16,9 @@ from engine.encoders.encoder_model import (
     load_encoder,
 )
 from engine.errors import CheckpointError
-from tests.engine.tiny_encoders import QUERY, SENTENCES, TINY_ENCODERS, build_tiny_encoder
+from tests.engine.tiny_encoders import QUERY, SENTENCES, TINY_ENCODERS, build_tiny_encoder, encoder_tokenizer
 from tests.engine.tiny_gguf_encoders import write_encoder_gguf
+from text.encoder_inputs import longest_first
 
 GOLDENS = Path(__file__).parent.parent / "goldens" / "tiny_encoders"
 
@@ -32,7 +32,7 @@ def encoders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, LoadedEncode
 @pytest.mark.parametrize("name", [n for n, (_, pooling, _) in TINY_ENCODERS.items() if pooling is not None])
 def test_embeddings_match_sentence_transformers(encoders: dict[str, LoadedEncoder], name: str) -> None:
     encoder = encoders[name]
-    got = EncoderRunner.for_encoder(encoder, 1024).run([encoder.encode_text(s) for s in SENTENCES])
+    got = EncoderRunner.for_encoder(encoder, 1024).run([encoder_tokenizer(encoder).encode_text(s) for s in SENTENCES])
     expected = np.array(json.loads((GOLDENS / f"{name}.json").read_text())["embeddings"], np.float32)
     cosine = (got * expected).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(expected, axis=-1)
     assert np.all(1 - cosine < 1e-4), 1 - cosine
@@ -43,7 +43,8 @@ def test_embeddings_match_sentence_transformers(encoders: dict[str, LoadedEncode
 def test_cross_encoder_scores_match_sentence_transformers(encoders: dict[str, LoadedEncoder], name: str) -> None:
     encoder = encoders[name]
     assert encoder.kind == "rerank"
-    logits = EncoderRunner.for_encoder(encoder, 1024).run([encoder.encode_pair(QUERY, s) for s in SENTENCES])
+    tokenizer = encoder_tokenizer(encoder)
+    logits = EncoderRunner.for_encoder(encoder, 1024).run([tokenizer.encode_pair(QUERY, s) for s in SENTENCES])
     expected = np.array(json.loads((GOLDENS / f"{name}.json").read_text())["scores"], np.float32)
     np.testing.assert_allclose(1 / (1 + np.exp(-logits)), expected, atol=1e-5)
 
@@ -62,8 +63,9 @@ def test_an_input_embeds_the_same_alone_and_in_a_batch_of_64_mixed_lengths(
     encoder = encoders["bert_mean"]
     runner = EncoderRunner.for_encoder(encoder, 64 * 48)
     rng = np.random.default_rng(0)
-    inputs = [encoder.encode_text(" ".join(rng.choice(SENTENCES, rng.integers(1, 4)))[:150]) for _ in range(63)]
-    inputs = [encoder.encode_text(SENTENCES[2]), *[i for i in inputs if len(i.token_ids) <= 48]][:64]
+    tokenizer = encoder_tokenizer(encoder)
+    inputs = [tokenizer.encode_text(" ".join(rng.choice(SENTENCES, rng.integers(1, 4)))[:150]) for _ in range(63)]
+    inputs = [tokenizer.encode_text(SENTENCES[2]), *[i for i in inputs if len(i.token_ids) <= 48]][:64]
     alone = runner.run(inputs[:1])[0]
     batched = runner.run(inputs)[0]
     assert len({len(i.token_ids) for i in inputs}) > 5
@@ -117,9 +119,12 @@ def test_longest_first_truncation_takes_tokens_off_the_longer_part_one_at_a_time
 
 def test_a_pair_over_the_limit_is_cut_to_it_with_its_special_tokens(encoders: dict[str, LoadedEncoder]) -> None:
     encoder = encoders["bert_cross_encoder"]
-    cut = encoder.encode_pair(QUERY, " ".join(["cat"] * 100), 20)
+    cut = encoder_tokenizer(encoder).encode_pair(QUERY, " ".join(["cat"] * 100), 20)
     assert len(cut.token_ids) == 20 and cut.token_ids.count(3) == 2  # [SEP] closes each part
-    assert cut.token_ids[: len(encoder.encode_text(QUERY).token_ids) - 1] == encoder.encode_text(QUERY).token_ids[:-1]
+    assert (
+        cut.token_ids[: len(encoder_tokenizer(encoder).encode_text(QUERY).token_ids) - 1]
+        == encoder_tokenizer(encoder).encode_text(QUERY).token_ids[:-1]
+    )
 
 
 # Beyond the goldens' sentences: capitals and full-width letters, a ligature, runs of spaces and an
@@ -139,11 +144,12 @@ def test_an_encoder_gguf_embeds_like_its_safetensors_directory(
     path = write_encoder_gguf(directory, tmp_path / f"{name}.gguf", half)
     assert is_encoder_checkpoint(path)
     gguf_encoder, directory_encoder = load_encoder(path), load_encoder(directory)
+    from_gguf, from_directory = encoder_tokenizer(gguf_encoder), encoder_tokenizer(directory_encoder)
     for sentence in (*SENTENCES, *UNUSUAL):
-        assert gguf_encoder.encode_text(sentence) == directory_encoder.encode_text(sentence)
-    assert gguf_encoder.encode_pair(QUERY, SENTENCES[3]) == directory_encoder.encode_pair(QUERY, SENTENCES[3])
+        assert from_gguf.encode_text(sentence) == from_directory.encode_text(sentence)
+    assert from_gguf.encode_pair(QUERY, SENTENCES[3]) == from_directory.encode_pair(QUERY, SENTENCES[3])
     assert (gguf_encoder.pooling, gguf_encoder.normalize, gguf_encoder.max_tokens) == ("mean", True, 64)
-    got = EncoderRunner.for_encoder(gguf_encoder, 1024).run([gguf_encoder.encode_text(s) for s in SENTENCES])
+    got = EncoderRunner.for_encoder(gguf_encoder, 1024).run([from_gguf.encode_text(s) for s in SENTENCES])
     expected = np.array(json.loads((GOLDENS / f"{name}.json").read_text())["embeddings"], np.float32)
     np.testing.assert_allclose(got, expected, atol=atol)
 
@@ -152,7 +158,8 @@ def test_an_xlm_roberta_gguf_cross_encoder_scores_like_sentence_transformers(tmp
     directory = build_tiny_encoder("xlm_roberta_cross_encoder", tmp_path / "cross")
     encoder = load_encoder(write_encoder_gguf(directory, tmp_path / "cross.gguf"))
     assert (encoder.kind, encoder.config.family) == ("rerank", "xlm-roberta")
-    logits = EncoderRunner.for_encoder(encoder, 1024).run([encoder.encode_pair(QUERY, s) for s in SENTENCES])
+    tokenizer = encoder_tokenizer(encoder)
+    logits = EncoderRunner.for_encoder(encoder, 1024).run([tokenizer.encode_pair(QUERY, s) for s in SENTENCES])
     expected = np.array(json.loads((GOLDENS / "xlm_roberta_cross_encoder.json").read_text())["scores"], np.float32)
     np.testing.assert_allclose(1 / (1 + np.exp(-logits)), expected, atol=1e-5)
 

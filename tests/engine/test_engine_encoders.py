@@ -15,7 +15,7 @@ from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.model.checkpoint.loader import load_model
 from tests.engine.engine_harness import WAIT_S, Collected, greedy_request
-from tests.engine.tiny_encoders import QUERY, SENTENCES, build_tiny_encoder
+from tests.engine.tiny_encoders import QUERY, SENTENCES, build_tiny_encoder, encoder_tokenizer
 
 CONFIG = EngineConfig(decode_lanes=8, max_queue=24, page_size=8, prefill_chunk=8)
 BATCH_TOKENS = 256  # so a request of many inputs takes several batches
@@ -86,7 +86,8 @@ def test_values_come_back_in_input_order_as_the_encoder_computes_them(
     encoder = encoders["embed"]
     rng = np.random.default_rng(3)
     texts = [" ".join(rng.choice(SENTENCES, rng.integers(1, 3)))[:120] for _ in range(40)]
-    inputs = tuple(i for i in (encoder.encode_text(t) for t in texts) if len(i.token_ids) <= encoder.max_tokens)
+    tokenizer = encoder_tokenizer(encoder)
+    inputs = tuple(i for i in (tokenizer.encode_text(t) for t in texts) if len(i.token_ids) <= encoder.max_tokens)
     before = runners["embed"].batches
     answer = encode(engine, EncodeRequest("embed", inputs))
     assert runners["embed"].batches - before > 1, "the request should take several batches"
@@ -95,7 +96,7 @@ def test_values_come_back_in_input_order_as_the_encoder_computes_them(
     assert answer.prompt_tokens == sum(len(i.token_ids) for i in inputs)
 
     rerank = encoders["rerank"]
-    pairs = tuple(rerank.encode_pair(QUERY, s) for s in SENTENCES)
+    pairs = tuple(encoder_tokenizer(rerank).encode_pair(QUERY, s) for s in SENTENCES)
     scores = encode(engine, EncodeRequest("rerank", pairs)).values
     assert scores.shape == (len(SENTENCES),)
     np.testing.assert_allclose(scores, runners["rerank"].run(pairs), atol=1e-6)
@@ -121,7 +122,7 @@ def test_a_burst_of_encode_requests_waits_its_turn_between_decode_steps(
     """Eight streams decode while 12 encode requests of several batches each arrive: between two
     tokens of a stream the engine thread runs at most one encoder batch."""
     runner = runners["embed"]
-    long_inputs = tuple(encoders["embed"].encode_text(SENTENCES[-1]) for _ in range(20))
+    long_inputs = tuple(encoder_tokenizer(encoders["embed"]).encode_text(SENTENCES[-1]) for _ in range(20))
     streams = [Stream(runner) for _ in range(8)]
     for i, stream in enumerate(streams):
         engine.submit(greedy_request(list(range(3 + i, 12 + i)), 40), stream)
@@ -144,13 +145,13 @@ def test_a_burst_of_encode_requests_waits_its_turn_between_decode_steps(
 
 def test_requests_invalid_on_their_face_are_refused(engine: Engine, encoders: dict[str, LoadedEncoder]) -> None:
     encoder = encoders["embed"]
-    too_long = encoder.token_input([5] * (encoder.max_tokens + 1))
+    too_long = encoder_tokenizer(encoder).token_input([5] * (encoder.max_tokens + 1))
     for request, code in (
-        (EncodeRequest("nope", (encoder.encode_text("a"),)), "model_not_found"),
+        (EncodeRequest("nope", (encoder_tokenizer(encoder).encode_text("a"),)), "model_not_found"),
         (EncodeRequest("embed", ()), "invalid_input"),
-        (EncodeRequest("embed", (encoder.token_input([]),)), "invalid_input"),
+        (EncodeRequest("embed", (encoder_tokenizer(encoder).token_input([]),)), "invalid_input"),
         (EncodeRequest("embed", (too_long,)), "context_length_exceeded"),
-        (EncodeRequest("embed", (encoder.token_input([10**6]),)), "invalid_input"),
+        (EncodeRequest("embed", (encoder_tokenizer(encoder).token_input([10**6]),)), "invalid_input"),
     ):
         with pytest.raises(RequestRefused) as refused:
             engine.encode(request, Answer())
@@ -162,7 +163,7 @@ def test_a_cancelled_encode_request_fails_nothing_and_frees_its_place(
 ) -> None:
     """Cancelled while its batches run (or, in a race, just after its last), it ends without a
     failure, and the engine goes idle: its place in the queue is given back."""
-    encoder_input = encoders["embed"].encode_text(SENTENCES[0])
+    encoder_input = encoder_tokenizer(encoders["embed"]).encode_text(SENTENCES[0])
     answer = Answer()
     request_id = engine.encode(EncodeRequest("embed", (encoder_input,) * 200), answer)
     engine.cancel(request_id)

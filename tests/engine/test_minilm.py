@@ -10,6 +10,7 @@ import pytest
 
 from engine.encoders.encoder_model import EncoderRunner, LoadedEncoder, load_encoder
 from tests.engine.minilm import CORPUS, QUERIES, minilm_path
+from tests.engine.tiny_encoders import encoder_tokenizer
 
 GOLDEN = Path(__file__).parent.parent / "goldens" / "minilm_embeddings.json"
 
@@ -34,8 +35,8 @@ def test_the_checkpoint_declares_what_it_is(minilm: LoadedEncoder) -> None:
 def test_embeddings_and_neighbour_order_match_sentence_transformers(minilm: LoadedEncoder) -> None:
     golden = json.loads(GOLDEN.read_text())
     runner = EncoderRunner.for_encoder(minilm, 4096)
-    corpus = runner.run([minilm.encode_text(text) for text in CORPUS])
-    queries = runner.run([minilm.encode_text(text) for text in QUERIES])
+    corpus = runner.run([encoder_tokenizer(minilm).encode_text(text) for text in CORPUS])
+    queries = runner.run([encoder_tokenizer(minilm).encode_text(text) for text in QUERIES])
     expected_corpus, expected_queries = (np.array(golden[key], np.float32) for key in ("corpus", "queries"))
     cosine = (corpus * expected_corpus).sum(-1)  # unit vectors
     assert np.all(1 - cosine < 1e-4), 1 - cosine

@@ -17,6 +17,9 @@ import numpy as np
 from safetensors.numpy import save_file
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from engine.encoders.encoder_model import LoadedEncoder
+from text.encoder_inputs import EncoderTokenizer
+
 SEED = 4321
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = (
@@ -317,3 +320,8 @@ def write_sentence_transformers_files(directory: Path, dimensions: int, pooling:
     }
     (directory / "1_Pooling" / "config.json").write_text(json.dumps(pooling_config, indent=2))
     (directory / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48, "do_lower_case": False}))
+
+
+def encoder_tokenizer(encoder: LoadedEncoder) -> EncoderTokenizer:
+    """How requests' texts reach `encoder` (the text side's job, text/encoder_inputs.py)."""
+    return EncoderTokenizer(encoder.tokenizer, encoder.token_types)

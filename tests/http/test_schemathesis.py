@@ -26,10 +26,11 @@ from schemathesis.specs.openapi.checks import negative_data_rejection
 from engine.encoders.encoder_model import EncoderRunner, load_encoder
 from engine.model.checkpoint.gguf_file import read_gguf_metadata
 from pooled.configuration.settings import Settings
+from pooled.hosting.loading import encoder_service
 from pooled.hosting.model_host import default_model_path
 from pooled.web.app import build_app, server_context
 from tests.conftest import BASE_URL, StubModel
-from tests.engine.tiny_encoders import build_tiny_encoder
+from tests.engine.tiny_encoders import build_tiny_encoder, encoder_tokenizer
 from tests.fake_engine import FakeEngine
 from text import ChatTemplate, Tokenizer
 
@@ -53,7 +54,7 @@ _model = StubModel(
     engine=_engine,
     tokenizer=_tokenizer,
     chat_template=ChatTemplate(_metadata["tokenizer.chat_template"], _tokenizer),
-    encoders=dict(_encoders),
+    encoders={name: encoder_service(encoder, encoder_tokenizer(encoder)) for name, encoder in _encoders.items()},
 )
 app = build_app(Settings(), server_context(Settings(), _model))
 schema = schemathesis.openapi.from_asgi("/v1/openapi.json", app, headers={"host": "127.0.0.1:8080"})

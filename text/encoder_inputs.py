@@ -2,7 +2,7 @@
 client's token ids, wrapped in the tokenizer's own special tokens and, when asked, cut to a limit
 the way Hugging Face's "longest_first" truncation cuts them.
 
-Shared by the encoder families (engine/encoders/encoder_model.py) and a decoder's embedding pass
+The same for the encoder families (engine/encoders/encoder_model.py) and a decoder's embedding pass
 (engine/encoders/decoder_embedding.py), which differ only in their tokenizers and token types.
 """
 
@@ -12,18 +12,24 @@ from typing import Any
 from tokenizers import Tokenizer as BackendTokenizer
 
 from engine.api import EncoderInput
+from text.tokenizer import Tokenizer
 
 
-class TokenizedInputs:
-    """Turns requests' texts into `EncoderInput`s; a subclass provides `tokenizer` (set to no
-    truncation and no padding) and `token_types`."""
+class EncoderTokenizer:
+    """Turns requests' texts into an encoder's `EncoderInput`s, with its tokenizer (set to no
+    truncation and no padding) and the number of segment types it embeds."""
 
-    tokenizer: BackendTokenizer
+    def __init__(self, tokenizer: BackendTokenizer, token_types: int) -> None:
+        self.tokenizer = tokenizer
+        self.token_types = token_types
 
-    @property
-    def token_types(self) -> int:
-        """How many segment types the model embeds."""
-        raise NotImplementedError
+    @classmethod
+    def of(cls, tokenizer: Tokenizer, token_types: int) -> "EncoderTokenizer":
+        """A chat model's tokenizer, read as an encoder's (a decoder's embedding pass)."""
+        backend = BackendTokenizer.from_str(tokenizer.to_json())
+        backend.no_truncation()
+        backend.no_padding()
+        return cls(backend, token_types)
 
     def encode_text(self, text: str, truncate_to: int | None = None) -> EncoderInput:
         """`text` as the model reads it; with `truncate_to`, cut to that many tokens (special ones kept)."""
