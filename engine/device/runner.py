@@ -1,21 +1,19 @@
-"""`DeviceRunner`: the runner on JAX — the KV pool, the lanes' tables and the compiled steps.
+"""`DeviceRunner`: the runner on JAX — the device state and the compiled steps that change it.
 
-It keeps the device state (KV pages, per-lane penalty state) and the host tables a step reads
-(each lane's block table and sampling parameters), pads every step to a compiled shape (rows,
-chunk tokens) and runs the compile plan at start-up. What each verb may assume is in
-`engine/device/runner_api.py`; all of them run on the engine thread, except `compile`, which runs on
-the building thread before the engine thread starts.
-
-Block tables carry one more column than a row can fill, always the null page: padded prompt
-tokens are placed there, so their keys and values never land in a real page. Padding rows of a
-decode step use the spare lane, `lanes`.
+It keeps the device state (the KV pages, each lane's penalty state, the LoRA stack) and runs the
+steps over it: the host tables a step reads are its `LaneTables` (engine/device/lane_tables.py:
+each lane's block table, sampling parameters and adapter slot), the shapes it compiles and each
+step's padding to one are its `CompiledShapes` (engine/device/compiled_shapes.py). At start-up
+`compile` runs every shape of the plan once on padding (the null page, the spare lane), which
+changes nothing real. What each verb may assume is in `engine/device/runner_api.py`; all of them
+run on the engine thread, except `compile`, which runs on the building thread before the engine
+thread starts.
 
 With adapter slots (`EngineConfig.max_loras`), the device holds every slot's LoRA pairs in one
 stack (engine/model/layers/lora.py); each lane and each prefill chunk names its slot, and
 `load_adapter` writes a slot's columns between steps through one compiled function.
 """
 
-import bisect
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -28,7 +26,9 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from engine.device.compile_watch import CompileWatch
+from engine.device.compiled_shapes import PAGE_TRANSFER_GROUP, CompiledShapes, page_group
 from engine.device.kv_sizing import kv_dtype, max_context
+from engine.device.lane_tables import LaneTables
 from engine.device.runner_api import (
     PREFILL_ROWS,
     DecodeRow,
@@ -49,26 +49,6 @@ from engine.model.layers.lora import LoraStack, stack_adapters
 from engine.model.layers.paged_attention import PREFILL_ATTENTION_BLOCK_TOKENS
 from engine.serving.kv_pages import NULL_PAGE
 from engine.stats import Bucket
-
-# Logit-bias entries per row, padded to this many (OpenAI allows up to 300).
-LOGIT_BIAS_SLOTS = 300
-# Pages moved per call between the KV pool and the host (the prefix cache's disk tier): one
-# compiled shape, padded with the null page.
-PAGE_TRANSFER_GROUP = 16
-# Shortest prefill chunk compiled; chunk sizes double up to prefill_chunk. A padded prompt token
-# costs as much as a real one, and the new turn of a resent conversation is often a few dozen
-# tokens: doubling keeps its padding under half a chunk for one compile per size.
-SMALLEST_PREFILL_CHUNK = 8
-
-
-def geometric_buckets(smallest: int, largest: int, growth: int) -> list[int]:
-    """smallest, smallest·growth, ... and largest; a size within 2× of largest is left to largest,
-    which costs that little padding and saves a compile."""
-    sizes, size = [], max(1, smallest)
-    while size * 2 <= largest:
-        sizes.append(size)
-        size *= growth
-    return [*sizes, largest]
 
 
 @dataclass(frozen=True)
@@ -106,24 +86,11 @@ class DeviceRunner:
             LaneState(jnp.zeros((spare, c.vocab_size), bool), jnp.zeros((spare, c.vocab_size), jnp.int32)),
             self._replicated,
         )
-        pages_per_row = math.ceil(self.max_context / config.page_size)
-        self._row_buckets = geometric_buckets(1, self.lanes, config.bucket_growth)
-        self.draft_tokens = config.draft_tokens
-        self.draft_rows = min(config.draft_rows, self.lanes) if config.draft_tokens > 0 else 0
-        # Steps with drafts take the row buckets up to the first that holds draft_rows.
-        self._verify_buckets = self._row_buckets[: bisect.bisect_left(self._row_buckets, self.draft_rows) + 1]
-        if self.draft_rows == 0:
-            self._verify_buckets = []
-        self._chunk_buckets = geometric_buckets(
-            min(SMALLEST_PREFILL_CHUNK, config.prefill_chunk), config.prefill_chunk, 2
-        )
-        self.batched_chunk = max(
-            (b for b in self._chunk_buckets if b * PREFILL_ROWS <= config.prefill_chunk), default=0
-        )
-        self._block_tables = np.zeros((spare, pages_per_row + 1), np.int32)
-        self._padding_position = pages_per_row * config.page_size
-        self.mask_words = math.ceil(c.vocab_size / 32)  # a grammar mask's int32 words
-        self._row_params = _empty_row_params(spare, self.mask_words)
+        self._shapes = CompiledShapes(config, self.max_context)
+        self.draft_tokens, self.draft_rows = self._shapes.draft_tokens, self._shapes.draft_rows
+        self.batched_chunk = self._shapes.batched_chunk
+        self._tables = LaneTables(self.lanes, self._shapes.width, c.vocab_size)
+        self.mask_words = self._tables.mask_words
         self.idle_interval: float | None = None  # one process: nothing to do while idle
         self.adapter_slots, self.adapter_rank = config.max_loras, config.max_lora_rank
         self._model_config, self._dtype = c, DTYPES[model.dtype]
@@ -131,7 +98,6 @@ class DeviceRunner:
         if self.adapter_slots:
             empty = stack_adapters(c, [None] * self.adapter_slots, self.adapter_rank, self._dtype)
             self._lora = jax.device_put(empty, self._replicated)
-        self._lane_adapters = np.zeros(spare, np.int32)  # each lane's adapter slot; the spare lane's is 0
         self._buckets: tuple[Bucket, ...] = ()
         self._compiles: CompileWatch | None = None
         pool = self._kv[0].k
@@ -142,24 +108,7 @@ class DeviceRunner:
     # --- start-up ---------------------------------------------------------------------------
 
     def compile(self, report: Report) -> None:
-        # Attention loops over the pages a step's rows have filled, so one block-table width (the
-        # whole context) serves every length: the plan is one prefill shape per chunk size (and per
-        # batched chunk size), and one first-token and one decode shape per row bucket.
-        width = self._block_tables.shape[1]
-        plan = [Bucket("prefill", 1, tokens, width) for tokens in self._chunk_buckets]
-        plan += [
-            Bucket("prefill", PREFILL_ROWS, tokens, width)
-            for tokens in self._chunk_buckets
-            if tokens <= self.batched_chunk
-        ]
-        plan += [Bucket("first_tokens", b, 1, 0) for b in self._row_buckets]
-        plan += [Bucket("decode", b, 1, width) for b in self._row_buckets]
-        plan += [Bucket("verify", b, self.draft_tokens + 1, width) for b in self._verify_buckets]
-        plan += [Bucket("reset_lane", 1, self.max_context, 0), Bucket("copy_page", 1, self.page_size, 0)]
-        if self.adapter_slots:
-            plan += [Bucket("load_adapter", 1, self.adapter_rank, 0)]
-        plan += [Bucket("read_pages", PAGE_TRANSFER_GROUP, self.page_size, 0)]
-        plan += [Bucket("write_pages", PAGE_TRANSFER_GROUP, self.page_size, 0)]
+        plan = self._shapes.plan()
         for done, bucket in enumerate(plan):
             report(
                 f"compiling {bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}",
@@ -193,18 +142,18 @@ class DeviceRunner:
             lane_ids = np.full(bucket.rows, self.lanes, np.int32)
             logits = jax.device_put(jnp.zeros((PREFILL_ROWS, self._vocab_size), jnp.float32), self._replicated)
             self._lane_state, _ = self.steps.first_tokens(
-                self._lane_state, logits, np.int32(0), lane_ids, self._rows(lane_ids)
+                self._lane_state, logits, np.int32(0), lane_ids, self._tables.params(lane_ids)
             )
         elif bucket.kind == "decode":
             lane_ids = np.full(bucket.rows, self.lanes, np.int32)
             tokens = jax.device_put(np.zeros(bucket.rows, np.int32), self._replicated)
-            self._decode(tokens, np.ones(bucket.rows, np.int32), lane_ids, self._rows(lane_ids))
+            self._decode(tokens, np.ones(bucket.rows, np.int32), lane_ids, self._tables.params(lane_ids))
         elif bucket.kind == "verify":
             lane_ids = np.full(bucket.rows, self.lanes, np.int32)
             shape = (bucket.rows, bucket.tokens)
             tokens, positions = np.zeros(shape, np.int32), np.ones(shape, np.int32)
             drafts = np.full(bucket.rows, self.draft_tokens, np.int32)
-            self._verify(tokens, positions, drafts, lane_ids, self._rows(lane_ids))
+            self._verify(tokens, positions, drafts, lane_ids, self._tables.params(lane_ids))
         elif bucket.kind == "reset_lane":
             self._reset_lane(self.lanes, [], [])
         elif bucket.kind == "load_adapter":
@@ -239,23 +188,7 @@ class DeviceRunner:
     # --- prompts ----------------------------------------------------------------------------
 
     def prefill(self, chunks: Sequence[PrefillChunk]) -> PromptLogits:
-        size = next(b for b in self._chunk_buckets if b >= max(len(chunk.tokens) for chunk in chunks))
-        rows = 1 if len(chunks) == 1 else PREFILL_ROWS
-        # Padding rows sit at position 0 of the null page: attention reads nothing for them, while
-        # the loop over pages runs as far as the row that starts latest.
-        tokens = np.zeros((rows, size), np.int32)
-        positions = np.zeros((rows, size), np.int32)
-        table = np.zeros((rows, self._block_tables.shape[1]), np.int32)
-        last = np.zeros(rows, np.int32)
-        slots = np.zeros(rows, np.int32)
-        for i, chunk in enumerate(chunks):
-            length = len(chunk.tokens)
-            tokens[i, :length] = chunk.tokens
-            positions[i] = self._padding_position
-            positions[i, :length] = np.arange(chunk.start, chunk.start + length)
-            table[i, : len(chunk.pages)] = chunk.pages
-            last[i] = length - 1
-            slots[i] = chunk.adapter
+        tokens, positions, table, last, slots = self._shapes.prefill_inputs(chunks)
         written, logits = self.steps.prefill(
             self._param_leaves, self._lora, self._kv, tokens, positions, table, last, slots
         )
@@ -263,26 +196,8 @@ class DeviceRunner:
         return PromptLogits(logits)
 
     def insert(self, lane: int, row: InsertedRow) -> None:
+        self._tables.insert(lane, row)
         sampling = row.sampling
-        self._block_tables[lane] = NULL_PAGE
-        self._block_tables[lane, : len(row.pages)] = row.pages
-        self._lane_adapters[lane] = row.adapter
-        p = self._row_params
-        p.temperature[lane] = sampling.temperature
-        p.top_k[lane] = sampling.top_k
-        p.top_p[lane] = sampling.top_p
-        p.min_p[lane] = sampling.min_p
-        p.repetition_penalty[lane] = sampling.repetition_penalty
-        p.presence_penalty[lane] = sampling.presence_penalty
-        p.frequency_penalty[lane] = sampling.frequency_penalty
-        p.bias_ids[lane] = 0
-        p.bias_values[lane] = 0.0
-        bias = list(sampling.logit_bias.items())[:LOGIT_BIAS_SLOTS]
-        p.bias_ids[lane, : len(bias)] = [token for token, _ in bias]
-        p.bias_values[lane, : len(bias)] = [value for _, value in bias]
-        p.allowed[lane] = -1
-        p.seed[lane] = row.seed
-        p.logprobs[lane] = sampling.logprobs is not None
         penalised = (sampling.repetition_penalty, sampling.presence_penalty, sampling.frequency_penalty) != (
             1.0,
             0.0,
@@ -292,7 +207,7 @@ class DeviceRunner:
             self._reset_lane(lane, row.prompt, row.output)
 
     def add_page(self, lane: int, index: int, page: int) -> None:
-        self._block_tables[lane, index] = page
+        self._tables.add_page(lane, index, page)
 
     def copy_page(self, source: int, target: int) -> None:
         self._kv = self.steps.copy_page(self._kv, np.int32(source), np.int32(target))
@@ -306,7 +221,7 @@ class DeviceRunner:
     def read_pages(self, pages: Sequence[int]) -> list[bytes]:
         contents = []
         for start in range(0, len(pages), PAGE_TRANSFER_GROUP):
-            group = self._page_group(pages[start : start + PAGE_TRANSFER_GROUP])
+            group = page_group(pages[start : start + PAGE_TRANSFER_GROUP])
             read = np.asarray(self.steps.read_pages(self._kv, group))
             contents += [page.tobytes() for page in read[: min(PAGE_TRANSFER_GROUP, len(pages) - start)]]
         return contents
@@ -318,18 +233,12 @@ class DeviceRunner:
             data = np.zeros((PAGE_TRANSFER_GROUP, *self._page_shape), self._page_dtype)
             for i, content in enumerate(chunk):
                 data[i] = np.frombuffer(content, self._page_dtype).reshape(self._page_shape)
-            group = self._page_group(pages[start : start + PAGE_TRANSFER_GROUP])
+            group = page_group(pages[start : start + PAGE_TRANSFER_GROUP])
             self._kv = self.steps.write_pages(self._kv, group, jax.device_put(data, self._replicated))
 
-    @staticmethod
-    def _page_group(pages: Sequence[int]) -> np.ndarray:
-        group = np.full(PAGE_TRANSFER_GROUP, NULL_PAGE, np.int32)
-        group[: len(pages)] = pages
-        return group
-
     def first_tokens(self, logits: PromptLogits, index: int, rows: Sequence[DecodeRow]) -> Drawn:
-        lane_ids = self._lane_ids(rows)
-        params = self._rows(lane_ids)
+        lane_ids = self._tables.lane_ids(rows, self._shapes.rows)
+        params = self._tables.params(lane_ids)
         self._lane_state, sampled = self.steps.first_tokens(self._lane_state, logits, np.int32(index), lane_ids, params)
         return self.take(Pending(_Step(sampled, bool(params.logprobs.any()))))
 
@@ -339,7 +248,7 @@ class DeviceRunner:
         if any(row.draft for row in rows):
             assert chained is None, "a step with drafts chained on a pending step"
             return self._generate_verifying(rows)
-        lane_ids = self._lane_ids(rows)
+        lane_ids = self._tables.lane_ids(rows, self._shapes.rows)
         positions = np.zeros(len(lane_ids), np.int32)
         positions[: len(rows)] = [row.position for row in rows]
         if chained is None:
@@ -348,27 +257,17 @@ class DeviceRunner:
             tokens = jax.device_put(host_tokens, self._replicated)
         else:
             tokens = _step(chained).sampled.token
-        params = self._rows(lane_ids)
+        params = self._tables.params(lane_ids)
         return Pending(_Step(self._decode(tokens, positions, lane_ids, params), bool(params.logprobs.any())))
 
     def _generate_verifying(self, rows: Sequence[DecodeRow]) -> Pending:
-        """A step over each row's token and its draft (positions after it); padding tokens sit in
-        the null page's column, padding rows at position 0 of the spare lane's null pages."""
-        lane_ids = self._lane_ids(rows, self._verify_buckets)
-        width = self.draft_tokens + 1
-        tokens = np.zeros((len(lane_ids), width), np.int32)
-        positions = np.zeros((len(lane_ids), width), np.int32)
-        drafts = np.zeros(len(lane_ids), np.int32)
-        for i, row in enumerate(rows):
-            assert len(row.draft) <= self.draft_tokens, "a draft longer than the runner takes"
-            length = 1 + len(row.draft)
-            tokens[i, 0], tokens[i, 1:length] = row.token, row.draft
-            positions[i] = self._padding_position
-            positions[i, :length] = np.arange(row.position, row.position + length)
-            drafts[i] = len(row.draft)
-        params = self._rows(lane_ids)
+        """A step over each row's token and its draft (positions after it), padded to a row
+        bucket of steps with drafts."""
+        lane_ids = self._tables.lane_ids(rows, self._shapes.verify_rows)
+        tokens, positions, drafts = self._shapes.verify_inputs(rows, len(lane_ids))
+        params = self._tables.params(lane_ids)
         sampled, taken = self._verify(tokens, positions, drafts, lane_ids, params)
-        return Pending(_Step(sampled, bool(params.logprobs.any()), width, taken))
+        return Pending(_Step(sampled, bool(params.logprobs.any()), self.draft_tokens + 1, taken))
 
     def _verify(
         self, tokens: np.ndarray, positions: np.ndarray, drafts: np.ndarray, lane_ids: np.ndarray, params: RowParams
@@ -417,31 +316,16 @@ class DeviceRunner:
             self._lane_state,
             tokens,
             positions,
-            self._block_tables[lane_ids],
+            self._tables.block_tables[lane_ids],
             lane_ids,
             params,
-            None if self._lora is None else self._lane_adapters[lane_ids],
+            None if self._lora is None else self._tables.adapters[lane_ids],
             *extra,
         )
         self._kv = self.steps.write(self._kv, written)
         return results
 
-    # --- lane tables ------------------------------------------------------------------------
-
-    def _lane_ids(self, rows: Sequence[DecodeRow], buckets: Sequence[int] | None = None) -> np.ndarray:
-        """The rows' lanes padded to a row bucket (padding rows use the spare lane), after writing
-        each row's draw counter and grammar mask into its lane's parameters."""
-        bucket = next(b for b in (buckets or self._row_buckets) if b >= len(rows))
-        lane_ids = np.full(bucket, self.lanes, np.int32)
-        for i, row in enumerate(rows):
-            lane_ids[i] = row.lane
-            self._row_params.counter[row.lane] = row.draws
-            if row.constraint is not None:
-                row.constraint.fill_mask(self._row_params.allowed[row.lane])
-        return lane_ids
-
-    def _rows(self, lane_ids: np.ndarray) -> RowParams:
-        return RowParams(**{name: table[lane_ids] for name, table in vars(self._row_params).items()})
+    # --- lane state -------------------------------------------------------------------------
 
     def _reset_lane(self, lane: int, prompt: Sequence[int], output: Sequence[int]) -> None:
         padded_prompt = np.full(self.max_context, -1, np.int32)
@@ -459,24 +343,3 @@ def failure_kind(error: BaseException) -> Literal["fault", "panicked"]:
 def _step(pending: Pending) -> _Step:
     assert isinstance(pending, _Step), "a pending step of another runner"
     return pending
-
-
-def _empty_row_params(lanes: int, mask_words: int) -> RowParams:
-    def zeros(dtype: type, *shape: int) -> np.ndarray:
-        return np.zeros((lanes, *shape), dtype)
-
-    return RowParams(
-        temperature=zeros(np.float32),
-        top_k=zeros(np.int32),
-        top_p=np.ones(lanes, np.float32),
-        min_p=zeros(np.float32),
-        repetition_penalty=np.ones(lanes, np.float32),
-        presence_penalty=zeros(np.float32),
-        frequency_penalty=zeros(np.float32),
-        bias_ids=zeros(np.int32, LOGIT_BIAS_SLOTS),
-        bias_values=zeros(np.float32, LOGIT_BIAS_SLOTS),
-        allowed=np.full((lanes, mask_words), -1, np.int32),
-        seed=zeros(np.uint32),
-        counter=zeros(np.int32),
-        logprobs=zeros(np.bool_),
-    )

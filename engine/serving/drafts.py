@@ -8,7 +8,7 @@ token the model agrees with costs no step of its own. The longest n of NGRAM_SIZ
 wins: a longer match is likelier to go on copying.
 
 Only the engine thread uses a `PromptLookup` (one per drafting row, holding the row's own token
-list, which the scheduler appends to).
+list, which its decode steps, engine/serving/decode_steps.py, append to).
 """
 
 from collections.abc import Sequence

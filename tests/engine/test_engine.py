@@ -185,7 +185,7 @@ def test_chained_steps_draw_what_settled_steps_draw(engine: Engine, monkeypatch:
     the host takes them; a row with a grammar is not (its mask needs the token). A seeded row draws
     the same tokens either way: the draw counter counts the token still in flight."""
     calls: list[str] = []
-    decode, take_tokens = engine.runner.steps.decode, engine._scheduler._take_tokens
+    decode, take_tokens = engine.runner.steps.decode, engine._scheduler._decode_steps._take_tokens
 
     def counted_decode(*args: Any) -> Any:
         calls.append("decode")
@@ -196,7 +196,7 @@ def test_chained_steps_draw_what_settled_steps_draw(engine: Engine, monkeypatch:
         take_tokens(*args)
 
     monkeypatch.setattr(engine.runner.steps, "decode", counted_decode)
-    monkeypatch.setattr(engine._scheduler, "_take_tokens", counted_take)
+    monkeypatch.setattr(engine._scheduler._decode_steps, "_take_tokens", counted_take)
     sampling = SamplingParams(temperature=1.5, seed=5, ignore_eos=True)
     request = GenerationRequest(tuple(prompt(50, 6)), sampling, 24)
     chained = generate(engine, request).tokens[0]

@@ -1,0 +1,96 @@
+"""`LaneTables`: the host tables a step reads for each lane — its block table, its sampling
+parameters (with its draw counter and grammar mask) and its LoRA adapter slot.
+
+A step gathers its rows' lanes from these tables (`lane_ids`, `params`) and hands the result to
+the device with its inputs; `insert` overwrites everything a lane held, so freeing a lane needs
+nothing here. Lane `lanes` is the spare one: padding rows use it, with an all-null block table,
+an empty lane's parameters and no adapter.
+
+Threads: only the runner (engine/device/runner.py) touches its `LaneTables`: on the thread that
+builds the engine while it compiles, then on the engine thread alone.
+"""
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from engine.device.runner_api import DecodeRow, InsertedRow
+from engine.device.step import RowParams
+from engine.serving.kv_pages import NULL_PAGE
+
+# Logit-bias entries per row, padded to this many (OpenAI allows up to 300).
+LOGIT_BIAS_SLOTS = 300
+
+
+class LaneTables:
+    def __init__(self, lanes: int, width: int, vocab_size: int) -> None:
+        spare = lanes + 1
+        self._spare_lane = lanes
+        self.block_tables = np.zeros((spare, width), np.int32)
+        self.mask_words = math.ceil(vocab_size / 32)  # a grammar mask's int32 words
+        self._params = _empty_row_params(spare, self.mask_words)
+        self.adapters = np.zeros(spare, np.int32)  # each lane's adapter slot; the spare lane's is 0
+
+    def insert(self, lane: int, row: InsertedRow) -> None:
+        """Gives `lane` the row's block table, sampling parameters, seed and adapter slot."""
+        sampling = row.sampling
+        self.block_tables[lane] = NULL_PAGE
+        self.block_tables[lane, : len(row.pages)] = row.pages
+        self.adapters[lane] = row.adapter
+        p = self._params
+        p.temperature[lane] = sampling.temperature
+        p.top_k[lane] = sampling.top_k
+        p.top_p[lane] = sampling.top_p
+        p.min_p[lane] = sampling.min_p
+        p.repetition_penalty[lane] = sampling.repetition_penalty
+        p.presence_penalty[lane] = sampling.presence_penalty
+        p.frequency_penalty[lane] = sampling.frequency_penalty
+        p.bias_ids[lane] = 0
+        p.bias_values[lane] = 0.0
+        bias = list(sampling.logit_bias.items())[:LOGIT_BIAS_SLOTS]
+        p.bias_ids[lane, : len(bias)] = [token for token, _ in bias]
+        p.bias_values[lane, : len(bias)] = [value for _, value in bias]
+        p.allowed[lane] = -1
+        p.seed[lane] = row.seed
+        p.logprobs[lane] = sampling.logprobs is not None
+
+    def add_page(self, lane: int, index: int, page: int) -> None:
+        self.block_tables[lane, index] = page
+
+    def lane_ids(self, rows: Sequence[DecodeRow], buckets: Sequence[int]) -> np.ndarray:
+        """The rows' lanes padded to the first of `buckets` that holds them (padding rows use the
+        spare lane), after writing each row's draw counter and grammar mask into its lane's parameters."""
+        bucket = next(b for b in buckets if b >= len(rows))
+        lane_ids = np.full(bucket, self._spare_lane, np.int32)
+        for i, row in enumerate(rows):
+            lane_ids[i] = row.lane
+            self._params.counter[row.lane] = row.draws
+            if row.constraint is not None:
+                row.constraint.fill_mask(self._params.allowed[row.lane])
+        return lane_ids
+
+    def params(self, lane_ids: np.ndarray) -> RowParams:
+        """The parameters of each lane of `lane_ids`, in their order."""
+        return RowParams(**{name: table[lane_ids] for name, table in vars(self._params).items()})
+
+
+def _empty_row_params(lanes: int, mask_words: int) -> RowParams:
+    def zeros(dtype: type, *shape: int) -> np.ndarray:
+        return np.zeros((lanes, *shape), dtype)
+
+    return RowParams(
+        temperature=zeros(np.float32),
+        top_k=zeros(np.int32),
+        top_p=np.ones(lanes, np.float32),
+        min_p=zeros(np.float32),
+        repetition_penalty=np.ones(lanes, np.float32),
+        presence_penalty=zeros(np.float32),
+        frequency_penalty=zeros(np.float32),
+        bias_ids=zeros(np.int32, LOGIT_BIAS_SLOTS),
+        bias_values=zeros(np.float32, LOGIT_BIAS_SLOTS),
+        allowed=np.full((lanes, mask_words), -1, np.int32),
+        seed=zeros(np.uint32),
+        counter=zeros(np.int32),
+        logprobs=zeros(np.bool_),
+    )
