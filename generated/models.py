@@ -1527,9 +1527,9 @@ class ConfigOrigin(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    origin: Literal["default", "profile", "file", "env", "flag", "live"]
+    origin: Literal["default", "catalog", "profile", "file", "env", "flag", "live"]
     """
-    `default`; `profile`, a `[profile.NAME]` table of the config file (`--profile`); `file`, the config file (`--config`); `env`, its `POOLED_*` variable; `flag`, its command-line flag; `live`, changed by `PATCH /v1/config` since the start.
+    `default`; `catalog`, the served model's catalog entry (its `[model.serving]` table: a default of that model's own); `profile`, a `[profile.NAME]` table of the config file (`--profile`); `file`, the config file (`--config`); `env`, its `POOLED_*` variable; `flag`, its command-line flag; `live`, changed by `PATCH /v1/config` since the start.
     """
     file: str | None = None
     """
@@ -1538,6 +1538,14 @@ class ConfigOrigin(BaseModel):
     profile: str | None = None
     """
     The profile's name, for a value from one.
+    """
+    catalog: str | None = None
+    """
+    The catalog entry's id, for a value from it.
+    """
+    reason: str | None = None
+    """
+    Why the catalog entry sets it, for a value from it.
     """
 
 

@@ -268,7 +268,7 @@ class ModelService(Protocol):
 
 SettingKind = Literal["string", "integer", "number", "boolean", "list"]
 SettingChange = Literal["live", "reload", "restart"]  # how a change takes effect
-SettingOrigin = Literal["default", "profile", "file", "env", "flag", "live"]
+SettingOrigin = Literal["default", "catalog", "profile", "file", "env", "flag", "live"]
 
 
 @dataclass(frozen=True)
@@ -300,11 +300,14 @@ class SettingView:
 @dataclass(frozen=True)
 class OriginView:
     """Where a setting's value came from; `file` for one from the config file or its profile,
-    `profile` for one from the profile."""
+    `profile` for one from the profile, `catalog` (the entry's id) and `reason` for one from the
+    served model's catalog entry."""
 
     origin: SettingOrigin
     file: str | None = None
     profile: str | None = None
+    catalog: str | None = None
+    reason: str | None = None
 
 
 class ConfigRefused(Exception):

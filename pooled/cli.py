@@ -41,7 +41,7 @@ def serve(loaded: settings_module.LoadedSettings) -> int:
     from pooled.hosting.model_host import ModelHost, ModelNotFound
     from pooled.models_folder.catalog import CatalogError, load_catalog
     from pooled.models_folder.downloads import Downloader
-    from pooled.models_folder.folder_library import FolderLibrary, model_to_serve
+    from pooled.models_folder.folder_library import FolderLibrary, model_to_serve, serving_defaults
     from pooled.web.app import build_app, server_context
     from pooled.web.server import DrainingServer
 
@@ -58,8 +58,15 @@ def serve(loaded: settings_module.LoadedSettings) -> int:
     except (ModelNotFound, CatalogError) as error:
         log.error("%s", error)
         return 2
+    loaded = settings_module.with_model_defaults(loaded, serving_defaults(catalog, model_id))
+    settings = loaded.settings
+
+    def ready() -> None:
+        live.serve_model(serving_defaults(catalog, host.model_id))  # a switch brings the new model's own
+        print(banner(context), flush=True)
+
     loader = load_serving if group is None else functools.partial(load_serving, group=lead(group, settings))
-    host = ModelHost(settings, path, loader, lambda: print(banner(context), flush=True), model_id)
+    host = ModelHost(settings, path, loader, ready, model_id)
     downloader = Downloader(models_dir, settings.download_retries, stall_timeout_s=settings.download_stall_timeout)
     library = FolderLibrary(host, catalog, models_dir, downloader, settings.switch_allow_implicit)
     live = LiveSettings(loaded)  # PATCH /v1/config changes it; these parts and the context's follow

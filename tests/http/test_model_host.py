@@ -19,7 +19,7 @@ from pooled.hosting.model_host import (
     default_model_path,
 )
 from pooled.models_folder.catalog import load_catalog
-from pooled.models_folder.folder_library import model_to_serve
+from pooled.models_folder.folder_library import model_to_serve, serving_defaults
 from pooled.models_folder.model_ids import model_id_for
 
 
@@ -74,6 +74,15 @@ def test_default_model_is_the_smollm2_wheel() -> None:
     path = default_model_path()
     assert path.is_file() and path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert model_id_for(path) == "pooled/smollm2-135m-instruct-q4_1"
+
+
+def test_the_default_model_is_served_with_its_catalog_entrys_defaults() -> None:
+    catalog = load_catalog()
+    defaults = serving_defaults(catalog, model_id_for(default_model_path()))
+    assert defaults is not None and defaults == catalog["smollm2-135m-instruct-q4_1"].serving
+    assert serving_defaults(catalog, "smollm2-135m-instruct-q4_1") == defaults  # --model ID
+    assert serving_defaults(catalog, "pooled/all-minilm-l6-v2") is None  # an entry without any
+    assert serving_defaults(catalog, "pooled/my-own-model") is None  # a model the catalog does not know
 
 
 def test_missing_model_path_is_a_clear_error(tmp_path: Path) -> None:

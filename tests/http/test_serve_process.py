@@ -120,6 +120,21 @@ def test_models_list_the_loaded_model(server: str) -> None:
     assert anthropic["data"][0]["type"] == "model"
 
 
+def test_the_default_models_catalog_defaults_apply_without_flags(served: Served) -> None:
+    """No cap flag given: the default model's catalog entry caps answers at 512 tokens, ended as
+    finished turns, says so in the banner, and `/v1/config/origins` says where it came from."""
+    values = httpx.get(f"{served.base}/v1/config").json()
+    assert (values["max_output_tokens"], values["max_output_tokens_finish"]) == (512, "stop")
+    origin = httpx.get(f"{served.base}/v1/config/origins").json()["max_output_tokens"]
+    assert (origin["origin"], origin["catalog"]) == ("catalog", "smollm2-135m-instruct-q4_1")
+    no_end = {"0": -100, "2": -100}  # <|endoftext|>, <|im_end|>: only the cap can end it
+    body = {"prompt": "Once upon a time", "max_tokens": 600, "logit_bias": no_end, "frequency_penalty": 0.01}
+    answer = httpx.post(f"{served.base}/v1/completions", json=body, timeout=600).json()
+    assert (answer["usage"]["completion_tokens"], answer["choices"][0]["finish_reason"]) == (512, "stop")
+    printed = served.log.read_text(errors="replace")
+    assert "Defaults of the catalog's smollm2-135m-instruct-q4_1: --max-output-tokens 512, " in printed
+
+
 def _stream(base: str, index: int, started: threading.Event, results: list[tuple[int, list[str]]]) -> None:
     # Long enough for full KV pages (16 tokens each), which the disk tier keeps.
     prompt = f"Count to ten, take {index}: " + "one two three four five six seven eight nine ten, " * 3
