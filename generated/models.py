@@ -1922,6 +1922,10 @@ class Health(BaseModel):
     """
     The running (or last) download into the models folder; null when none ran.
     """
+    failed_parts: list[HealthFailedPart]
+    """
+    The models given beside the served one (`--embedding-model`, `--rerank-model`) that did not load: the routes each would serve answer 503 naming the failure, while the model itself serves (`ok` stays true). Empty when none failed, and until the model is loaded.
+    """
 
 
 class HealthBucket(BaseModel):
@@ -1963,6 +1967,21 @@ class HealthEngine(BaseModel):
     XLA compilations since serving began (should stay 0).
     """
     kv_pages: HealthKvPages
+
+
+class HealthFailedPart(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    setting: Literal["embedding_model", "rerank_model"]
+    """
+    The setting that names the model (`--embedding-model`, `--rerank-model`).
+    """
+    path: str
+    reason: str
+    """
+    Why it did not load, in a sentence.
+    """
 
 
 class HealthKvPages(BaseModel):

@@ -100,17 +100,24 @@ def _flag_value(value: object) -> str:
 
 
 def encoder_lines(model: ModelService, origin: str) -> list[str]:
-    """The encoders served and their routes, or how to serve one beside the chat model."""
-    if not model.encoders:
+    """The encoders served and their routes, those that did not load, or how to serve one beside
+    the chat model."""
+    failed = [
+        f"{part.setting.replace('_', ' ').capitalize()} {part.path} did not load ({part.reason}): "
+        f"its routes answer 503."
+        for part in model.failed_parts
+    ]
+    if not model.encoders and not failed:
         return [
             "Embeddings and rerank: start with --embedding-model DIR or --rerank-model DIR (sentence-transformers),",
             "or --embeddings true to embed with the chat model.",
         ]
     routes = {"embedding": f"{origin}/v1/embeddings (and /v1/rerank by cosine)", "rerank": f"{origin}/v1/rerank"}
-    return [
+    served = [
         f"{'Embeddings' if encoder.kind == 'embedding' else 'Rerank'}: {name} at {routes[encoder.kind]}"
         for name, encoder in model.encoders.items()
     ]
+    return served + failed
 
 
 async def get_banner(request: Request) -> Response:

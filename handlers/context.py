@@ -24,6 +24,7 @@ from text import ChatTemplate, Tokenizer
 ModelState = Literal["loading", "serving", "switching", "unloaded", "draining", "dead"]
 EncoderKind = Literal["embedding", "rerank"]
 ModelKind = Literal["chat", "embedding", "rerank"]
+FailedSetting = Literal["embedding_model", "rerank_model"]
 
 
 class EncoderService(Protocol):
@@ -54,6 +55,17 @@ class EncoderService(Protocol):
     def encode_pair(self, first: str, second: str, truncate_to: int | None = None) -> EncoderInput: ...
 
     def token_input(self, token_ids: Sequence[int]) -> EncoderInput: ...
+
+
+@dataclass(frozen=True)
+class FailedPart:
+    """A model served beside the chat model that did not load: its routes answer 503 naming the
+    failure while the chat model serves."""
+
+    kind: EncoderKind  # what it would have served
+    setting: FailedSetting  # the setting that names it
+    path: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -243,6 +255,11 @@ class ModelService(Protocol):
     @property
     def encoders(self) -> Mapping[str, EncoderService]:
         """The encoders served beside the model, by the name requests use; empty until it serves."""
+        ...
+
+    @property
+    def failed_parts(self) -> Sequence[FailedPart]:
+        """The models beside it that did not load, since the last load; empty until it serves."""
         ...
 
     @property

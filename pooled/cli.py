@@ -39,6 +39,7 @@ def serve(loaded: settings_module.LoadedSettings) -> int:
     from pooled.hosting.group_serving import follow_leader, group_spec, join_group, lead, stop_group
     from pooled.hosting.loading import load_serving
     from pooled.hosting.model_host import ModelHost, ModelNotFound
+    from pooled.hosting.model_paths import model_path_problems
     from pooled.models_folder.catalog import CatalogError, load_catalog
     from pooled.models_folder.downloads import Downloader
     from pooled.models_folder.folder_library import FolderLibrary, model_to_serve, serving_defaults
@@ -57,6 +58,10 @@ def serve(loaded: settings_module.LoadedSettings) -> int:
         path, model_id = model_to_serve(settings.model, catalog, models_dir)
     except (ModelNotFound, CatalogError) as error:
         log.error("%s", error)
+        return 2
+    if problems := model_path_problems(path, settings):
+        for problem in problems:
+            log.error("%s", problem)
         return 2
     loaded = settings_module.with_model_defaults(loaded, serving_defaults(catalog, model_id))
     settings = loaded.settings

@@ -36,7 +36,7 @@ from engine.encoders.decoder_embedding import DecoderEmbedding
 from engine.encoders.encoder_engine import EncoderEngine
 from engine.encoders.encoder_model import LoadedEncoder
 from engine.engine import Engine
-from handlers.context import AdapterAdmin, ModelKind, ModelState
+from handlers.context import AdapterAdmin, FailedPart, ModelKind, ModelState
 from pooled.configuration.settings import Settings
 from pooled.models_folder.model_ids import model_id_for
 from text import ChatTemplate, Tokenizer
@@ -85,6 +85,7 @@ class Loaded:
     encoders: Mapping[str, Embedder] = field(default_factory=dict)  # by name, the model itself if an encoder
     kind: ModelKind = "chat"
     adapters: AdapterAdmin | None = None  # a generating model's LoRA adapters
+    failed_parts: tuple[FailedPart, ...] = ()  # the models beside it that did not load
 
 
 Loader = Callable[[Path, Settings, Callable[[str, int, int], None]], Loaded]
@@ -183,6 +184,10 @@ class ModelHost:
     @property
     def adapters(self) -> AdapterAdmin | None:
         return self._loaded.adapters if self._loaded else None
+
+    @property
+    def failed_parts(self) -> tuple[FailedPart, ...]:
+        return self._loaded.failed_parts if self._loaded else ()
 
     def start(self) -> None:
         self._start(self._load)
@@ -295,7 +300,7 @@ class ModelHost:
         try:
             loaded = self.loader(path, used, self._report)
         except Exception as error:
-            reason = _first_line(error)
+            reason = first_line(error)
             log.error("switching to %s failed: %s; loading %s again", model_id, reason, old_id)
             self._switch_failure = (model_id, reason)
             self.path, self._model_id = old_path, old_id
@@ -316,7 +321,7 @@ class ModelHost:
             loaded = self.loader(self.path, used, self._report)
         except Exception as error:  # the load thread must end in a state, never silently
             log.error("loading %s failed: %s", self.path, error)
-            self._failure = ("fault", _first_line(error))
+            self._failure = ("fault", first_line(error))
             self._state = "dead"
             return
         self._install(loaded, "loading", used)
@@ -338,5 +343,5 @@ class ModelHost:
             self.on_ready()
 
 
-def _first_line(error: Exception) -> str:
+def first_line(error: Exception) -> str:
     return str(error).splitlines()[0] if str(error) else type(error).__name__
