@@ -1319,6 +1319,10 @@ class Config(BaseModel):
     """
     `--server-ui` (restart)
     """
+    log_level: Literal["debug", "info", "warning", "error"]
+    """
+    `--log-level` (restart)
+    """
     host: str
     """
     `--host` (restart)
@@ -1579,6 +1583,7 @@ class ConfigOrigins(BaseModel):
     lora_sha256: ConfigOrigin
     lora_admin: ConfigOrigin
     server_ui: ConfigOrigin
+    log_level: ConfigOrigin
     host: ConfigOrigin
     port: ConfigOrigin
     api_key: ConfigOrigin

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pooled.commands import model_commands
 from pooled.configuration import settings as settings_module
+from pooled.configuration.console_log import configure_console_log
 
 log = logging.getLogger("pooled")
 
@@ -78,7 +79,8 @@ def serve(loaded: settings_module.LoadedSettings) -> int:
     live.subscribe(host.update_live)
     live.subscribe(lambda changed: library.set_implicit_switch(changed.switch_allow_implicit))
     context = server_context(settings, host, library, live, host_reloader(host))
-    config = uvicorn.Config(build_app(settings, context), host=settings.host, port=settings.port, log_level="info")
+    app = build_app(settings, context)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level)
     host.start()
     log.info("listening on http://%s:%d (model %s loading)", settings.host, settings.port, host.model_id)
     beside = None
@@ -110,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pooled: {error}", file=sys.stderr)
         return 2
     if command == "serve":
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_console_log(loaded.settings.log_level)
         return serve(loaded)
     return model_commands.run(command, arguments, loaded.settings)
 

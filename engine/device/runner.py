@@ -161,13 +161,10 @@ class DeviceRunner:
         plan += [Bucket("read_pages", PAGE_TRANSFER_GROUP, self.page_size, 0)]
         plan += [Bucket("write_pages", PAGE_TRANSFER_GROUP, self.page_size, 0)]
         for done, bucket in enumerate(plan):
-            report(
-                f"compiling {bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}",
-                done,
-                len(plan),
-            )
+            step = f"{bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}"
+            report(f"compiling the engine: {step}", done, len(plan))
             self._run_bucket(bucket)
-        report("compiled", len(plan), len(plan))
+        report("compiling the engine: done", len(plan), len(plan))
         jax.block_until_ready(self._kv)
         self._buckets = tuple(plan)
 

@@ -218,6 +218,14 @@ class Settings:
         "Whether the Playground (a chat page and a server view) is served at /ui/; false: /ui/ answers 404.",
         change="restart",
     )
+    log_level: str = setting(
+        "info",
+        one_of("debug", "info", "warning", "error"),
+        "How much the console shows: pooled's own lines (one per load stage at info) and the HTTP server's "
+        "at this level and above. Other libraries' (absl and orbax while weights load, JAX) show from "
+        "warning up, unless this is debug: then every library's lines show, down to debug.",
+        change="restart",
+    )
     host: str = setting("127.0.0.1", text(), "Address to listen on.", change="restart")
     port: int = setting(8080, integer(minimum=0, maximum=65535), "Port to listen on.", change="restart")
     api_key: str | None = setting(

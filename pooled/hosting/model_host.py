@@ -115,6 +115,7 @@ class ModelHost:
         self._failure: tuple[str, str] | None = None
         self._ctx: int | None = settings.ctx
         self._loaded: Loaded | None = None
+        self._logged_stage: str | None = None  # the load stage last logged (one line per stage)
 
     @property
     def state(self) -> ModelState:
@@ -205,7 +206,13 @@ class ModelHost:
             self._loaded.engine.shutdown()
 
     def _report(self, stage: str, done: int, total: int) -> None:
+        """A load's progress, for /health; the console gets one line per stage (what comes before
+        a ': ' in `stage` names it, the rest is the step: "compiling the engine: decode rows=4 …")."""
         self._progress = {"stage": stage, "done": done, "total": total}
+        name = stage.partition(": ")[0]
+        if name != self._logged_stage:
+            self._logged_stage = name
+            log.info("%s: %s%s", self._model_id, name, f" ({total} steps)" if total > 1 else "")
 
     def unload(self) -> None:
         """Frees the model's memory after an idle spell (--idle-unload): its engine stops on the

@@ -198,3 +198,24 @@ def test_an_idle_unload_frees_the_engine_and_a_wake_loads_it_again(tmp_path: Pat
     gate.set()
     waking.result(timeout=10)
     assert host.state == "serving" and host.engine is not None and host.engine is not first
+
+
+def test_a_load_logs_one_line_per_stage(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    def loader(path: Path, settings: Settings, report) -> Loaded:  # type: ignore[no-untyped-def]
+        report("loading weights", 0, 1)
+        for done, step in enumerate(["prefill rows=1", "decode rows=1", "decode rows=2"]):
+            report(f"compiling the engine: {step}", done, 3)
+        report("compiling the engine: done", 3, 3)
+        report("compiling encoder pooled/e", 1, 2)
+        report("compiling encoder pooled/e", 2, 2)
+        return loaded(Engine("m"), 1024)
+
+    caplog.set_level("INFO", logger="pooled.hosting.model_host")
+    host = ModelHost(Settings(), tmp_path / "m", loader)
+    host.start()
+    wait_until_settled(host)
+    assert [record.getMessage() for record in caplog.records if record.name == "pooled.hosting.model_host"] == [
+        "pooled/m: loading weights",
+        "pooled/m: compiling the engine (3 steps)",
+        "pooled/m: compiling encoder pooled/e (2 steps)",
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -133,6 +134,16 @@ def test_the_default_models_catalog_defaults_apply_without_flags(served: Served)
     assert (answer["usage"]["completion_tokens"], answer["choices"][0]["finish_reason"]) == (512, "stop")
     printed = served.log.read_text(errors="replace")
     assert "Defaults of the catalog's smollm2-135m-instruct-q4_1: --max-output-tokens 512, " in printed
+
+
+def test_the_console_shows_the_load_stages_and_no_librarys_info_lines(served: Served) -> None:
+    """At the default --log-level: absl's and orbax's INFO lines while the weights load, and JAX's,
+    stay out; pooled's own say each stage once."""
+    printed = served.log.read_text(errors="replace")
+    library_info = re.findall(r"^(?:.*(?:INFO|DEBUG) (?:absl|orbax|jax)|[ID]\d{4} ).*$", printed, re.MULTILINE)
+    assert library_info == []
+    assert printed.count(": loading weights\n") == 1
+    assert printed.count(": compiling the engine (") == 1
 
 
 def _stream(base: str, index: int, started: threading.Event, results: list[tuple[int, list[str]]]) -> None:
