@@ -41,7 +41,7 @@ from engine.serving.kv_pages import PagePool
 from engine.serving.prefix_disk import PrefixDisk, namespace_digest
 from engine.serving.rows import Sink
 from engine.serving.scheduler import Scheduler
-from engine.stats import EngineStats
+from engine.stats import EngineStats, HeldArrays
 
 
 class Engine:
@@ -197,6 +197,13 @@ class Engine:
         if self._disk is not None:
             self._disk.close()  # after the queued saves (seconds for a long prompt's pages)
         self.runner.close()
+
+    def held_arrays(self) -> HeldArrays:
+        """The device arrays of its runner and encoders; for a report of what freeing it gives back."""
+        held = self.runner.held_arrays()
+        for encoder in self.encoders.values():
+            held += encoder.held_arrays()
+        return held
 
     def stats(self) -> EngineStats:
         intake = self._intake

@@ -1931,6 +1931,10 @@ class Health(BaseModel):
     """
     The models given beside the served one (`--embedding-model`, `--rerank-model`) that did not load: the routes each would serve answer 503 naming the failure, while the model itself serves (`ok` stays true). Empty when none failed, and until the model is loaded.
     """
+    released: HealthReleased | None
+    """
+    What the last idle unload (`--idle-unload`) gave back; null before any.
+    """
 
 
 class HealthBucket(BaseModel):
@@ -2020,6 +2024,24 @@ class HealthProgress(BaseModel):
     total: Annotated[StrictInt | None, Field(ge=0)]
     """
     Null when not known yet.
+    """
+
+
+class HealthReleased(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    kv_cache_bytes: Annotated[StrictInt, Field(ge=0)]
+    """
+    Bytes of the KV cache's device arrays that no longer exist after the unload.
+    """
+    weights_bytes: Annotated[StrictInt, Field(ge=0)]
+    """
+    Bytes of the weights' device arrays (the model's, its encoders', its LoRA slots') that no longer exist.
+    """
+    still_held_bytes: Annotated[StrictInt, Field(ge=0)]
+    """
+    Bytes of the engine's arrays that something still held after the unload (0 unless memory leaks).
     """
 
 

@@ -69,6 +69,16 @@ class FailedPart:
 
 
 @dataclass(frozen=True)
+class ReleasedMemory:
+    """What an idle unload gave back: bytes of the device arrays the engine held that no longer
+    exist, and bytes of those something else still holds (0 unless memory leaks)."""
+
+    kv_cache_bytes: int
+    weights_bytes: int
+    still_held_bytes: int
+
+
+@dataclass(frozen=True)
 class AdapterEntry:
     """A LoRA adapter the engine serves, as the admin routes and `/v1/models` show it."""
 
@@ -260,6 +270,11 @@ class ModelService(Protocol):
     @property
     def failed_parts(self) -> Sequence[FailedPart]:
         """The models beside it that did not load, since the last load; empty until it serves."""
+        ...
+
+    @property
+    def released(self) -> ReleasedMemory | None:
+        """What the last idle unload gave back; None before any."""
         ...
 
     @property

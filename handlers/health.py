@@ -51,6 +51,7 @@ def health(server: ServerContext) -> models.Health:
             "failed_parts": [
                 {"setting": part.setting, "path": part.path, "reason": part.reason} for part in model.failed_parts
             ],
+            "released": asdict(model.released) if model.released is not None else None,
         }
     )
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from handlers.context import FailedPart, ModelState
+from handlers.context import FailedPart, ModelState, ReleasedMemory
 from pooled.configuration.settings import Settings
 from pooled.web.app import build_app, server_context
 
@@ -42,6 +42,7 @@ class StubModel:
     adapters: Any = None
     switch_failure: tuple[str, str] | None = None
     failed_parts: list[FailedPart] = field(default_factory=list)
+    released: ReleasedMemory | None = None
 
     def wake(self) -> None:
         return None

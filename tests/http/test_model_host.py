@@ -7,8 +7,11 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
+from engine.stats import HeldArrays
+from handlers.context import ReleasedMemory
 from pooled.configuration.settings import Settings
 from pooled.hosting.model_host import (
     Loaded,
@@ -93,12 +96,16 @@ def test_missing_model_path_is_a_clear_error(tmp_path: Path) -> None:
 
 
 class Engine:
-    """What the host asks of an engine when it switches models."""
+    """What the host asks of an engine when it switches models or unloads one."""
 
     def __init__(self, name: str, idle: bool = True) -> None:
         self.name, self.idle = name, idle
         self.state, self.failure = "serving", None
         self.calls: list[str] = []
+        self.kv_pool, self.weights = np.zeros(1024, np.uint8), np.zeros(256, np.uint8)
+
+    def held_arrays(self) -> HeldArrays:
+        return HeldArrays((self.kv_pool,), (self.weights, self.weights))  # a tied head: one array, twice
 
     def drain(self) -> None:
         self.calls.append("drain")
@@ -198,6 +205,26 @@ def test_an_idle_unload_frees_the_engine_and_a_wake_loads_it_again(tmp_path: Pat
     gate.set()
     waking.result(timeout=10)
     assert host.state == "serving" and host.engine is not None and host.engine is not first
+
+
+def test_an_idle_unload_reports_the_memory_it_freed_and_what_something_still_holds(tmp_path: Path) -> None:
+    def loader(path: Path, settings: Settings, report) -> Loaded:  # type: ignore[no-untyped-def]
+        return loaded(Engine("m"), 1024)
+
+    host = ModelHost(Settings(idle_unload=5.0), tmp_path / "m", loader)
+    host.start()
+    wait_until_settled(host)
+    assert host.released is None
+    host.unload()
+    wait_until_settled(host)
+    assert host.released == ReleasedMemory(kv_cache_bytes=1024, weights_bytes=256, still_held_bytes=0)
+    host.wake()  # its future may be done before it returns: the load is instant here
+    wait_until_settled(host)
+    assert host.state == "serving"
+    kept = host.engine  # a reference the unload cannot drop: its arrays stay
+    host.unload()
+    wait_until_settled(host)
+    assert kept is not None and host.released == ReleasedMemory(0, 0, 1280)
 
 
 def test_a_load_logs_one_line_per_stage(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
