@@ -20,14 +20,10 @@ $(STAMP): pyproject.toml
 generate: $(STAMP)
 	$(BIN)/python tools/generate.py
 
-# The default model (SmolLM2-135M) rarely ends a coding agent's turn by itself, and Claude Code
-# takes a max_tokens stop for an error: with no --model, answers end as finished turns at 512
-# tokens (docs/connect-your-tools.md). Flags in ARGS come later and win.
-SMALL_MODEL_ARGS := --max-output-tokens 512 --max-output-tokens-finish stop
-SERVE_DEFAULTS := $(if $(findstring --model,$(ARGS)),,$(SMALL_MODEL_ARGS))
-
+# A model's own serving defaults (the default model's output cap) come from its catalog entry,
+# so this serves as `pooled serve` does.
 serve: generate
-	$(BIN)/pooled serve $(SERVE_DEFAULTS) $(ARGS)
+	$(BIN)/pooled serve $(ARGS)
 
 # No `generate` here: the tests check that the committed generated/ matches spec/.
 test: $(STAMP) test-packages
@@ -49,10 +45,10 @@ bench: $(STAMP)
 	$(BIN)/python tools/embedding_bench.py $(EMBEDDING_ARGS)
 	$(BIN)/python tools/lora_bench.py $(LORA_ARGS)
 
-# One turn of Claude Code, Codex and opencode (three providers) against `pooled serve` with
-# `make serve`'s defaults; the clients come from the npm registry (pinned, ~/.cache/pooled/agents).
+# One turn of Claude Code, Codex and opencode (three providers) against `pooled serve` as `make
+# serve` runs it; the clients come from the npm registry (pinned, ~/.cache/pooled/agents).
 agents: generate
-	$(BIN)/python tools/agents.py --pooled-args "$(SMALL_MODEL_ARGS)" $(ARGS)
+	$(BIN)/python tools/agents.py $(ARGS)
 
 # Minutes of mixed requests against one server; figures in docs/RELIABILITY.md.
 soak: $(STAMP)

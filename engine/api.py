@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 
-from engine.stats import EngineStats
+from engine.stats import EngineStats, HeldArrays
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -248,6 +248,10 @@ class ServedEngine(GenerationEngine, Protocol):
 
     def shutdown(self) -> None:
         """Cancels everything in flight and stops the engine thread."""
+        ...
+
+    def held_arrays(self) -> HeldArrays:
+        """The device arrays it holds (KV pool, weights, encoders), to report what freeing it gives back."""
         ...
 
 

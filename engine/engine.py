@@ -42,7 +42,7 @@ from engine.serving.kv_pages import PagePool
 from engine.serving.prefix_disk import PrefixDisk, namespace_digest
 from engine.serving.rows import Sink
 from engine.serving.scheduler import Scheduler
-from engine.stats import Bucket
+from engine.stats import Bucket, HeldArrays
 
 
 class Engine(IntakeFront):
@@ -170,3 +170,10 @@ class Engine(IntakeFront):
 
     def _buckets(self) -> tuple[Bucket, ...]:
         return self.runner.buckets()
+
+    def held_arrays(self) -> HeldArrays:
+        """The device arrays of its runner and encoders; for a report of what freeing it gives back."""
+        held = self.runner.held_arrays()
+        for encoder in self.encoders.values():
+            held += encoder.held_arrays()
+        return held

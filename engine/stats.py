@@ -6,6 +6,7 @@ copies them into frozen dataclasses, so readers on other threads never see a hal
 
 import bisect
 from dataclasses import dataclass
+from typing import Any
 
 # Seconds; vLLM's buckets for time to first token, inter-token latency and end-to-end latency.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
@@ -69,3 +70,15 @@ class EngineStats:
     e2e_latency: Histogram
     compiles_after_startup: int
     buckets: tuple[Bucket, ...]
+
+
+@dataclass(frozen=True)
+class HeldArrays:
+    """The device arrays (jax.Array) an engine holds, by what they are: what freeing it gives back
+    (pooled/hosting/released_memory.py)."""
+
+    kv_cache: tuple[Any, ...]
+    weights: tuple[Any, ...]  # the model's parameters, its encoders' and its LoRA slots'
+
+    def __add__(self, other: "HeldArrays") -> "HeldArrays":
+        return HeldArrays(self.kv_cache + other.kv_cache, self.weights + other.weights)

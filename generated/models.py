@@ -1319,6 +1319,10 @@ class Config(BaseModel):
     """
     `--server-ui` (restart)
     """
+    log_level: Literal["debug", "info", "warning", "error"]
+    """
+    `--log-level` (restart)
+    """
     host: str
     """
     `--host` (restart)
@@ -1527,9 +1531,9 @@ class ConfigOrigin(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    origin: Literal["default", "profile", "file", "env", "flag", "live"]
+    origin: Literal["default", "catalog", "profile", "file", "env", "flag", "live"]
     """
-    `default`; `profile`, a `[profile.NAME]` table of the config file (`--profile`); `file`, the config file (`--config`); `env`, its `POOLED_*` variable; `flag`, its command-line flag; `live`, changed by `PATCH /v1/config` since the start.
+    `default`; `catalog`, the served model's catalog entry (its `[model.serving]` table: a default of that model's own); `profile`, a `[profile.NAME]` table of the config file (`--profile`); `file`, the config file (`--config`); `env`, its `POOLED_*` variable; `flag`, its command-line flag; `live`, changed by `PATCH /v1/config` since the start.
     """
     file: str | None = None
     """
@@ -1538,6 +1542,14 @@ class ConfigOrigin(BaseModel):
     profile: str | None = None
     """
     The profile's name, for a value from one.
+    """
+    catalog: str | None = None
+    """
+    The catalog entry's id, for a value from it.
+    """
+    reason: str | None = None
+    """
+    Why the catalog entry sets it, for a value from it.
     """
 
 
@@ -1571,6 +1583,7 @@ class ConfigOrigins(BaseModel):
     lora_sha256: ConfigOrigin
     lora_admin: ConfigOrigin
     server_ui: ConfigOrigin
+    log_level: ConfigOrigin
     host: ConfigOrigin
     port: ConfigOrigin
     api_key: ConfigOrigin
@@ -1914,6 +1927,14 @@ class Health(BaseModel):
     """
     The running (or last) download into the models folder; null when none ran.
     """
+    failed_parts: list[HealthFailedPart]
+    """
+    The models given beside the served one (`--embedding-model`, `--rerank-model`) that did not load: the routes each would serve answer 503 naming the failure, while the model itself serves (`ok` stays true). Empty when none failed, and until the model is loaded.
+    """
+    released: HealthReleased | None
+    """
+    What the last idle unload (`--idle-unload`) gave back; null before any.
+    """
 
 
 class HealthBucket(BaseModel):
@@ -1957,6 +1978,21 @@ class HealthEngine(BaseModel):
     kv_pages: HealthKvPages
 
 
+class HealthFailedPart(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    setting: Literal["embedding_model", "rerank_model"]
+    """
+    The setting that names the model (`--embedding-model`, `--rerank-model`).
+    """
+    path: str
+    reason: str
+    """
+    Why it did not load, in a sentence.
+    """
+
+
 class HealthKvPages(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
@@ -1988,6 +2024,24 @@ class HealthProgress(BaseModel):
     total: Annotated[StrictInt | None, Field(ge=0)]
     """
     Null when not known yet.
+    """
+
+
+class HealthReleased(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    kv_cache_bytes: Annotated[StrictInt, Field(ge=0)]
+    """
+    Bytes of the KV cache's device arrays that no longer exist after the unload.
+    """
+    weights_bytes: Annotated[StrictInt, Field(ge=0)]
+    """
+    Bytes of the weights' device arrays (the model's, its encoders', its LoRA slots') that no longer exist.
+    """
+    still_held_bytes: Annotated[StrictInt, Field(ge=0)]
+    """
+    Bytes of the engine's arrays that something still held after the unload (0 unless memory leaks).
     """
 
 

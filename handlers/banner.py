@@ -64,23 +64,60 @@ def banner(server: ServerContext) -> str:
     if model.state == "serving":
         lines += ["", *encoder_lines(model, origin)]
     if model.state == "serving" and chat:
-        lines += ["", context_line(model), weights_line(model), "", "Connect your tools (docs/connect-your-tools.md):"]
+        lines += ["", context_line(model), weights_line(model), *model_defaults_lines(server)]
+        lines += ["", "Connect your tools (docs/connect-your-tools.md):"]
         lines += ["", client_settings(origin, model.model_id)]
     return "\n".join(lines) + "\n"
 
 
+def model_defaults_lines(server: ServerContext) -> list[str]:
+    """The settings in force from the served model's catalog entry, and why it sets them."""
+    config = server.config
+    if config is None:
+        return []
+    origins = config.origins()
+    from_catalog = [name for name, origin in origins.items() if origin.origin == "catalog"]
+    if not from_catalog:
+        return []
+    values, flags = config.values(), {field.name: field.flag for field in config.fields()}
+    shown = ", ".join(f"{flags[name]} {_flag_value(values[name])}" for name in from_catalog)
+    origin = origins[from_catalog[0]]
+    return [
+        f"Defaults of the catalog's {origin.catalog}: {shown}",
+        f"  ({origin.reason}); a flag, a POOLED_* variable or the --config file overrides them.",
+    ]
+
+
+def _flag_value(value: object) -> str:
+    """A setting's JSON value as its flag takes it."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ",".join(str(item) for item in value)
+    return str(value)
+
+
 def encoder_lines(model: ModelService, origin: str) -> list[str]:
-    """The encoders served and their routes, or how to serve one beside the chat model."""
-    if not model.encoders:
+    """The encoders served and their routes, those that did not load, or how to serve one beside
+    the chat model."""
+    failed = [
+        f"{part.setting.replace('_', ' ').capitalize()} {part.path} did not load ({part.reason}): "
+        f"its routes answer 503."
+        for part in model.failed_parts
+    ]
+    if not model.encoders and not failed:
         return [
             "Embeddings and rerank: start with --embedding-model DIR or --rerank-model DIR (sentence-transformers),",
             "or --embeddings true to embed with the chat model.",
         ]
     routes = {"embedding": f"{origin}/v1/embeddings (and /v1/rerank by cosine)", "rerank": f"{origin}/v1/rerank"}
-    return [
+    served = [
         f"{'Embeddings' if encoder.kind == 'embedding' else 'Rerank'}: {name} at {routes[encoder.kind]}"
         for name, encoder in model.encoders.items()
     ]
+    return served + failed
 
 
 async def get_banner(request: Request) -> Response:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -25,6 +25,7 @@ from text.encoder_inputs import EncoderTokenizer
 ModelState = Literal["loading", "serving", "switching", "unloaded", "draining", "dead"]
 EncoderKind = Literal["embedding", "rerank"]
 ModelKind = Literal["chat", "embedding", "rerank"]
+FailedSetting = Literal["embedding_model", "rerank_model"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,27 @@ class EncoderService:
     matryoshka: bool  # whether its embeddings may be cut to fewer dimensions
     normalize: bool
     inputs: EncoderTokenizer
+
+
+@dataclass(frozen=True)
+class FailedPart:
+    """A model served beside the chat model that did not load: its routes answer 503 naming the
+    failure while the chat model serves."""
+
+    kind: EncoderKind  # what it would have served
+    setting: FailedSetting  # the setting that names it
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReleasedMemory:
+    """What an idle unload gave back: bytes of the device arrays the engine held that no longer
+    exist, and bytes of those something else still holds (0 unless memory leaks)."""
+
+    kv_cache_bytes: int
+    weights_bytes: int
+    still_held_bytes: int
 
 
 @dataclass(frozen=True)
@@ -230,6 +252,16 @@ class ModelService(Protocol):
         ...
 
     @property
+    def failed_parts(self) -> Sequence[FailedPart]:
+        """The models beside it that did not load, since the last load; empty until it serves."""
+        ...
+
+    @property
+    def released(self) -> ReleasedMemory | None:
+        """What the last idle unload gave back; None before any."""
+        ...
+
+    @property
     def chat_template(self) -> ChatTemplate | None:
         """The checkpoint's chat template, or None when it ships none."""
         ...
@@ -252,7 +284,7 @@ class ModelService(Protocol):
 
 SettingKind = Literal["string", "integer", "number", "boolean", "list"]
 SettingChange = Literal["live", "reload", "restart"]  # how a change takes effect
-SettingOrigin = Literal["default", "profile", "file", "env", "flag", "live"]
+SettingOrigin = Literal["default", "catalog", "profile", "file", "env", "flag", "live"]
 
 
 @dataclass(frozen=True)
@@ -284,11 +316,14 @@ class SettingView:
 @dataclass(frozen=True)
 class OriginView:
     """Where a setting's value came from; `file` for one from the config file or its profile,
-    `profile` for one from the profile."""
+    `profile` for one from the profile, `catalog` (the entry's id) and `reason` for one from the
+    served model's catalog entry."""
 
     origin: SettingOrigin
     file: str | None = None
     profile: str | None = None
+    catalog: str | None = None
+    reason: str | None = None
 
 
 class ConfigRefused(Exception):

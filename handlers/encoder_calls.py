@@ -41,7 +41,9 @@ def choose_encoder(
     model: ModelService, requested: str | None, kinds: Sequence[EncoderKind]
 ) -> tuple[str, EncoderService]:
     """The encoder `requested` names if it is one of `kinds`, else the first loaded of the first
-    kind there is one of; a 400 naming the flag that loads one when there is none."""
+    kind there is one of; a 503 naming the failure when the first kind given is one that did not
+    load (another kind does not stand in for it), a 400 naming the flag that loads one when there
+    is none."""
     encoders = model.encoders
     if requested is not None and requested in encoders and encoders[requested].kind in kinds:
         return requested, encoders[requested]
@@ -49,6 +51,15 @@ def choose_encoder(
         for name, encoder in encoders.items():
             if encoder.kind == kind:
                 return name, encoder
+        for part in model.failed_parts:
+            if part.kind == kind:
+                raise ApiError(
+                    503,
+                    f"The {kind} model ({FLAGS[kind]} {part.path}) did not load: {part.reason}. "
+                    f"Its routes are down until the server starts with one that loads; '{model.model_id}' "
+                    "still serves.",
+                    code="model_failed",
+                )
     flags = " or ".join(FLAGS[kind] for kind in kinds)
     raise ApiError(
         400,

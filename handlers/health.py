@@ -48,6 +48,10 @@ def health(server: ServerContext) -> models.Health:
             # The decoder's shape and KV pages; an encoder served alone has neither.
             "engine": _engine(engine.stats()) if engine is not None and model.kind == "chat" else None,
             "download": download_progress(server.library.download()) if server.library is not None else None,
+            "failed_parts": [
+                {"setting": part.setting, "path": part.path, "reason": part.reason} for part in model.failed_parts
+            ],
+            "released": asdict(model.released) if model.released is not None else None,
         }
     )
 

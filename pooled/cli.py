@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pooled.commands import model_commands
 from pooled.configuration import settings as settings_module
+from pooled.configuration.console_log import configure_console_log
 
 log = logging.getLogger("pooled")
 
@@ -39,9 +40,10 @@ def serve(loaded: settings_module.LoadedSettings) -> int:
     from pooled.hosting.group_serving import follow_leader, group_spec, join_group, lead, stop_group
     from pooled.hosting.loading import load_serving
     from pooled.hosting.model_host import ModelHost, ModelNotFound
+    from pooled.hosting.model_paths import model_path_problems
     from pooled.models_folder.catalog import CatalogError, load_catalog
     from pooled.models_folder.downloads import Downloader
-    from pooled.models_folder.folder_library import FolderLibrary, model_to_serve
+    from pooled.models_folder.folder_library import FolderLibrary, model_to_serve, serving_defaults
     from pooled.web.app import build_app, server_context
     from pooled.web.server import DrainingServer
 
@@ -58,15 +60,27 @@ def serve(loaded: settings_module.LoadedSettings) -> int:
     except (ModelNotFound, CatalogError) as error:
         log.error("%s", error)
         return 2
+    if problems := model_path_problems(path, settings):
+        for problem in problems:
+            log.error("%s", problem)
+        return 2
+    loaded = settings_module.with_model_defaults(loaded, serving_defaults(catalog, model_id))
+    settings = loaded.settings
+
+    def ready() -> None:
+        live.serve_model(serving_defaults(catalog, host.model_id))  # a switch brings the new model's own
+        print(banner(context), flush=True)
+
     loader = load_serving if group is None else functools.partial(load_serving, group=lead(group, settings))
-    host = ModelHost(settings, path, loader, lambda: print(banner(context), flush=True), model_id)
+    host = ModelHost(settings, path, loader, ready, model_id)
     downloader = Downloader(models_dir, settings.download_retries, stall_timeout_s=settings.download_stall_timeout)
     library = FolderLibrary(host, catalog, models_dir, downloader, settings.switch_allow_implicit)
     live = LiveSettings(loaded)  # PATCH /v1/config changes it; these parts and the context's follow
     live.subscribe(host.update_live)
     live.subscribe(lambda changed: library.set_implicit_switch(changed.switch_allow_implicit))
     context = server_context(settings, host, library, live, host_reloader(host))
-    config = uvicorn.Config(build_app(settings, context), host=settings.host, port=settings.port, log_level="info")
+    app = build_app(settings, context)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=settings.log_level)
     host.start()
     log.info("listening on http://%s:%d (model %s loading)", settings.host, settings.port, host.model_id)
     beside = None
@@ -98,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pooled: {error}", file=sys.stderr)
         return 2
     if command == "serve":
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_console_log(loaded.settings.log_level)
         return serve(loaded)
     return model_commands.run(command, arguments, loaded.settings)
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from handlers.context import ModelState
+from handlers.context import FailedPart, ModelState, ReleasedMemory
 from pooled.configuration.settings import Settings
 from pooled.web.app import build_app, server_context
 
@@ -41,6 +41,8 @@ class StubModel:
     encoders: dict[str, Any] = field(default_factory=dict)
     adapters: Any = None
     switch_failure: tuple[str, str] | None = None
+    failed_parts: list[FailedPart] = field(default_factory=list)
+    released: ReleasedMemory | None = None
 
     def wake(self) -> None:
         return None

@@ -1,10 +1,10 @@
 """`make agents`: the real coding agents, one turn each, against `pooled serve` as `make serve` runs it.
 
 Installs pinned Claude Code, Codex and opencode from the npm registry into
-~/.cache/pooled/agents (once), starts `pooled serve` on a free port with `--pooled-args` (`make
-agents` passes `make serve`'s small-model settings), and runs one turn of each: `claude -p`,
-`codex exec`, and `opencode run` over Chat Completions, Responses and
-Anthropic Messages. Every client runs with a throwaway HOME and its telemetry and update checks
+~/.cache/pooled/agents (once), starts `pooled serve` on a free port with `--pooled-args` (none by
+default: the default model's output cap comes from its catalog entry), and runs one turn of each:
+`claude -p`, `codex exec`, and `opencode run` over Chat Completions, Responses and Anthropic
+Messages. Every client runs with a throwaway HOME and its telemetry and update checks
 off. Per turn it prints PASS or FAIL with the turn's time, the model requests it made, and their
 prompt and cached tokens (from the server's /metrics). A PASS means the client exited 0 and
 printed an answer, and the server answered each of its requests 2xx (a client retries after an

@@ -13,7 +13,9 @@ PAGE = """# Configuration
 
 Every setting of `pooled serve` is a flag, an environment variable and a key of the config
 file. A flag wins over the variable, which wins over the config file (`--config`), which wins
-over its profile (`--profile`), which wins over the default. This page is written by
+over its profile (`--profile`), which wins over the served model's own defaults (its catalog
+entry's `[model.serving]` table: the default model's output cap, `--max-output-tokens 512
+--max-output-tokens-finish stop`), which win over the default. This page is written by
 `tools/settings_doc.py` from the table in `pooled/configuration/settings.py` (a test checks that it lists each
 setting with its default).
 

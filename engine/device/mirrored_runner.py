@@ -58,7 +58,7 @@ from engine.device.runner import DeviceRunner, failure_kind
 from engine.device.runner_api import DecodeRow, Drawn, InsertedRow, Pending, PrefillChunk, PromptLogits, Report
 from engine.lora.peft_adapter import LoraAdapter
 from engine.model.checkpoint.loader import LoadedModel
-from engine.stats import Bucket
+from engine.stats import Bucket, HeldArrays
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -144,6 +144,9 @@ class LeaderRunner:
 
     def failure_kind(self, error: BaseException) -> Literal["fault", "panicked"]:
         return "fault" if isinstance(error, GroupBroken) else failure_kind(error)
+
+    def held_arrays(self) -> HeldArrays:
+        return self._local.held_arrays()
 
     def close(self) -> None:
         self._closed.set()

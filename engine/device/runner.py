@@ -48,7 +48,7 @@ from engine.model.layers.kv_cache import init_paged_caches
 from engine.model.layers.lora import LoraStack, stack_adapters
 from engine.model.layers.paged_attention import PREFILL_ATTENTION_BLOCK_TOKENS
 from engine.serving.kv_pages import NULL_PAGE
-from engine.stats import Bucket
+from engine.stats import Bucket, HeldArrays
 
 
 @dataclass(frozen=True)
@@ -110,13 +110,10 @@ class DeviceRunner:
     def compile(self, report: Report) -> None:
         plan = self._shapes.plan()
         for done, bucket in enumerate(plan):
-            report(
-                f"compiling {bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}",
-                done,
-                len(plan),
-            )
+            step = f"{bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}"
+            report(f"compiling the engine: {step}", done, len(plan))
             self._run_bucket(bucket)
-        report("compiled", len(plan), len(plan))
+        report("compiling the engine: done", len(plan), len(plan))
         jax.block_until_ready(self._kv)
         self._buckets = tuple(plan)
 
@@ -184,6 +181,10 @@ class DeviceRunner:
     def close(self) -> None:
         if self._compiles is not None:
             self._compiles.close()
+
+    def held_arrays(self) -> HeldArrays:
+        lora = tuple(jax.tree.leaves(self._lora)) if self._lora is not None else ()
+        return HeldArrays(tuple(jax.tree.leaves(self._kv)), (*self._param_leaves, *lora))
 
     # --- prompts ----------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from engine.api import Constraint, EncoderInput, SamplingParams
 from engine.lora.peft_adapter import LoraAdapter
-from engine.stats import Bucket
+from engine.stats import Bucket, HeldArrays
 
 # Prompts prefilled together in one step when each has a short chunk left (together at most
 # prefill_chunk tokens): a burst of short prompts costs one pass over the weights per step
@@ -187,6 +187,10 @@ class Runner(Protocol):
 
     def close(self) -> None:
         """Stops watching compiles; called once the engine thread has ended."""
+        ...
+
+    def held_arrays(self) -> HeldArrays:
+        """The device arrays it holds: its KV pool, the model's parameters and the LoRA slots."""
         ...
 
 

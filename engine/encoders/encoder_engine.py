@@ -19,6 +19,7 @@ from engine.encoders.encoding import Encoding
 from engine.serving.intake import Intake
 from engine.serving.intake_front import IntakeFront
 from engine.serving.rows import Sink
+from engine.stats import HeldArrays
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,9 @@ class EncoderEngine(IntakeFront):
     def shutdown(self) -> None:
         self._intake.stop()
         self._thread.join()
+
+    def held_arrays(self) -> HeldArrays:
+        return self.encoders[self._name].held_arrays()
 
     def _run(self) -> None:
         try:

@@ -31,6 +31,7 @@ from engine.model.checkpoint.gguf_encoder import is_gguf_encoder, read_gguf_enco
 from engine.model.checkpoint.safetensors_dir import SafetensorsTensors, checkpoint_files, read_hf_config
 from engine.model.families.bert import EncoderConfig, encoder_family_for_hf_config
 from engine.model.layers.encoder import Encoder, Pooling
+from engine.stats import HeldArrays
 
 EncoderKind = Literal["embedding", "rerank"]
 # sentence-transformers module types a checkpoint may list, and what each is here.
@@ -238,6 +239,9 @@ class EncoderRunner:
         model = Encoder(encoder.config, encoder.pooling, encoder.normalize)
         forward = jax.jit(lambda params, tokens, types, mask: model.apply({"params": params}, tokens, types, mask))
         return cls(forward, encoder.params, encoder.max_tokens, encoder.config.vocab_size, batch_tokens)
+
+    def held_arrays(self) -> HeldArrays:
+        return HeldArrays((), tuple(jax.tree.leaves(self._params)))
 
     def buckets(self) -> list[tuple[int, int]]:
         return [(rows, length) for length in self.lengths for rows in BATCH_ROWS if rows * length <= self.batch_tokens]

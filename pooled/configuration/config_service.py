@@ -63,6 +63,8 @@ class SettingsConfig:
         settings = self._live.current
         file = str(Path(settings.config).expanduser()) if settings.config else None
         views = {"file": OriginView("file", file), "profile": OriginView("profile", file, settings.profile)}
+        if (model := self._live.model_defaults) is not None:
+            views["catalog"] = OriginView("catalog", catalog=model.model, reason=model.reason)
         return {name: views.get(origin, OriginView(origin)) for name, origin in self._live.origins.items()}
 
     async def change(self, changes: Mapping[str, Any], reload: bool) -> dict[str, Any]:

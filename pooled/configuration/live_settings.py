@@ -1,6 +1,7 @@
 """`LiveSettings`: the settings in force on a running server, and where each value came from.
 
-`PATCH /v1/config` writes here; `GET /v1/config` and the server's parts that apply a change
+`PATCH /v1/config` writes here, and so does a change of model (`serve_model`: the new model's
+catalog defaults replace the old one's); `GET /v1/config` and the server's parts that apply a change
 (the generation limits, the guards' origins, the engine's queue bound: see pooled/web/app.py and
 pooled/cli.py, which subscribe them) read from here. A change is checked whole before anything is
 swapped, so a request with one bad value changes nothing.
@@ -18,7 +19,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from pooled.configuration.settings import BY_NAME, LoadedSettings, Origin, Settings, expects, from_data
+from pooled.configuration.settings import (
+    BY_NAME,
+    LoadedSettings,
+    ModelDefaults,
+    Origin,
+    Settings,
+    expects,
+    from_data,
+    with_model_defaults,
+)
 
 
 class SettingRefused(ValueError):
@@ -35,6 +45,7 @@ class LiveSettings:
         self._lock = threading.Lock()
         self._settings = loaded.settings
         self._origins: dict[str, Origin] = dict(loaded.origins)
+        self._model_defaults = loaded.model_defaults
         self._subscribers: list[Callable[[Settings], None]] = []
 
     @property
@@ -45,6 +56,11 @@ class LiveSettings:
     def origins(self) -> dict[str, Origin]:
         with self._lock:
             return dict(self._origins)
+
+    @property
+    def model_defaults(self) -> ModelDefaults | None:
+        """The served model's catalog defaults: where the settings of origin `catalog` came from."""
+        return self._model_defaults
 
     def subscribe(self, callback: Callable[[Settings], None]) -> None:
         """`callback(settings)` after every change, with the settings now in force."""
@@ -85,6 +101,20 @@ class LiveSettings:
             self._origins.update(dict.fromkeys(values, "live"))
             for callback in self._subscribers:
                 callback(self._settings)
+            return self._settings
+
+    def serve_model(self, defaults: ModelDefaults | None) -> Settings:
+        """The newly served model's catalog defaults (None: it has none) in place of the last
+        model's, under every value the user set (pooled/configuration/settings.py's
+        `with_model_defaults`). Returns the settings now in force."""
+        with self._lock:
+            loaded = LoadedSettings(self._settings, self._origins, self._model_defaults)
+            served = with_model_defaults(loaded, defaults)
+            changed = served.settings != self._settings
+            self._settings, self._origins, self._model_defaults = served.settings, dict(served.origins), defaults
+            if changed:
+                for callback in self._subscribers:
+                    callback(self._settings)
             return self._settings
 
 

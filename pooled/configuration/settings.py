@@ -9,7 +9,9 @@ is observed by the next request), `reload` (the model is loaded again with it) o
 
 `load` is the one place precedence is decided: a flag wins over a `POOLED_*` variable, which
 wins over the config file (`--config`), which wins over its profile (`--profile`), which wins
-over the default; it says where each value came from (`LoadedSettings.origins`).
+over the default; it says where each value came from (`LoadedSettings.origins`). Below them
+all but the default come the served model's own defaults (its catalog entry's `[model.serving]`
+table, `with_model_defaults`), known only once `--model` is resolved.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,7 +44,7 @@ from pooled.configuration.setting_types import (
 MIB = 1024 * 1024
 
 Change = Literal["live", "reload", "restart"]
-Origin = Literal["default", "profile", "file", "env", "flag", "live"]
+Origin = Literal["default", "catalog", "profile", "file", "env", "flag", "live"]
 
 
 def setting(
@@ -214,6 +216,14 @@ class Settings:
         True,
         boolean(),
         "Whether the Playground (a chat page and a server view) is served at /ui/; false: /ui/ answers 404.",
+        change="restart",
+    )
+    log_level: str = setting(
+        "info",
+        one_of("debug", "info", "warning", "error"),
+        "How much the console shows: pooled's own lines (one per load stage at info) and the HTTP server's "
+        "at this level and above. Other libraries' (absl and orbax while weights load, JAX) show from "
+        "warning up, unless this is debug: then every library's lines show, down to debug.",
         change="restart",
     )
     host: str = setting("127.0.0.1", text(), "Address to listen on.", change="restart")
@@ -575,12 +585,24 @@ def add_arguments(parser: argparse.ArgumentParser, only: Collection[str] | None 
 
 
 @dataclass(frozen=True)
+class ModelDefaults:
+    """Settings a model is served with unless the user sets them: its catalog entry's
+    `[model.serving]` table (pooled/models_folder/catalog.py)."""
+
+    model: str  # the catalog entry's id
+    values: Mapping[str, Any]  # setting name → value, of the setting's kind
+    reason: str  # why the model needs them, for the banner and /v1/config/origins
+
+
+@dataclass(frozen=True)
 class LoadedSettings:
     """The settings in force and where each came from (`config` and `profile` say which file
-    and profile, for the settings whose origin is `file` or `profile`)."""
+    and profile, for the settings whose origin is `file` or `profile`; `model_defaults` which
+    catalog entry, for those whose origin is `catalog`)."""
 
     settings: Settings
     origins: Mapping[str, Origin]
+    model_defaults: ModelDefaults | None = None
 
     @classmethod
     def of(cls, settings: Settings) -> LoadedSettings:
@@ -621,6 +643,24 @@ def load_with_origins(arguments: Mapping[str, Any], environ: Mapping[str, str] =
                     break
     origins_found = {item.name: origins_found.get(item.name, "default") for item in SETTINGS}
     return LoadedSettings(Settings(**values), origins_found)
+
+
+def with_model_defaults(loaded: LoadedSettings, defaults: ModelDefaults | None) -> LoadedSettings:
+    """The served model's defaults under everything the user set: a setting whose value is the
+    built-in default, or an earlier model's catalog default, takes this model's value (origin
+    `catalog`), or the built-in default where this model has none (None: a model the catalog
+    does not know)."""
+    values: dict[str, Any] = {}
+    origins: dict[str, Origin] = dict(loaded.origins)
+    model_values = defaults.values if defaults is not None else {}
+    for item in SETTINGS:
+        if origins[item.name] not in ("default", "catalog"):
+            continue
+        if item.name in model_values:
+            values[item.name], origins[item.name] = model_values[item.name], "catalog"
+        else:
+            values[item.name], origins[item.name] = item.default, "default"
+    return LoadedSettings(replace(loaded.settings, **values), origins, defaults)
 
 
 def _file_layers(config: str | None, profile: str | None) -> list[tuple[Origin, Mapping[str, Any], str]]:

@@ -7,6 +7,7 @@ docs/BENCHMARKS.md) and bfloat16 on accelerators.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ import jax
 from engine.cache_paths import cache_root
 from engine.device.mirrored_runner import lead_load
 from engine.device.process_group import Lead, in_group
+from engine.device.runner_api import Report
 from engine.encoders.decoder_embedding import (
     DecoderEmbedding,
     decoder_embedding,
@@ -29,15 +31,17 @@ from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
 from engine.lora.adapter_table import AdapterRefused
 from engine.model.checkpoint.loader import LoadedModel, load_model
-from handlers.context import EncoderService
+from handlers.context import EncoderKind, EncoderService, FailedPart, FailedSetting
 from pooled.configuration.context_policy import ServedContext, served_context
-from pooled.configuration.settings import Settings
+from pooled.configuration.settings import Settings, flag_name
 from pooled.hosting.adapter_admin import EngineAdapters
 from pooled.hosting.lora_policy import LoraPolicy
-from pooled.hosting.model_host import Loaded
+from pooled.hosting.model_host import Loaded, first_line
 from pooled.models_folder.model_ids import model_id_for
 from text import ChatTemplate, Tokenizer
 from text.encoder_inputs import EncoderTokenizer
+
+log = logging.getLogger(__name__)
 
 
 def resolve_dtype(requested: str, backend: str) -> str:
@@ -131,23 +135,42 @@ class ServedEncoder:
     quantization: str = "none"  # what a decoder's --quantization resolved to
 
 
-def load_encoders(settings: Settings) -> dict[str, ServedEncoder]:
-    """The encoders served beside the model (`--embedding-model`, `--rerank-model`), by the name
-    requests use; one of the wrong kind is a CheckpointError saying which flag takes it."""
+@dataclass(frozen=True)
+class BesideModels:
+    """The encoders served beside the model, by the name requests use, and those that did not load."""
+
+    encoders: dict[str, ServedEncoder]
+    failed: tuple[FailedPart, ...]
+
+
+def load_encoders(settings: Settings, report: Report) -> BesideModels:
+    """The encoders served beside the model (`--embedding-model`, `--rerank-model`). One that does
+    not load (one of the wrong kind: a CheckpointError saying which flag takes it) is a failed
+    part: the routes it would serve answer 503 naming why, and the chat model serves."""
     encoders: dict[str, ServedEncoder] = {}
-    for flag, kind, value in (
-        ("--embedding-model", "embedding", settings.embedding_model),
-        ("--rerank-model", "rerank", settings.rerank_model),
-    ):
+    failed: list[FailedPart] = []
+    named: tuple[tuple[FailedSetting, EncoderKind, str | None], ...] = (
+        ("embedding_model", "embedding", settings.embedding_model),
+        ("rerank_model", "rerank", settings.rerank_model),
+    )
+    for setting, kind, value in named:
         if value is None:
             continue
+        flag = flag_name(setting)
         path = Path(value).expanduser()
-        served = load_served_encoder(path, settings)
-        if served.face.kind != kind:
-            other = "--rerank-model" if served.face.kind == "rerank" else "--embedding-model"
-            raise CheckpointError(f"{flag} {value} is a {served.face.kind} model: give it as {other}")
+        report(f"loading {flag} {value}", 0, 1)
+        try:
+            served = load_served_encoder(path, settings)
+            if served.face.kind != kind:
+                other = "--rerank-model" if served.face.kind == "rerank" else "--embedding-model"
+                raise CheckpointError(f"{flag} {value} is a {served.face.kind} model: give it as {other}")
+        except Exception as error:  # whatever went wrong, it is this part's failure, not the model's
+            reason = first_line(error) if isinstance(error, CheckpointError) else f"{error!r}".splitlines()[0]
+            log.error("%s %s did not load, its routes answer 503: %s", flag, value, reason)
+            failed.append(FailedPart(kind, setting, str(path), reason))
+            continue
         encoders[model_id_for(path)] = served
-    return encoders
+    return BesideModels(encoders, tuple(failed))
 
 
 def load_served_encoder(path: Path, settings: Settings) -> ServedEncoder:
@@ -217,7 +240,8 @@ def load_serving(
         return load_encoder_serving(path, settings, report)
     else:
         checkpoint, config, context = load_generation(path, settings)
-    encoders = load_encoders(settings)  # an encoder's steps run on this process's first device alone
+    beside = load_encoders(settings, report)  # an encoder's steps run on this process's first device alone
+    encoders = beside.encoders
     if settings.embeddings:
         encoders[model_id_for(path)] = decoder_embedder(checkpoint, settings)
     runners = {name: encoder.runner for name, encoder in encoders.items()}
@@ -238,6 +262,7 @@ def load_serving(
         engine,
         {name: encoder.face for name, encoder in encoders.items()},
         adapters=adapters,
+        failed_parts=beside.failed,
     )
 
 

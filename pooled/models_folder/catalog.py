@@ -16,6 +16,10 @@ The TOML shape, one `[[model]]` table an entry, one `[[model.file]]` table a fil
     licence = "Apache-2.0"
     memory_bytes = 555541568             # see below
 
+    [model.serving]                      # optional: settings the entry is served with
+    max_output_tokens = 512              # a setting's name and value, as in --config's file
+    reason = "why the model needs them"  # shown in the banner and /v1/config/origins
+
     [[model.file]]
     name = "SmolLM2-135M-Instruct.Q4_1.gguf"   # a path inside the entry's folder
     url = "https://huggingface.co/{repo}/resolve/{revision}/{file}"
@@ -27,6 +31,11 @@ the files' bytes (the weights as the engine holds them: a GGUF's blocks are serv
 plus the KV cache of one sequence of `trained_ctx` tokens in bfloat16 (2 × layers × KV heads ×
 head size × 2 bytes a token; none for an encoder), plus 256 MiB for the runtime (XLA, compiled
 programs, buffers). The size class follows from it (`size_class_of`), so it is not stated.
+
+`[model.serving]` holds the entry's own defaults: whenever the entry is served (`pooled serve`
+with no `--model` for the default model, `--model ID`, a switch), each setting it names takes its
+value unless a flag, a `POOLED_*` variable or the config file sets it. Only settings that apply
+while serving (`live`) may be named: a switch to the entry applies them without a reload.
 """
 
 import math
@@ -40,6 +49,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal, TypeVar, cast
 
 from pooled.commands.human_units import human_size
+from pooled.configuration.settings import BY_NAME, ModelDefaults, expects, from_data
 
 GIB = 1 << 30
 
@@ -54,7 +64,8 @@ SIZE_CLASSES: tuple[tuple[str, float], ...] = (
 FORMATS = ("gguf", "safetensors")
 _ID = re.compile(r"[a-z0-9][a-z0-9._-]*")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_ENTRY_KEYS = {"id", "family", "format", "trained_ctx", "licence", "memory_bytes", "file"}
+_ENTRY_KEYS = {"id", "family", "format", "trained_ctx", "licence", "memory_bytes", "file", "serving"}
+_SERVING_REASON = "reason"
 _FILE_KEYS = {"name", "url", "sha256", "size"}
 # Names the models folder's own bookkeeping uses inside an entry's folder (pooled/models_folder/models_dir.py).
 RESERVED_SUFFIX = ".part"
@@ -88,6 +99,7 @@ class CatalogEntry:
     licence: str
     size_class: str  # by memory_bytes: SIZE_CLASSES
     memory_bytes: int  # weights + one trained_ctx sequence's KV cache + runtime (the module's rule)
+    serving: ModelDefaults | None = None  # its [model.serving] table
 
     @property
     def size(self) -> int:
@@ -186,6 +198,8 @@ def _entry(table: Mapping[str, Any], where: _Where) -> CatalogEntry:
         raise where.error("a gguf entry has exactly one .gguf file")
     if form == "safetensors" and not any(name.endswith(".safetensors") for name in names):
         raise where.error("a safetensors entry has at least one .safetensors file")
+    serving_where = _Where(where.source, f"{where.label} [model.serving]")
+    serving = None if "serving" not in table else _serving(table["serving"], entry_id, serving_where)
     return CatalogEntry(
         id=entry_id,
         family=family,
@@ -195,7 +209,29 @@ def _entry(table: Mapping[str, Any], where: _Where) -> CatalogEntry:
         licence=licence,
         size_class=size_class_of(memory_bytes),
         memory_bytes=memory_bytes,
+        serving=serving,
     )
+
+
+def _serving(table: Any, entry_id: str, where: _Where) -> ModelDefaults:
+    if not isinstance(table, dict):
+        raise where.error("must be a table ([model.serving])")
+    reason = _field(table, _SERVING_REASON, str, where)
+    values: dict[str, Any] = {}
+    for name, data in table.items():
+        if name == _SERVING_REASON:
+            continue
+        if name not in BY_NAME:
+            raise where.error(f"{name!r} is not a setting (docs/configuration.md lists them)")
+        if BY_NAME[name].metadata["change"] != "live":
+            raise where.error(f"{name!r} applies only at a reload or restart; an entry's defaults must apply live")
+        try:
+            values[name] = from_data(name, data)
+        except ValueError:
+            raise where.error(f"{name!r} takes {expects(name)}, not {data!r}") from None
+    if not values:
+        raise where.error("names no setting")
+    return ModelDefaults(entry_id, values, reason)
 
 
 def _file(table: Mapping[str, Any], where: _Where) -> CatalogFile:

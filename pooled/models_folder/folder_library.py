@@ -20,6 +20,7 @@ from pathlib import Path
 from engine.encoders.encoder_model import is_encoder_checkpoint
 from handlers.availability import awake
 from handlers.context import CatalogView, DownloadView, LibraryRefused, ModelKind, SwitchTarget
+from pooled.configuration.settings import ModelDefaults
 from pooled.hosting.model_host import ModelHost, ModelNotFound, SwitchFailed, SwitchRefused, default_model_path
 from pooled.models_folder.catalog import CatalogEntry, availability
 from pooled.models_folder.checkpoint_context import trained_context
@@ -188,6 +189,14 @@ def model_to_serve(model: str | None, catalog: Mapping[str, CatalogEntry], model
             "give a GGUF file, a safetensors directory, or a model id (pooled list shows them)."
         )
     return found[0], found[1].id
+
+
+def serving_defaults(catalog: Mapping[str, CatalogEntry], model_id: str) -> ModelDefaults | None:
+    """The settings the served model's catalog entry asks for ([model.serving]); None for a model
+    the catalog does not know. The default model is the catalog entry its file is
+    (`pooled/smollm2-135m-instruct-q4_1`), as an entry's download is."""
+    entry = catalog.get(bare(model_id))
+    return entry.serving if entry is not None else None
 
 
 def not_on_disk(model_id: str, catalog: Mapping[str, CatalogEntry]) -> str:

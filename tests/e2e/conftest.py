@@ -44,8 +44,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         build_tiny_encoder(RERANK_ENCODER, encoders / "directory"), encoders / f"{RERANK_ENCODER}.gguf"
     )
     encoder_args = ("--embedding-model", str(embedding), "--rerank-model", str(rerank))
+    # No output cap: tests here ask for answers past the default model's catalog cap (512 tokens).
+    uncapped = ("--max-output-tokens", "none")
     with running_server(
-        tmp_path_factory, [*SMALL_ENGINE, *encoder_args, "--request-timeout", str(REQUEST_TIMEOUT_S)]
+        tmp_path_factory, [*SMALL_ENGINE, *encoder_args, *uncapped, "--request-timeout", str(REQUEST_TIMEOUT_S)]
     ) as base:
         yield base
 

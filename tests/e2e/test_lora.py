@@ -181,32 +181,25 @@ def eight_streams(served: Served, during: Any = None) -> tuple[list[Stream], Any
         return [future.result() for future in futures], result
 
 
-def largest_gap(streams: list[Stream], start: float, end: float) -> float:
-    gaps = [b - a for s in streams for a, b in zip(s.arrivals, s.arrivals[1:], strict=False) if start <= b <= end]
-    return max(gaps, default=0.0)
-
-
 def test_hot_load_and_unload_beside_eight_streams_changes_no_output_and_stalls_none(served: Served) -> None:
     compiles = served.client.get("/health").json()["engine"]["compiles_after_startup"]
     alone, _ = eight_streams(served)
 
-    def load_use_unload() -> tuple[float, float, str]:
-        began = time.monotonic()
+    def load_use_unload() -> tuple[float, str]:
         loaded = served.client.post("/v1/lora_adapters", json={"name": "hot", "path": "hot"})
         assert loaded.status_code == 200, loaded.text
         used = completion(served, PROMPTS[0], tokens=4, model="hot")["choices"][0]["text"]
         assert served.client.delete("/v1/lora_adapters/hot").status_code == 200
-        return began, time.monotonic(), used
+        return time.monotonic(), used
 
-    beside, (began, ended, used) = eight_streams(served, load_use_unload)
+    beside, (ended, used) = eight_streams(served, load_use_unload)
     assert [s.text for s in beside] == [s.text for s in alone]
     assert all(s.finish == "length" for s in beside)
     assert all(s.arrivals[-1] > ended for s in beside), "every stream was still running through the load"
     assert used != completion(served, PROMPTS[0], tokens=4)["choices"][0]["text"]
-    # A step here takes tens of milliseconds; a compile or a weight read on the engine thread
-    # would take seconds. The bound is loose for a loaded CI machine, and no compile is the proof.
-    steady = largest_gap(alone, 0, float("inf"))
-    assert largest_gap(beside, began, ended) < max(1.0, 4 * steady)
+    # What would stall the streams is a compile on the engine thread (the adapter's file is read
+    # off it, pooled/hosting/adapter_admin.py): the server's count says none ran. The gaps between
+    # tokens are not compared: on a busy machine they move with the machine, not with the load.
     assert served.client.get("/health").json()["engine"]["compiles_after_startup"] == compiles
 
 

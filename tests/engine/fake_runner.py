@@ -36,7 +36,7 @@ from engine.device.runner_api import (
 from engine.engine_config import EngineConfig
 from engine.lora.peft_adapter import LoraAdapter
 from engine.serving.kv_pages import NULL_PAGE
-from engine.stats import Bucket
+from engine.stats import Bucket, HeldArrays
 
 VOCAB = 1000
 TOP = 2  # alternatives reported with logprobs
@@ -132,6 +132,9 @@ class FakeRunner:
 
     def close(self) -> None:
         pass
+
+    def held_arrays(self) -> HeldArrays:
+        return HeldArrays((), ())  # it holds no device arrays
 
     # --- steps ------------------------------------------------------------------------------
 

@@ -1,17 +1,21 @@
 """Bodies no schema describes, on every operation that takes one: random bytes, truncated JSON, deep
 nesting, huge strings and arrays, invalid UTF-8, JSON that is not an object, wrong content types.
-Each is a 4xx in the route's API shape, quickly: never a 5xx, never a hang."""
+Each is a 4xx in the route's API shape: never a 5xx, never a hang (the test's timeout), refused
+before any work (nothing reaches the engine) and answered with one problem named, whatever the
+body's size (none of it echoed, nothing rendered per item)."""
 
 from __future__ import annotations
 
 import json
 import random
-import time
 
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.fake_engine import FakeEngine
+
 JSON = {"content-type": "application/json"}
+ANSWER_BYTES = 1024  # an error naming one problem; the bodies below are up to 3 MB
 
 
 def _wrong_types(huge: object) -> dict[str, object]:
@@ -45,10 +49,9 @@ def _post_operations(api: TestClient) -> list[str]:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("kind", sorted(BODIES))
-def test_malformed_bodies_are_4xx_in_the_routes_shape(api: TestClient, kind: str) -> None:
+def test_malformed_bodies_are_4xx_in_the_routes_shape(api: TestClient, fake_engine: FakeEngine, kind: str) -> None:
     content, headers = BODIES[kind]
     for path in _post_operations(api):
-        started = time.monotonic()
         response = api.post(path, content=content, headers=headers)
         assert 400 <= response.status_code < 500, (path, response.status_code)
         body = response.json()
@@ -56,4 +59,5 @@ def test_malformed_bodies_are_4xx_in_the_routes_shape(api: TestClient, kind: str
             assert body["type"] == "error" and body["error"]["type"], (path, body)
         else:
             assert body["error"]["message"], (path, body)
-        assert time.monotonic() - started < 10, (path, "too slow")
+        assert len(response.content) < ANSWER_BYTES, (path, len(response.content))
+    assert fake_engine.submitted == []

@@ -97,6 +97,24 @@ def test_a_user_file_replaces_an_entry_of_the_same_id_and_adds_new_ones(tmp_path
     assert catalog[ENCODER] == load_catalog()[ENCODER]
 
 
+def test_the_default_entry_is_served_with_a_finished_turn_at_512_tokens() -> None:
+    serving = load_catalog()[DEFAULT].serving
+    assert serving is not None and serving.model == DEFAULT
+    assert serving.values == {"max_output_tokens": 512, "max_output_tokens_finish": "stop"}
+    assert "Claude Code" in serving.reason
+    assert load_catalog()[ENCODER].serving is None
+
+
+SERVING = '\n[model.serving]\nmax_output_tokens = 64\nallow_origin = ["https://a.example"]\nreason = "short"\n'
+
+
+def test_an_entrys_serving_table_holds_live_settings_of_their_kind() -> None:
+    (entry,) = parse_catalog(entry_text() + SERVING, "x.toml").values()
+    assert entry.serving is not None
+    assert entry.serving.values == {"max_output_tokens": 64, "allow_origin": ("https://a.example",)}
+    assert (entry.serving.model, entry.serving.reason) == ("mine", "short")
+
+
 def test_upper_case_digests_are_taken_in_lower_case() -> None:
     (entry,) = parse_catalog(entry_text(digest=DIGEST.upper()), "x.toml").values()
     assert entry.files[0].sha256 == DIGEST
@@ -128,6 +146,11 @@ def test_upper_case_digests_are_taken_in_lower_case() -> None:
         (entry_text().replace('name = "m.gguf"', 'name = "m.bin"'), "exactly one .gguf file"),
         ("[models]\nid = 1\n", "unknown top-level keys ['models']"),
         (entry_text(memory=999), "memory_bytes 999 is below the files' own 1000 bytes"),
+        (entry_text() + SERVING.replace('reason = "short"', ""), "[model.serving]: missing 'reason'"),
+        (entry_text() + SERVING.replace("max_output_tokens", "max_output"), "'max_output' is not a setting"),
+        (entry_text() + SERVING.replace("max_output_tokens = 64", "ctx = 64"), "'ctx' applies only at a reload"),
+        (entry_text() + SERVING.replace("= 64", '= "64"'), "'max_output_tokens' takes an integer of 1 or more"),
+        (entry_text() + '\n[model.serving]\nreason = "none"\n', "[model.serving]: names no setting"),
     ],
 )
 def test_each_catalog_error_names_the_file_and_the_entry(tmp_path: Path, text: str, problem: str) -> None:

@@ -20,7 +20,14 @@ from pooled import cli
 from pooled.configuration import settings as settings_module
 from pooled.configuration.config_service import host_reloader
 from pooled.configuration.live_settings import LiveSettings
-from pooled.configuration.settings import BY_NAME, LoadedSettings, Settings, SettingsError
+from pooled.configuration.settings import (
+    BY_NAME,
+    LoadedSettings,
+    ModelDefaults,
+    Settings,
+    SettingsError,
+    with_model_defaults,
+)
 from pooled.hosting.model_host import Loaded, ModelHost, default_model_path
 from pooled.web.app import build_app, server_context
 from tests.conftest import BASE_URL, StubModel
@@ -99,6 +106,58 @@ def test_flag_over_env_over_file_over_profile_over_default(tmp_path: Path) -> No
     for loaded, value, origin in cases:
         assert (loaded.settings.max_queue, loaded.origins["max_queue"]) == (value, origin)
     assert load([], {"POOLED_CONFIG": str(with_file)}).origins["max_queue"] == "file"
+
+
+SMALL = ModelDefaults("small", {"max_output_tokens": 512, "max_output_tokens_finish": "stop"}, "it rambles")
+
+
+def test_a_models_catalog_defaults_sit_under_everything_the_user_sets(tmp_path: Path) -> None:
+    profile = write(tmp_path, "[profile.p]\nmax_output_tokens = 100\n")
+    cases = [
+        (load([]), 512, "catalog"),
+        (load(["--config", str(profile), "--profile", "p"]), 100, "profile"),
+        (load([], {"POOLED_MAX_OUTPUT_TOKENS": "none"}), None, "env"),
+        (load(["--max-output-tokens", "64"]), 64, "flag"),
+    ]
+    for loaded, value, origin in cases:
+        served = with_model_defaults(loaded, SMALL)
+        assert (served.settings.max_output_tokens, served.origins["max_output_tokens"]) == (value, origin)
+        assert (served.settings.max_output_tokens_finish, served.origins["max_output_tokens_finish"]) == (
+            "stop",
+            "catalog",
+        )
+    unknown = with_model_defaults(load([]), None)  # a model the catalog does not know: none
+    assert (unknown.settings.max_output_tokens, unknown.origins["max_output_tokens"]) == (None, "default")
+
+
+def test_a_switch_brings_the_new_models_defaults_and_keeps_the_users_values() -> None:
+    live = LiveSettings(with_model_defaults(load(["--max-output-tokens-finish", "length"]), SMALL))
+    seen: list[Settings] = []
+    live.subscribe(seen.append)
+    other = ModelDefaults("other", {"keepalive_interval": 2.0}, "slow client")
+    settings = live.serve_model(other)
+    assert (settings.max_output_tokens, settings.max_output_tokens_finish, settings.keepalive_interval) == (
+        None,
+        "length",
+        2.0,
+    )
+    assert (live.origins["max_output_tokens"], live.origins["keepalive_interval"]) == ("default", "catalog")
+    assert live.model_defaults == other and seen == [settings]
+    live.apply({"keepalive_interval": 3.0})  # changed while serving: the user's, kept by a switch
+    assert live.serve_model(None).keepalive_interval == 3.0 and live.origins["keepalive_interval"] == "live"
+    assert live.serve_model(None) == live.current and len(seen) == 2  # nothing changed: nobody told
+
+
+def test_catalog_origins_name_the_entry_and_its_reason() -> None:
+    with client_for(with_model_defaults(load([]), SMALL)) as client:
+        origins = client.get("/v1/config/origins").json()
+        values = client.get("/v1/config").json()
+        banner = client.get("/").text
+    catalog = {"origin": "catalog", "catalog": "small", "reason": "it rambles"}
+    assert origins["max_output_tokens"] == origins["max_output_tokens_finish"] == catalog
+    assert (values["max_output_tokens"], values["max_output_tokens_finish"]) == (512, "stop")
+    assert "Defaults of the catalog's small: --max-output-tokens 512, --max-output-tokens-finish stop\n" in banner
+    assert "(it rambles); a flag, a POOLED_* variable or the --config file overrides them." in banner
 
 
 def test_file_values_take_their_kind_or_the_flags_text(tmp_path: Path) -> None:

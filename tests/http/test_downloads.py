@@ -124,9 +124,9 @@ def test_cancel_keeps_the_part_and_the_next_start_resumes_it(server: FileServer,
     running = loader.progress()
     assert running is not None and running.state == "running" and running.rate_bytes_per_s > 0
     assert running.eta_s is not None and running.eta_s > 0
-    started = time.monotonic()
     assert loader.cancel() is True
-    assert time.monotonic() - started < 1.0
+    # The download says it stopped as cancel() returned, short of the file's end: the cancel did
+    # not wait for the rest (400 kB at 4 kB per 10 ms).
     cancelled = loader.progress()
     assert cancelled is not None and cancelled.state == "cancelled" and cancelled.error is None
     part = part_path(entry, tmp_path, entry.files[0])
@@ -202,12 +202,16 @@ def test_dropped_connections_are_retried_and_resumed(server: FileServer, tmp_pat
     assert sum(request.sent for request in server.requests) == len(data)
 
 
-def test_a_stall_is_cut_at_the_stall_timeout_and_retried(server: FileServer, tmp_path: Path) -> None:
+def test_a_stall_is_cut_at_the_stall_timeout_and_retried(
+    server: FileServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     data = blob(100_000)
     entry = one_file(server, Blob(data, stall_after=20_000, stall_s=2.0, stall_requests=1))
-    started = time.monotonic()
+    caplog.set_level("INFO", logger=download_job_module.__name__)
     done(download(entry, tmp_path, None, retries=2, backoff_s=0.01, stall_timeout_s=0.3))
-    assert time.monotonic() - started < 1.9  # not the server's 2 s
+    # Retried because nothing came for the stall timeout, not because the server closed after its 2 s.
+    (retried,) = [record.getMessage() for record in caplog.records if "retrying" in record.getMessage()]
+    assert "model.gguf: no bytes for 0.3 s" in retried
     first, second = server.requests
     assert first.sent == 20_000 and second.range_start == 20_000
 

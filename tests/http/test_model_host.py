@@ -7,8 +7,11 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
+from engine.stats import HeldArrays
+from handlers.context import ReleasedMemory
 from pooled.configuration.settings import Settings
 from pooled.hosting.model_host import (
     Loaded,
@@ -19,7 +22,7 @@ from pooled.hosting.model_host import (
     default_model_path,
 )
 from pooled.models_folder.catalog import load_catalog
-from pooled.models_folder.folder_library import model_to_serve
+from pooled.models_folder.folder_library import model_to_serve, serving_defaults
 from pooled.models_folder.model_ids import model_id_for
 
 
@@ -76,6 +79,15 @@ def test_default_model_is_the_smollm2_wheel() -> None:
     assert model_id_for(path) == "pooled/smollm2-135m-instruct-q4_1"
 
 
+def test_the_default_model_is_served_with_its_catalog_entrys_defaults() -> None:
+    catalog = load_catalog()
+    defaults = serving_defaults(catalog, model_id_for(default_model_path()))
+    assert defaults is not None and defaults == catalog["smollm2-135m-instruct-q4_1"].serving
+    assert serving_defaults(catalog, "smollm2-135m-instruct-q4_1") == defaults  # --model ID
+    assert serving_defaults(catalog, "pooled/all-minilm-l6-v2") is None  # an entry without any
+    assert serving_defaults(catalog, "pooled/my-own-model") is None  # a model the catalog does not know
+
+
 def test_missing_model_path_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ModelNotFound, match="is not a file or directory, and no model .* in the catalog or the models"):
         model_to_serve(str(tmp_path / "nope.gguf"), load_catalog(), tmp_path)
@@ -84,12 +96,16 @@ def test_missing_model_path_is_a_clear_error(tmp_path: Path) -> None:
 
 
 class Engine:
-    """What the host asks of an engine when it switches models."""
+    """What the host asks of an engine when it switches models or unloads one."""
 
     def __init__(self, name: str, idle: bool = True) -> None:
         self.name, self.idle = name, idle
         self.state, self.failure = "serving", None
         self.calls: list[str] = []
+        self.kv_pool, self.weights = np.zeros(1024, np.uint8), np.zeros(256, np.uint8)
+
+    def held_arrays(self) -> HeldArrays:
+        return HeldArrays((self.kv_pool,), (self.weights, self.weights))  # a tied head: one array, twice
 
     def drain(self) -> None:
         self.calls.append("drain")
@@ -189,3 +205,44 @@ def test_an_idle_unload_frees_the_engine_and_a_wake_loads_it_again(tmp_path: Pat
     gate.set()
     waking.result(timeout=10)
     assert host.state == "serving" and host.engine is not None and host.engine is not first
+
+
+def test_an_idle_unload_reports_the_memory_it_freed_and_what_something_still_holds(tmp_path: Path) -> None:
+    def loader(path: Path, settings: Settings, report) -> Loaded:  # type: ignore[no-untyped-def]
+        return loaded(Engine("m"), 1024)
+
+    host = ModelHost(Settings(idle_unload=5.0), tmp_path / "m", loader)
+    host.start()
+    wait_until_settled(host)
+    assert host.released is None
+    host.unload()
+    wait_until_settled(host)
+    assert host.released == ReleasedMemory(kv_cache_bytes=1024, weights_bytes=256, still_held_bytes=0)
+    host.wake()  # its future may be done before it returns: the load is instant here
+    wait_until_settled(host)
+    assert host.state == "serving"
+    kept = host.engine  # a reference the unload cannot drop: its arrays stay
+    host.unload()
+    wait_until_settled(host)
+    assert kept is not None and host.released == ReleasedMemory(0, 0, 1280)
+
+
+def test_a_load_logs_one_line_per_stage(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    def loader(path: Path, settings: Settings, report) -> Loaded:  # type: ignore[no-untyped-def]
+        report("loading weights", 0, 1)
+        for done, step in enumerate(["prefill rows=1", "decode rows=1", "decode rows=2"]):
+            report(f"compiling the engine: {step}", done, 3)
+        report("compiling the engine: done", 3, 3)
+        report("compiling encoder pooled/e", 1, 2)
+        report("compiling encoder pooled/e", 2, 2)
+        return loaded(Engine("m"), 1024)
+
+    caplog.set_level("INFO", logger="pooled.hosting.model_host")
+    host = ModelHost(Settings(), tmp_path / "m", loader)
+    host.start()
+    wait_until_settled(host)
+    assert [record.getMessage() for record in caplog.records if record.name == "pooled.hosting.model_host"] == [
+        "pooled/m: loading weights",
+        "pooled/m: compiling the engine (3 steps)",
+        "pooled/m: compiling encoder pooled/e (2 steps)",
+    ]

@@ -128,6 +128,37 @@ def test_a_chat_model_embeds_beside_generating(tmp_path: Path) -> None:
         assert completion.json()["choices"][0]["finish_reason"] in ("stop", "length")  # a random model may end at once
 
 
+def test_an_embedding_model_that_does_not_load_takes_down_only_its_routes(tmp_path: Path) -> None:
+    """An encoder beside the chat model whose weights are damaged passes the start's checks (a
+    config.json and a model.safetensors are there) and fails to load: /v1/embeddings answers 503
+    naming why, while the chat model generates and the cross-encoder beside it reranks; /health
+    names the failed part."""
+    broken = build_tiny_encoder("bert_mean", tmp_path / "broken-embedder")
+    (broken / "model.safetensors").write_bytes(b"\x00\x01")
+    reranker = build_tiny_encoder("xlm_roberta_cross_encoder", tmp_path / "reranker")
+    chat = build_tiny_decoder_embedder("qwen3_embedding", tmp_path / "tiny-chat")
+    (chat / "modules.json").unlink()  # a chat model, not an embedding model
+    args = ["--model", str(chat), "--embedding-model", str(broken), "--rerank-model", str(reranker), "--ctx", "64"]
+    with serving(tmp_path, *args, "--decode-lanes", "2") as (base, _):
+        health = httpx.get(f"{base}/health").json()
+        assert (health["ok"], health["state"]) == (True, "serving")
+        (failed,) = health["failed_parts"]
+        assert (failed["setting"], failed["path"]) == ("embedding_model", str(broken))
+        assert "truncated" in failed["reason"]
+
+        embeddings = httpx.post(f"{base}/v1/embeddings", json={"input": "the cat"})
+        assert embeddings.status_code == 503, embeddings.text
+        error = embeddings.json()["error"]
+        assert error["code"] == "model_failed" and f"--embedding-model {broken}" in error["message"]
+        assert failed["reason"] in error["message"]
+
+        ranked = httpx.post(f"{base}/v1/rerank", json={"query": "cat", "documents": ["the cat", "a dog"]})
+        assert ranked.status_code == 200 and ranked.json()["model"] == "pooled/reranker"
+        completion = httpx.post(f"{base}/v1/completions", json={"model": "m", "prompt": "the cat", "max_tokens": 4})
+        assert completion.status_code == 200, completion.text
+        assert f"Embedding model {broken} did not load" in httpx.get(f"{base}/").text
+
+
 def _ready(base: str) -> bool:
     try:
         return bool(httpx.get(f"{base}/health", timeout=2).json().get("ready"))

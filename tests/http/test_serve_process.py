@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -118,6 +119,31 @@ def test_models_list_the_loaded_model(server: str) -> None:
     assert httpx.get(f"{server}/v1/models/{model_id}").json()["id"] == model_id
     anthropic = httpx.get(f"{server}/v1/models", headers={"anthropic-version": "2023-06-01"}).json()
     assert anthropic["data"][0]["type"] == "model"
+
+
+def test_the_default_models_catalog_defaults_apply_without_flags(served: Served) -> None:
+    """No cap flag given: the default model's catalog entry caps answers at 512 tokens, ended as
+    finished turns, says so in the banner, and `/v1/config/origins` says where it came from."""
+    values = httpx.get(f"{served.base}/v1/config").json()
+    assert (values["max_output_tokens"], values["max_output_tokens_finish"]) == (512, "stop")
+    origin = httpx.get(f"{served.base}/v1/config/origins").json()["max_output_tokens"]
+    assert (origin["origin"], origin["catalog"]) == ("catalog", "smollm2-135m-instruct-q4_1")
+    no_end = {"0": -100, "2": -100}  # <|endoftext|>, <|im_end|>: only the cap can end it
+    body = {"prompt": "Once upon a time", "max_tokens": 600, "logit_bias": no_end, "frequency_penalty": 0.01}
+    answer = httpx.post(f"{served.base}/v1/completions", json=body, timeout=600).json()
+    assert (answer["usage"]["completion_tokens"], answer["choices"][0]["finish_reason"]) == (512, "stop")
+    printed = served.log.read_text(errors="replace")
+    assert "Defaults of the catalog's smollm2-135m-instruct-q4_1: --max-output-tokens 512, " in printed
+
+
+def test_the_console_shows_the_load_stages_and_no_librarys_info_lines(served: Served) -> None:
+    """At the default --log-level: absl's and orbax's INFO lines while the weights load, and JAX's,
+    stay out; pooled's own say each stage once."""
+    printed = served.log.read_text(errors="replace")
+    library_info = re.findall(r"^(?:.*(?:INFO|DEBUG) (?:absl|orbax|jax)|[ID]\d{4} ).*$", printed, re.MULTILINE)
+    assert library_info == []
+    assert printed.count(": loading weights\n") == 1
+    assert printed.count(": compiling the engine (") == 1
 
 
 def _stream(base: str, index: int, started: threading.Event, results: list[tuple[int, list[str]]]) -> None:

@@ -1,0 +1,73 @@
+"""The model and adapter paths a start names, checked before the listener opens: `--model` (once
+resolved), `--embedding-model`, `--rerank-model` and each `--lora NAME=PATH`. A wrong one is
+refused at once, naming the flag and what is wrong, for `pooled serve` to exit with status 2;
+found by the load thread after the listener opened, it left the whole server answering 503.
+
+Only what the names and first bytes of the files tell is checked here; a checkpoint that passes
+and still does not load is the load's to report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.errors import CheckpointError
+from engine.lora.peft_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from engine.model.checkpoint.gguf_file import GGUF_MAGIC
+from engine.model.checkpoint.safetensors_dir import checkpoint_files
+from pooled.configuration.settings import Settings
+
+MODEL_KINDS = "a GGUF file or a safetensors model folder"
+ADAPTER_KINDS = "a PEFT adapter folder or a llama.cpp LoRA GGUF file"
+
+
+def model_path_problems(model: Path, settings: Settings) -> list[str]:
+    """What is wrong with the paths the settings name (`model` is --model resolved); empty when
+    nothing is."""
+    named = [("--model", model)]
+    named += [
+        (flag, Path(value).expanduser())
+        for flag, value in (("--embedding-model", settings.embedding_model), ("--rerank-model", settings.rerank_model))
+        if value is not None
+    ]
+    problems = [f"{flag} {path}: {problem}" for flag, path in named if (problem := checkpoint_problem(path))]
+    for name, value in settings.lora:
+        if (problem := adapter_problem(Path(value).expanduser())) is not None:
+            problems.append(f"--lora {name}={value}: {problem}")
+    if settings.lora and settings.max_loras == 0:
+        problems.append("--lora needs adapter slots: set --max-loras (0, the default, serves no adapter)")
+    return problems
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why `path` is not a checkpoint the loaders read, or None."""
+    if path.is_dir():
+        try:
+            checkpoint_files(path)
+        except CheckpointError as error:
+            return f"not a model folder ({error}); a model is {MODEL_KINDS}"
+        return None
+    if path.exists() and path.suffix != ".gguf":  # the loaders tell a GGUF by its name
+        return f"a file whose name does not end in .gguf; a model is {MODEL_KINDS}"
+    return _gguf_problem(path, MODEL_KINDS)
+
+
+def adapter_problem(path: Path) -> str | None:
+    """Why `path` is not an adapter the LoRA readers take, or None."""
+    if path.is_dir():
+        missing = [name for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS) if not (path / name).is_file()]
+        return f"a folder without {' or '.join(missing)}; an adapter is {ADAPTER_KINDS}" if missing else None
+    if path.exists() and path.suffix.lower() != ".gguf":
+        return f"a file whose name does not end in .gguf; an adapter is {ADAPTER_KINDS}"
+    return _gguf_problem(path, ADAPTER_KINDS)
+
+
+def _gguf_problem(path: Path, kinds: str) -> str | None:
+    if not path.exists():
+        return f"no such file or folder; give {kinds}"
+    try:
+        with path.open("rb") as file:
+            magic = file.read(len(GGUF_MAGIC))
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
+    return None if magic == GGUF_MAGIC else f"not a GGUF file (it starts {magic!r}, not {GGUF_MAGIC!r})"

@@ -1,0 +1,91 @@
+"""The model and adapter paths a start names, checked before the listener opens
+(pooled/hosting/model_paths.py): each problem names the flag and what is wrong; `pooled serve`
+exits 2 with them before it listens."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from pooled.configuration.settings import Settings
+from pooled.hosting.model_paths import model_path_problems
+from tests.http.test_serve_process import free_port
+
+
+def gguf(path: Path) -> Path:
+    path.write_bytes(b"GGUF" + bytes(60))  # the magic is what a start checks; the rest is the load's
+    return path
+
+
+def model_folder(path: Path) -> Path:
+    path.mkdir()
+    (path / "config.json").write_text("{}")
+    (path / "model.safetensors").write_bytes(bytes(8))
+    return path
+
+
+def adapter_folder(path: Path) -> Path:
+    path.mkdir()
+    (path / "adapter_config.json").write_text("{}")
+    (path / "adapter_model.safetensors").write_bytes(bytes(8))
+    return path
+
+
+def test_paths_the_loaders_read_pass(tmp_path: Path) -> None:
+    settings = Settings(
+        embedding_model=str(model_folder(tmp_path / "encoder")),
+        rerank_model=str(gguf(tmp_path / "reranker.gguf")),
+        lora=(("a", str(adapter_folder(tmp_path / "a"))), ("b", str(gguf(tmp_path / "b.GGUF")))),
+        max_loras=2,
+    )
+    assert model_path_problems(gguf(tmp_path / "model.gguf"), settings) == []
+
+
+def test_each_problem_names_the_flag_and_what_is_wrong(tmp_path: Path) -> None:
+    (tmp_path / "no-weights").mkdir()
+    (tmp_path / "no-weights" / "config.json").write_text("{}")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.txt").write_text("hello")
+    (tmp_path / "fake.gguf").write_text("hello")
+    settings = Settings(
+        embedding_model=str(tmp_path / "empty"),
+        rerank_model=str(tmp_path / "missing"),
+        lora=(("a", str(tmp_path / "notes.txt")), ("b", str(tmp_path / "empty")), ("c", str(tmp_path / "fake.gguf"))),
+    )
+    problems = model_path_problems(tmp_path / "no-weights", settings)
+    assert problems == [
+        f"--model {tmp_path}/no-weights: not a model folder ({tmp_path}/no-weights has neither model.safetensors "
+        "nor model.safetensors.index.json); a model is a GGUF file or a safetensors model folder",
+        f"--embedding-model {tmp_path}/empty: not a model folder ({tmp_path}/empty has no config.json); "
+        "a model is a GGUF file or a safetensors model folder",
+        f"--rerank-model {tmp_path}/missing: no such file or folder; give a GGUF file or a safetensors model folder",
+        f"--lora a={tmp_path}/notes.txt: a file whose name does not end in .gguf; an adapter is a PEFT adapter "
+        "folder or a llama.cpp LoRA GGUF file",
+        f"--lora b={tmp_path}/empty: a folder without adapter_config.json or adapter_model.safetensors; an "
+        "adapter is a PEFT adapter folder or a llama.cpp LoRA GGUF file",
+        f"--lora c={tmp_path}/fake.gguf: not a GGUF file (it starts b'hell', not b'GGUF')",
+        "--lora needs adapter slots: set --max-loras (0, the default, serves no adapter)",
+    ]
+
+
+def test_serve_exits_2_naming_every_bad_path_before_it_listens(tmp_path: Path) -> None:
+    """`--model` as `pooled serve` resolves it (the default model here) passes; the encoder
+    folder without a model in it, a missing reranker and an adapter that is no GGUF are refused."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.txt").write_text("hello")
+    port = free_port()
+    arguments = ["--embedding-model", str(tmp_path / "empty"), "--rerank-model", str(tmp_path / "missing")]
+    arguments += ["--lora", f"a={tmp_path / 'notes.txt'}", "--max-loras", "1"]
+    finished = subprocess.run(
+        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *arguments],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert finished.returncode == 2, finished.stderr
+    assert f"--embedding-model {tmp_path}/empty: not a model folder" in finished.stderr
+    assert f"--rerank-model {tmp_path}/missing: no such file or folder" in finished.stderr
+    assert f"--lora a={tmp_path}/notes.txt: a file whose name does not end in .gguf" in finished.stderr
+    assert "listening" not in finished.stderr and "Uvicorn running" not in finished.stderr
