@@ -1231,6 +1231,82 @@ class Config(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
+    ctx: Annotated[StrictInt | None, Field(ge=1)]
+    """
+    `--ctx` (reload)
+    """
+    rope_scaling: str | None
+    """
+    `--rope-scaling` (reload)
+    """
+    decode_lanes: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--decode-lanes` (reload)
+    """
+    dtype: str
+    """
+    `--dtype` (reload)
+    """
+    quantization: Literal["auto", "none", "w8a8", "w4a8"]
+    """
+    `--quantization` (reload)
+    """
+    kv_cache_dtype: Literal["bfloat16", "float32", "auto"]
+    """
+    `--kv-cache-dtype` (reload)
+    """
+    kv_memory: Annotated[StrictInt | None, Field(ge=1)]
+    """
+    `--kv-memory` (reload)
+    """
+    page_size: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--page-size` (reload)
+    """
+    prefill_chunk: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--prefill-chunk` (reload)
+    """
+    draft_tokens: Annotated[StrictInt, Field(ge=0)]
+    """
+    `--draft-tokens` (reload)
+    """
+    draft_rows: Annotated[StrictInt, Field(ge=0)]
+    """
+    `--draft-rows` (reload)
+    """
+    prefix_cache_dir: str
+    """
+    `--prefix-cache-dir` (reload)
+    """
+    prefix_cache_disk: Annotated[StrictInt, Field(ge=0)]
+    """
+    `--prefix-cache-disk` (reload)
+    """
+    devices: Annotated[StrictInt | None, Field(ge=1)]
+    """
+    `--devices` (reload)
+    """
+    coordinator: str | None
+    """
+    `--coordinator` (restart)
+    """
+    num_processes: Annotated[StrictInt | None, Field(ge=1)]
+    """
+    `--num-processes` (restart)
+    """
+    process_id: Annotated[StrictInt | None, Field(ge=0)]
+    """
+    `--process-id` (restart)
+    """
+    group_step_timeout: Annotated[StrictFloat, Field(gt=0.0)]
+    """
+    `--group-step-timeout` (restart)
+    """
+    group_heartbeat_timeout: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--group-heartbeat-timeout` (restart)
+    """
     config: str | None
     """
     `--config` (restart)
@@ -1350,82 +1426,6 @@ class Config(BaseModel):
     max_queue: Annotated[StrictInt, Field(ge=0)]
     """
     `--max-queue` (live)
-    """
-    ctx: Annotated[StrictInt | None, Field(ge=1)]
-    """
-    `--ctx` (reload)
-    """
-    rope_scaling: str | None
-    """
-    `--rope-scaling` (reload)
-    """
-    decode_lanes: Annotated[StrictInt, Field(ge=1)]
-    """
-    `--decode-lanes` (reload)
-    """
-    dtype: str
-    """
-    `--dtype` (reload)
-    """
-    quantization: Literal["auto", "none", "w8a8", "w4a8"]
-    """
-    `--quantization` (reload)
-    """
-    kv_cache_dtype: Literal["bfloat16", "float32", "auto"]
-    """
-    `--kv-cache-dtype` (reload)
-    """
-    kv_memory: Annotated[StrictInt | None, Field(ge=1)]
-    """
-    `--kv-memory` (reload)
-    """
-    page_size: Annotated[StrictInt, Field(ge=1)]
-    """
-    `--page-size` (reload)
-    """
-    prefill_chunk: Annotated[StrictInt, Field(ge=1)]
-    """
-    `--prefill-chunk` (reload)
-    """
-    draft_tokens: Annotated[StrictInt, Field(ge=0)]
-    """
-    `--draft-tokens` (reload)
-    """
-    draft_rows: Annotated[StrictInt, Field(ge=0)]
-    """
-    `--draft-rows` (reload)
-    """
-    prefix_cache_dir: str
-    """
-    `--prefix-cache-dir` (reload)
-    """
-    prefix_cache_disk: Annotated[StrictInt, Field(ge=0)]
-    """
-    `--prefix-cache-disk` (reload)
-    """
-    devices: Annotated[StrictInt | None, Field(ge=1)]
-    """
-    `--devices` (reload)
-    """
-    coordinator: str | None
-    """
-    `--coordinator` (restart)
-    """
-    num_processes: Annotated[StrictInt | None, Field(ge=1)]
-    """
-    `--num-processes` (restart)
-    """
-    process_id: Annotated[StrictInt | None, Field(ge=0)]
-    """
-    `--process-id` (restart)
-    """
-    group_step_timeout: Annotated[StrictFloat, Field(gt=0.0)]
-    """
-    `--group-step-timeout` (restart)
-    """
-    group_heartbeat_timeout: Annotated[StrictInt, Field(ge=1)]
-    """
-    `--group-heartbeat-timeout` (restart)
     """
     stored_responses: Annotated[StrictInt, Field(ge=0)]
     """
@@ -1561,6 +1561,25 @@ class ConfigOrigins(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
+    ctx: ConfigOrigin
+    rope_scaling: ConfigOrigin
+    decode_lanes: ConfigOrigin
+    dtype: ConfigOrigin
+    quantization: ConfigOrigin
+    kv_cache_dtype: ConfigOrigin
+    kv_memory: ConfigOrigin
+    page_size: ConfigOrigin
+    prefill_chunk: ConfigOrigin
+    draft_tokens: ConfigOrigin
+    draft_rows: ConfigOrigin
+    prefix_cache_dir: ConfigOrigin
+    prefix_cache_disk: ConfigOrigin
+    devices: ConfigOrigin
+    coordinator: ConfigOrigin
+    num_processes: ConfigOrigin
+    process_id: ConfigOrigin
+    group_step_timeout: ConfigOrigin
+    group_heartbeat_timeout: ConfigOrigin
     config: ConfigOrigin
     profile: ConfigOrigin
     model: ConfigOrigin
@@ -1592,25 +1611,6 @@ class ConfigOrigins(BaseModel):
     allow_origin: ConfigOrigin
     max_body: ConfigOrigin
     max_queue: ConfigOrigin
-    ctx: ConfigOrigin
-    rope_scaling: ConfigOrigin
-    decode_lanes: ConfigOrigin
-    dtype: ConfigOrigin
-    quantization: ConfigOrigin
-    kv_cache_dtype: ConfigOrigin
-    kv_memory: ConfigOrigin
-    page_size: ConfigOrigin
-    prefill_chunk: ConfigOrigin
-    draft_tokens: ConfigOrigin
-    draft_rows: ConfigOrigin
-    prefix_cache_dir: ConfigOrigin
-    prefix_cache_disk: ConfigOrigin
-    devices: ConfigOrigin
-    coordinator: ConfigOrigin
-    num_processes: ConfigOrigin
-    process_id: ConfigOrigin
-    group_step_timeout: ConfigOrigin
-    group_heartbeat_timeout: ConfigOrigin
     stored_responses: ConfigOrigin
     stored_responses_bytes: ConfigOrigin
     stored_response_idle: ConfigOrigin

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pooled.commands import model_commands
-from pooled.configuration import settings as settings_module
+from pooled.configuration import setting_sources
 from pooled.configuration.console_log import configure_console_log
+from pooled.configuration.setting_types import SettingsError
 
 log = logging.getLogger("pooled")
 
@@ -25,12 +26,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pooled", description="A local LLM server for OpenAI and Anthropic clients.")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve a model on 127.0.0.1:8080")
-    settings_module.add_arguments(serve)
+    setting_sources.add_arguments(serve)
     model_commands.add_parsers(commands)
     return parser
 
 
-def serve(loaded: settings_module.LoadedSettings) -> int:
+def serve(loaded: setting_sources.LoadedSettings) -> int:
     import uvicorn
 
     from engine.device.process_group import is_leader
@@ -64,7 +65,7 @@ def serve(loaded: settings_module.LoadedSettings) -> int:
         for problem in problems:
             log.error("%s", problem)
         return 2
-    loaded = settings_module.with_model_defaults(loaded, serving_defaults(catalog, model_id))
+    loaded = setting_sources.with_model_defaults(loaded, serving_defaults(catalog, model_id))
     settings = loaded.settings
 
     def ready() -> None:
@@ -107,8 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = vars(_parser().parse_args(argv))
     command = arguments.pop("command")
     try:
-        loaded = settings_module.load_with_origins(arguments)
-    except settings_module.SettingsError as error:
+        loaded = setting_sources.load_with_origins(arguments)
+    except SettingsError as error:
         print(f"pooled: {error}", file=sys.stderr)
         return 2
     if command == "serve":

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pooled.configuration.settings import describe
+from pooled.configuration.setting_sources import describe
 
 PAGE = """# Configuration
 

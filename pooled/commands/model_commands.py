@@ -22,7 +22,8 @@ from pooled.commands.list_command import list_models
 from pooled.commands.pull_command import pull
 from pooled.commands.rm_command import rm
 from pooled.commands.server_api import ServerGone, ServerRefused
-from pooled.configuration import settings as settings_module
+from pooled.configuration import setting_sources
+from pooled.configuration.settings import Settings
 
 SHARED_SETTINGS = (
     "models_dir",
@@ -39,7 +40,7 @@ SHARED_SETTINGS = (
 class ModelCommand:
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[Mapping[str, Any], settings_module.Settings], int]
+    run: Callable[[Mapping[str, Any], Settings], int]
 
 
 def _pull_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,10 +80,10 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     for name, command in COMMANDS.items():
         parser = commands.add_parser(name, help=command.help, description=command.help)
         command.add_arguments(parser)
-        settings_module.add_arguments(parser, SHARED_SETTINGS)
+        setting_sources.add_arguments(parser, SHARED_SETTINGS)
 
 
-def run(name: str, arguments: Mapping[str, Any], settings: settings_module.Settings) -> int:
+def run(name: str, arguments: Mapping[str, Any], settings: Settings) -> int:
     _configure_logging()
     try:
         return COMMANDS[name].run(arguments, settings)

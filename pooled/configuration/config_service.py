@@ -21,7 +21,9 @@ from typing import Any, get_args
 
 from handlers.context import ConfigRefused, OriginView, SettingRule, SettingView
 from pooled.configuration.live_settings import LiveSettings, SettingRefused
-from pooled.configuration.settings import BY_NAME, Change, Settings, setting_fields, to_data
+from pooled.configuration.setting_sources import BY_NAME, setting_fields, to_data
+from pooled.configuration.setting_types import Change
+from pooled.configuration.settings import Settings
 from pooled.hosting.model_host import ModelHost, SwitchFailed, SwitchRefused
 
 Reloader = Callable[[Settings], Awaitable[None]]

@@ -19,16 +19,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from pooled.configuration.settings import (
+from pooled.configuration.setting_sources import (
     BY_NAME,
     LoadedSettings,
     ModelDefaults,
     Origin,
-    Settings,
     expects,
     from_data,
     with_model_defaults,
 )
+from pooled.configuration.settings import Settings
 
 
 class SettingRefused(ValueError):

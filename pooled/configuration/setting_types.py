@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Kind = Literal["string", "integer", "number", "boolean", "list"]
@@ -231,3 +231,24 @@ def hosts() -> Parser:
 class SettingsError(Exception):
     """A setting that cannot be read at start-up: the message names it and where it came from
     (the flag, the variable, or the config file and its key)."""
+
+
+MIB = 1024 * 1024
+
+Change = Literal["live", "reload", "restart"]
+
+
+def setting(
+    default: Any,
+    parse: Parser,
+    help_text: str,
+    repeatable: bool = False,
+    change: Change = "reload",
+    secret: bool = False,
+) -> Any:
+    """A dataclass field that carries its parser, its documentation, how a change to it takes
+    effect and whether it is secret. A `repeatable` one is a tuple: its flag may be given several
+    times, its variable holds comma-separated items, its JSON or TOML value is a list, and `parse`
+    reads one item."""
+    metadata = {"parse": parse, "help": help_text, "repeatable": repeatable, "change": change, "secret": secret}
+    return field(default=default, metadata=metadata)

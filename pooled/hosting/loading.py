@@ -33,7 +33,8 @@ from engine.lora.adapter_table import AdapterRefused
 from engine.model.checkpoint.loader import LoadedModel, load_model
 from handlers.context import EncoderKind, EncoderService, FailedPart, FailedSetting
 from pooled.configuration.context_policy import ServedContext, served_context
-from pooled.configuration.settings import Settings, flag_name
+from pooled.configuration.setting_sources import flag_name
+from pooled.configuration.settings import Settings
 from pooled.hosting.adapter_admin import EngineAdapters
 from pooled.hosting.lora_policy import LoraPolicy
 from pooled.hosting.model_host import Loaded, first_line

@@ -49,7 +49,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal, TypeVar, cast
 
 from pooled.commands.human_units import human_size
-from pooled.configuration.settings import BY_NAME, ModelDefaults, expects, from_data
+from pooled.configuration.setting_sources import BY_NAME, ModelDefaults, expects, from_data
 
 GIB = 1 << 30
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from engine.encoders.encoder_model import is_encoder_checkpoint
 from handlers.availability import awake
 from handlers.context import CatalogView, DownloadView, LibraryRefused, ModelKind, SwitchTarget
-from pooled.configuration.settings import ModelDefaults
+from pooled.configuration.setting_sources import ModelDefaults
 from pooled.hosting.model_host import ModelHost, ModelNotFound, SwitchFailed, SwitchRefused, default_model_path
 from pooled.models_folder.catalog import CatalogEntry, availability
 from pooled.models_folder.checkpoint_context import trained_context

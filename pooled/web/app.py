@@ -14,7 +14,8 @@ from handlers.openai_responses.websocket import responses_socket
 from handlers.response_store import ResponseStore
 from pooled.configuration.config_service import Reloader, SettingsConfig
 from pooled.configuration.live_settings import LiveSettings
-from pooled.configuration.settings import LoadedSettings, Settings
+from pooled.configuration.setting_sources import LoadedSettings
+from pooled.configuration.settings import Settings
 from pooled.web import error_bodies
 from pooled.web.counting import RequestCounting
 from pooled.web.guards import Guards

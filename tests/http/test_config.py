@@ -17,17 +17,17 @@ from engine.api import EncodeRequest, OutputCap, QueueFull
 from engine.model.checkpoint.gguf_file import read_gguf_metadata
 from engine.serving.intake import Intake
 from pooled import cli
-from pooled.configuration import settings as settings_module
+from pooled.configuration import setting_sources
 from pooled.configuration.config_service import host_reloader
 from pooled.configuration.live_settings import LiveSettings
-from pooled.configuration.settings import (
+from pooled.configuration.setting_sources import (
     BY_NAME,
     LoadedSettings,
     ModelDefaults,
-    Settings,
     SettingsError,
     with_model_defaults,
 )
+from pooled.configuration.settings import Settings
 from pooled.hosting.model_host import Loaded, ModelHost, default_model_path
 from pooled.web.app import build_app, server_context
 from tests.conftest import BASE_URL, StubModel
@@ -41,8 +41,8 @@ KEY = {"Authorization": "Bearer sekrit"}
 
 def load(argv: list[str], environ: dict[str, str] | None = None) -> LoadedSettings:
     parser = argparse.ArgumentParser()
-    settings_module.add_arguments(parser)
-    return settings_module.load_with_origins(vars(parser.parse_args(argv)), environ or {})
+    setting_sources.add_arguments(parser)
+    return setting_sources.load_with_origins(vars(parser.parse_args(argv)), environ or {})
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -260,7 +260,7 @@ def test_fields_list_every_setting_with_kind_default_rule_and_change(client: Tes
 
 def test_the_spec_names_every_setting_with_its_json_type() -> None:
     schemas = yaml.safe_load(SPEC.read_text(encoding="utf-8"))
-    shown = [row for row in settings_module.setting_fields() if not row.secret]
+    shown = [row for row in setting_sources.setting_fields() if not row.secret]
     assert list(schemas["Config"]["properties"]) == [row.name for row in shown]
     assert schemas["Config"]["required"] == [row.name for row in shown]
     for row in shown:

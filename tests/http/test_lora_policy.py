@@ -14,7 +14,8 @@ from engine.lora.peft_adapter import file_sha256
 from engine.model.checkpoint.loader import load_model
 from engine.model.families import family_for_hf_config
 from engine.model.model_config import ModelConfig
-from pooled.configuration import settings as settings_module
+from pooled.configuration import setting_sources
+from pooled.configuration.settings import Settings
 from pooled.hosting.adapter_admin import EngineAdapters
 from pooled.hosting.loading import load_start_adapters, lora_policy
 from pooled.hosting.lora_policy import LoraPolicy
@@ -103,10 +104,10 @@ def test_a_llama_cpp_gguf_file_is_its_own_weights_file(config: ModelConfig, root
 
 
 def test_lora_flags_repeat_and_read_their_variables() -> None:
-    parser = settings_module.argparse.ArgumentParser()
-    settings_module.add_arguments(parser)
+    parser = setting_sources.argparse.ArgumentParser()
+    setting_sources.add_arguments(parser)
     parsed = vars(parser.parse_args(["--lora", "a=/x", "--lora", "b = /y", "--max-loras", "2"]))
-    loaded = settings_module.load(parsed, {"POOLED_LORA_SHA256": "a=ab,b=cd", "POOLED_LORA_ROOT": "/r1,/r2"})
+    loaded = setting_sources.load(parsed, {"POOLED_LORA_SHA256": "a=ab,b=cd", "POOLED_LORA_ROOT": "/r1,/r2"})
     assert loaded.lora == (("a", "/x"), ("b", "/y")) and loaded.max_loras == 2
     assert loaded.lora_sha256 == (("a", "ab"), ("b", "cd")) and loaded.lora_root == ("/r1", "/r2")
     with pytest.raises(SystemExit):
@@ -118,7 +119,7 @@ def test_a_start_up_adapter_refused_fails_the_load_naming_it(tmp_path: Path) -> 
         build_tiny_checkpoint("llama_tied", tmp_path / "model"), cache_dir=tmp_path / "c", progress=False
     )
     adapter = build_tiny_adapter("llama_all", tmp_path / "a")  # rank 4
-    small = settings_module.Settings(lora=(("a", str(adapter)),), max_lora_rank=2, max_loras=1)
+    small = Settings(lora=(("a", str(adapter)),), max_lora_rank=2, max_loras=1)
     for settings, reason in (
         (small, "--lora a: .*rank 4 is above --max-lora-rank 2"),
         (

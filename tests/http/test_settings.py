@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pooled.configuration import settings as settings_module
+from pooled.configuration import setting_sources
 from pooled.configuration.settings import Settings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
@@ -15,8 +15,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 def parse(argv: list[str], environ: dict[str, str]) -> Settings:
     parser = argparse.ArgumentParser()
-    settings_module.add_arguments(parser)
-    return settings_module.load(vars(parser.parse_args(argv)), environ)
+    setting_sources.add_arguments(parser)
+    return setting_sources.load(vars(parser.parse_args(argv)), environ)
 
 
 def test_defaults() -> None:
@@ -47,7 +47,7 @@ def test_bad_value_is_refused() -> None:
 
 def test_docs_list_every_setting_with_its_default() -> None:
     page = DOCS.read_text(encoding="utf-8")
-    for flag, env, default, change, _ in settings_module.describe():
+    for flag, env, default, change, _ in setting_sources.describe():
         assert f"| `{flag}` | `{env}` | `{default}` | {change} |" in page, flag
 
 
@@ -55,5 +55,5 @@ def test_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse(["--help"], {})
     text = capsys.readouterr().out
-    for flag, *_ in settings_module.describe():
+    for flag, *_ in setting_sources.describe():
         assert flag in text
