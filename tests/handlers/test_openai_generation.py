@@ -174,6 +174,26 @@ def test_prompt_over_the_context(api: TestClient) -> None:
     assert "2048" in error["message"]
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        (CHAT, {"messages": [{"role": "user", "content": "word " * 3000}]}, "messages"),
+        ("/v1/completions", {"prompt": "word " * 3000}, "prompt"),
+        ("/v1/responses", {"input": "word " * 3000}, "input"),
+        ("/v1/completions", {"prompt": "Hi", "n": 5}, "n"),
+        ("/v1/completions", {"prompt": "Hi", "max_tokens": 0}, "max_tokens"),
+    ],
+)
+def test_the_engines_refusal_names_the_apis_own_field(
+    api: TestClient, fake_engine: FakeEngine, path: str, body: dict, param: str
+) -> None:
+    """The engine's admission decides (engine/serving/admission.py); each API names the field its way."""
+    response = api.post(path, json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+    assert fake_engine.submitted == []
+
+
 def test_max_tokens_clamped_to_the_room_left(api: TestClient, fake_engine: FakeEngine) -> None:
     assert api.post(CHAT, json={"messages": HI, "max_tokens": 10**6}).status_code == 200
     request = fake_engine.submitted[0]  # the request's own limit; the engine's admission clamps it
