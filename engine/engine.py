@@ -36,7 +36,6 @@ from engine.lora.adapter_table import AdapterTable, ServedAdapter
 from engine.lora.peft_adapter import LoraAdapter
 from engine.model.checkpoint.loader import LoadedModel
 from engine.serving.admission import admit
-from engine.serving.intake import Intake
 from engine.serving.intake_front import IntakeFront
 from engine.serving.kv_pages import PagePool
 from engine.serving.prefix_disk import PrefixDisk, namespace_digest
@@ -69,7 +68,7 @@ class Engine(IntakeFront):
                 f"KV pool of {pages} pages cannot hold one full-context row ({pages_per_row} pages) "
                 f"plus {config.decode_lanes} lanes; raise the KV memory or lower max_context"
             )
-        super().__init__(Intake(config.decode_lanes, config.max_queue), config.decode_lanes, encoders or {})
+        super().__init__(config.decode_lanes, config.max_queue, encoders or {})
         self.max_context = runner.max_context
         self.eos_token_ids = eos_token_ids | config.stop_token_ids
         self.runner = runner

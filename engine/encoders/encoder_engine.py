@@ -4,8 +4,8 @@ encode requests take the same intake and the same batches (engine/encoders/encod
 thread of its own; a generation request is refused on its face, naming what the model serves.
 
 Threads: handler threads call `submit`, `encode`, `cancel`, `stats`, `drain`, `wait_idle` and
-`set_max_queue`, and
-share only the intake with the engine thread, which runs the batches and calls the sinks.
+`set_max_queue`, and share only the intake with the engine thread, which runs the batches and
+calls the sinks.
 `shutdown` runs on the thread that owns the engine.
 """
 
@@ -16,7 +16,6 @@ from engine.api import Failed, GenerationRequest, RequestRefused
 from engine.device.runner_api import Report
 from engine.encoders.encoder_model import EncoderKind, EncoderRunner
 from engine.encoders.encoding import Encoding
-from engine.serving.intake import Intake
 from engine.serving.intake_front import IntakeFront
 from engine.serving.rows import Sink
 from engine.stats import HeldArrays
@@ -29,7 +28,7 @@ ROUTES = {"embedding": "/v1/embeddings and /v1/rerank", "rerank": "/v1/rerank"}
 class EncoderEngine(IntakeFront):
     def __init__(self, name: str, kind: EncoderKind, runner: EncoderRunner, max_queue: int, report: Report) -> None:
         """Compiles the encoder's buckets (reporting progress), then starts the engine thread."""
-        super().__init__(Intake(0, max_queue), 0, {name: runner})
+        super().__init__(0, max_queue, {name: runner})
         self.kind = kind
         self.max_context = runner.max_tokens
         self._name = name

@@ -17,10 +17,10 @@ from engine.stats import Bucket, EngineStats
 
 
 class IntakeFront:
-    def __init__(self, intake: Intake, decode_lanes: int, encoders: Mapping[str, EncoderRunner]) -> None:
+    def __init__(self, decode_lanes: int, max_queue: int, encoders: Mapping[str, EncoderRunner]) -> None:
         self.decode_lanes = decode_lanes
         self.encoders: Mapping[str, EncoderRunner] = dict(encoders)
-        self._intake = intake
+        self._intake = Intake(decode_lanes, max_queue)
 
     @property
     def state(self) -> EngineState:

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pooled.commands.command_io import catalog_of, models_dir_of, note
-from pooled.commands.human_units import human_size
 from pooled.commands.server_api import PooledServer, find_server
 from pooled.configuration.settings import Settings
+from pooled.human_units import human_size
 from pooled.models_folder.catalog import CatalogEntry
 from pooled.models_folder.checkpoint_context import trained_context
 from pooled.models_folder.model_ids import PREFIX, bare, model_id_for

@@ -10,7 +10,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from pooled.commands.human_units import human_duration, human_size
+from pooled.human_units import human_duration, human_size
 
 
 class ProgressBar:

@@ -29,10 +29,10 @@ from pooled.commands.command_io import (
     models_dir_of,
     note,
 )
-from pooled.commands.human_units import human_size
 from pooled.commands.progress_bar import ProgressBar
 from pooled.commands.server_api import PooledServer, ServerRefused, find_server
 from pooled.configuration.settings import Settings
+from pooled.human_units import human_size
 from pooled.models_folder.catalog import CatalogEntry
 from pooled.models_folder.download_job import DownloadProgress, download
 from pooled.models_folder.model_ids import model_id_for

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from pooled.commands.command_io import FAILED, USAGE, CommandFailed, catalog_entry, catalog_of, known_ids, models_dir_of
-from pooled.commands.human_units import human_size
 from pooled.commands.list_command import size_on_disk
 from pooled.commands.server_api import PooledServer, ServerRefused, find_server
 from pooled.configuration.settings import Settings
+from pooled.human_units import human_size
 from pooled.models_folder.catalog import CatalogEntry
 from pooled.models_folder.model_ids import PREFIX, model_id_for
 from pooled.models_folder.models_dir import LOCK, disk_state, folder_models, remove_entry

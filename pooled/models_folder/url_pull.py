@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 
 import httpx
 
-from pooled.commands.human_units import human_size
+from pooled.human_units import human_size
 from pooled.models_folder.catalog import CatalogEntry, CatalogFile, size_class_of
 from pooled.models_folder.download_job import DownloadProgress, ProgressCallback, download
 from pooled.models_folder.model_ids import model_id_for

@@ -1,4 +1,5 @@
-"""Byte counts and durations as the model commands print them (`94 MiB`, `1.2 GiB`, `01:05`)."""
+"""Byte counts and durations as pooled prints them (`94 MiB`, `1.2 GiB`, `01:05`): the model commands,
+the catalog, the host's log."""
 
 KIB = 1 << 10
 UNITS = ("KiB", "MiB", "GiB", "TiB")
