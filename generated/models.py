@@ -1933,7 +1933,7 @@ class Health(BaseModel):
     """
     released: HealthReleased | None
     """
-    What the last idle unload (`--idle-unload`) gave back; null before any.
+    What the last idle unload (`--idle-unload`) gave back, once it has finished (the state says unloaded as it begins); null before any.
     """
 
 

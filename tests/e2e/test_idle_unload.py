@@ -38,13 +38,23 @@ def wait_for_state(base: str, state: str, timeout: float) -> None:
         time.sleep(0.2)
 
 
+def wait_for_release(base: str, timeout: float) -> dict:
+    """What the unload reports it freed: the state says "unloaded" as the unload begins, the
+    report comes once the lifecycle thread has stopped the engine and dropped it."""
+    deadline = time.monotonic() + timeout
+    while (released := httpx.get(f"{base}/health", timeout=5).json()["released"]) is None:
+        assert time.monotonic() < deadline, "the unload reported no freed memory"
+        time.sleep(0.2)
+    return released
+
+
 def test_an_idle_model_is_unloaded_and_the_next_request_loads_it(served: tuple[str, subprocess.Popen[bytes]]) -> None:
     base, _ = served
     body = {"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0}
     before = httpx.post(f"{base}/v1/completions", json=body, timeout=300).json()["choices"][0]["text"]
     wait_for_state(base, "unloaded", IDLE_S + 60)
     assert httpx.get(f"{base}/v1/models", timeout=5).json()["data"][0]["status"] == "unloaded"
-    released = httpx.get(f"{base}/health", timeout=5).json()["released"]
+    released = wait_for_release(base, 60)
     print(f"released: {released}")
     assert released["kv_cache_bytes"] >= KV_MEMORY  # the whole KV pool (--kv-memory) went
     assert released["weights_bytes"] > 50 * 2**20  # SmolLM2-135M's Q4_1 weights, ~90 MiB as served
