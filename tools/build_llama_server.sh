@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build llama.cpp's `llama-server` for `make bench`, from the llama.cpp sources vendored
+# Build llama.cpp's `llama-server` (and `llama-quantize`, beside it, which makes the K-quant
+# GGUFs of `make bench`) for `make bench`, from the llama.cpp sources vendored
 # in the llama-cpp-python sdist (PyPI is the only registry reachable here). The build
 # lives outside the repo, in $POOLED_BENCH_DIR (default ~/.cache/pooled/bench). It is a portable
 # build (GGML_NATIVE=OFF): a -march=native build died with "Illegal instruction" on this VM.
@@ -12,7 +13,7 @@ root="${POOLED_BENCH_DIR:-$HOME/.cache/pooled/bench}"
 binary="$root/llama.cpp-build-portable/bin/llama-server"
 python="${PYTHON:-python3}"
 
-if [ -x "$binary" ]; then
+if [ -x "$binary" ] && [ -x "$(dirname "$binary")/llama-quantize" ]; then
   echo "$binary"
   exit 0
 fi
@@ -24,5 +25,5 @@ fi
 cmake -S "$root/llama_cpp_python-$version/vendor/llama.cpp" -B "$root/llama.cpp-build-portable" \
   -DCMAKE_BUILD_TYPE=Release -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_CURL=OFF \
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF >&2
-cmake --build "$root/llama.cpp-build-portable" --target llama-server -j "$(nproc)" >&2
+cmake --build "$root/llama.cpp-build-portable" --target llama-server llama-quantize -j "$(nproc)" >&2
 echo "$binary"

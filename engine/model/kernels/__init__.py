@@ -6,7 +6,9 @@ row's result never depends on the other rows of the call, so a seeded request dr
 tokens however its prompt was split or batched; used by engine/model/layers/linear.py). Its int8 dot streams
 weights at a fraction of the memory's bandwidth with one or two rows of activations
 (`int8_matmul.cc`: AVX-512 VNNI or AVX2, with software prefetch; used by engine/model/int8.py); it has
-no Q4 weights at all (`q4_matmul.cc`, every matmul of `--quantization w4a8`, AVX2); and
+no Q4 weights at all (`q4_matmul.cc`, every matmul of `--quantization w4a8`, AVX2), nor any of
+GGUF's block formats (`gguf_matmul.cc`: a GGUF's weights in their own blocks, engine/model/gguf_weights.py;
+AVX2 with AVX-512 VNNI's dot where the CPU has it); and
 its attention over a paged cache has to gather each row's keys into blocks and loop over them in
 small matmuls (`paged_attention.cc` reads the pages in place for one-token steps and steps over drafts,
 `paged_prefill_attention.cc` runs a tiled flash attention for prompt steps; used by
@@ -36,6 +38,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import jaxlib
+import numpy as np
 
 from engine.cache_paths import cache_root
 
@@ -48,6 +51,8 @@ _FLAGS = ("-O3", "-march=native", "-std=c++17", "-fopenmp-simd", "-shared", "-fP
 F32_MATMUL = "pooled_f32_matmul"
 INT8_MATMUL = "pooled_int8_matmul"
 Q4_MATMUL = "pooled_q4_matmul"
+GGUF_MATMUL = "pooled_gguf_matmul"
+GGUF_ROWS = "pooled_gguf_rows"
 PAGED_DECODE_ATTENTION = "pooled_paged_decode_attention"
 PAGED_PREFILL_ATTENTION = "pooled_paged_prefill_attention"
 PAGED_DRAFT_ATTENTION = "pooled_paged_draft_attention"
@@ -55,6 +60,8 @@ _TARGETS = {
     F32_MATMUL: "PooledF32Matmul",
     INT8_MATMUL: "PooledInt8Matmul",
     Q4_MATMUL: "PooledQ4Matmul",
+    GGUF_MATMUL: "PooledGgufMatmul",
+    GGUF_ROWS: "PooledGgufRows",
     PAGED_DECODE_ATTENTION: "PooledPagedDecodeAttention",
     PAGED_PREFILL_ATTENTION: "PooledPagedPrefillAttention",
     PAGED_DRAFT_ATTENTION: "PooledPagedDraftAttention",
@@ -132,6 +139,21 @@ def q4_matmul(x: Array, weights: Sequence[Array]) -> list[Array]:
     """f32 x [M, K] times each packed Q4_1 weight (engine/model/int4.py: uint8 [N, K/32 · 20]) → f32 [M, N]
     each, in one call (`q4_matmul.cc`). CPU only, after `available()`."""
     return _matmuls(Q4_MATMUL, x, [(weight,) for weight in weights])
+
+
+def gguf_matmul(x: Array, weights: Sequence[tuple[Array, int]]) -> list[Array]:
+    """f32 x [M, K] times each (GGUF weight uint8 [N, K's blocks in bytes], its ggml type number) → f32
+    [M, N] each, in one call (`gguf_matmul.cc`). CPU only, after `available()`."""
+    results = [jax.ShapeDtypeStruct((x.shape[0], values.shape[0]), jnp.float32) for values, _ in weights]
+    formats = np.array([format for _, format in weights], dtype=np.int32)
+    return list(jax.ffi.ffi_call(GGUF_MATMUL, results)(x, *(values for values, _ in weights), formats=formats))
+
+
+def gguf_rows(table: Array, indices: Array, format: int, depth: int) -> Array:
+    """Rows `indices` int32 [n] of a GGUF table (uint8 [V, bytes] of ggml type `format`) as f32 [n,
+    depth] (`gguf_matmul.cc`). CPU only, after `available()`."""
+    result = jax.ShapeDtypeStruct((indices.shape[0], depth), jnp.float32)
+    return jax.ffi.ffi_call(GGUF_ROWS, result)(table, indices, format=np.int32(format))
 
 
 def _matmuls(target: str, x: Array, weights: Sequence[tuple[Array, ...]]) -> list[Array]:

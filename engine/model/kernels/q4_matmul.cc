@@ -22,6 +22,7 @@
 #include <cstring>
 #include <vector>
 
+#include "halves.h"
 #include "parallel.h"
 #include "vector_ops.h"
 #include "xla/ffi/api/ffi.h"
@@ -29,6 +30,8 @@
 namespace ffi = xla::ffi;
 
 namespace {
+
+using pooled::HalfToFloat;
 
 #if defined(__AVX2__)
 using pooled::Load32;
@@ -60,29 +63,6 @@ struct Problem {
   }
   const uint16_t* mins(int64_t n, int64_t b) const { return scales(n, b) + kGroup; }
 };
-
-inline float HalfToFloat(uint16_t half) {
-#if defined(__F16C__)
-  return _cvtsh_ss(half);
-#else
-  const uint32_t sign = static_cast<uint32_t>(half & 0x8000) << 16;
-  const int exponent = (half >> 10) & 0x1F;
-  const uint32_t mantissa = half & 0x3FF;
-  float value;
-  if (exponent == 0) {
-    value = std::ldexp(static_cast<float>(mantissa), -24);  // zero or subnormal
-  } else if (exponent == 31) {
-    value = mantissa == 0 ? INFINITY : NAN;
-  } else {
-    value = std::ldexp(static_cast<float>(mantissa | 0x400), exponent - 25);
-  }
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  bits |= sign;
-  std::memcpy(&value, &bits, sizeof bits);
-  return value;
-#endif
-}
 
 #if defined(__AVX2__) && defined(__F16C__)
 

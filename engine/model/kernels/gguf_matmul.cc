@@ -1,0 +1,439 @@
+// pooled_gguf_matmul: the matmuls of a GGUF's own blocks (engine/model/gguf_weights.py), prompts and
+// decode steps, as an XLA CPU custom call; pooled_gguf_rows: an embedding table's rows, dequantized.
+//
+// Each weight [N, K] is the file's bytes, one row of blocks per output channel (gguf_blocks.h), in
+// its own format: one call takes several weights (q, k and v; gate and up), each with its format.
+// The activations x f32 [M, K] are quantized here once per call, as llama.cpp quantizes them for
+// each format, so the integer part of every dot is llama.cpp's own:
+//   - for the legacy formats, blocks of 32 (llama.cpp's Q8_0 and Q8_1): d = max |x| / 127 kept as
+//     an f16, q = x * 127 / max |x| rounded half to even, and (Q8_1) s = f16(d * sum q);
+//   - for the K formats, blocks of 256 (Q8_K): the input of largest magnitude, max, maps to -127:
+//     q = min(127, round(x * -127 / max)), d = 1 / (-127 / max) in f32, and the sums of q per 16.
+// Then per block, for each channel n and row m, with the integer dot of the codes and q:
+//   Q4_0, Q5_0: d_w d_a (sum c q - o sum q), o = 8 or 16;   Q4_1, Q5_1: d_w d_a sum c q + m_w s_a
+//   Q8_0: d_w d_a sum w q;   Q4_K, Q5_K: d_w d_a sum_j s_j (c q)_j - dmin_w d_a sum_j m_j (sum q)_j
+//   Q6_K: d_w d_a sum_g s_g ((c q)_g - 32 (sum q)_g)
+// added up in f32 per row. A row's result never depends on the other rows of the call.
+// The AVX2 path (with AVX-512 VNNI's vpdpbusd where the CPU has it) decodes a block's codes once
+// into 32-byte runs and dots each run with every row of the tile (vpmaddubsw: unsigned codes
+// times signed q); the portable loops compute the same integers.
+// Threads: chunks of output channels are shared with XLA's pool (parallel.h).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "gguf_blocks.h"
+#include "halves.h"
+#include "parallel.h"
+#include "vector_ops.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+using namespace pooled::gguf;
+using pooled::LoadHalf;
+using pooled::RoundToHalf;
+
+// x quantized per block, for every format of the call.
+struct Activations {
+  int64_t rows = 0, depth = 0;
+  // Blocks of 32 (legacy formats): q [rows, depth], per block d (f16-rounded), sum q and s.
+  std::vector<int8_t> small_q;
+  std::vector<float> small_d, small_s;
+  std::vector<int32_t> small_sum;
+  // Blocks of 256 (K formats): q [rows, depth], per block d, per 16 inputs sum q.
+  std::vector<int8_t> super_q;
+  std::vector<float> super_d;
+  std::vector<int32_t> super_sums;
+
+  int64_t small_blocks() const { return depth / kSmall; }
+  int64_t super_blocks() const { return depth / kSuper; }
+};
+
+void QuantizeSmall(const float* x, Activations& a) {
+  const int64_t blocks = a.rows * a.small_blocks();
+  a.small_q.resize(a.rows * a.depth);
+  a.small_d.resize(blocks);
+  a.small_s.resize(blocks);
+  a.small_sum.resize(blocks);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* in = x + b * kSmall;
+    float peak = 0.0f;
+    for (int64_t k = 0; k < kSmall; ++k) peak = std::max(peak, std::fabs(in[k]));
+    const float d = peak / 127.0f, inverse = peak != 0.0f ? 127.0f / peak : 0.0f;
+    int32_t sum = 0;
+    for (int64_t k = 0; k < kSmall; ++k) {
+      const int8_t level = static_cast<int8_t>(std::nearbyint(in[k] * inverse));
+      a.small_q[b * kSmall + k] = level;
+      sum += level;
+    }
+    a.small_d[b] = RoundToHalf(d);
+    a.small_sum[b] = sum;
+    a.small_s[b] = RoundToHalf(d * static_cast<float>(sum));
+  }
+}
+
+void QuantizeSuper(const float* x, Activations& a) {
+  const int64_t blocks = a.rows * a.super_blocks();
+  a.super_q.resize(a.rows * a.depth);
+  a.super_d.resize(blocks);
+  a.super_sums.resize(blocks * (kSuper / 16));
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* in = x + b * kSuper;
+    int8_t* q = a.super_q.data() + b * kSuper;
+    float peak = 0.0f, extreme = 0.0f;
+    for (int64_t k = 0; k < kSuper; ++k) {
+      if (std::fabs(in[k]) > peak) {
+        peak = std::fabs(in[k]);
+        extreme = in[k];
+      }
+    }
+    if (peak == 0.0f) {
+      std::fill(q, q + kSuper, 0);
+      a.super_d[b] = 0.0f;
+    } else {
+      const float inverse = -127.0f / extreme;
+      for (int64_t k = 0; k < kSuper; ++k) q[k] = static_cast<int8_t>(std::min(127.0f, std::nearbyint(inverse * in[k])));
+      a.super_d[b] = 1.0f / inverse;
+    }
+    for (int64_t g = 0; g < kSuper / 16; ++g) {
+      int32_t sum = 0;
+      for (int64_t k = 0; k < 16; ++k) sum += q[16 * g + k];
+      a.super_sums[b * (kSuper / 16) + g] = sum;
+    }
+  }
+}
+
+// ---- Decoding a block's codes into runs of 32 bytes, and the integer dots of the runs. ----
+
+#if defined(__AVX2__)
+
+using pooled::Load32;
+inline void Store32(void* bytes, __m256i v) { _mm256_storeu_si256(static_cast<__m256i*>(bytes), v); }
+
+// Integers partly summed in 8 lanes.
+using Ints = __m256i;
+inline Ints Zero() { return _mm256_setzero_si256(); }
+inline Ints Add(Ints a, Ints b) { return _mm256_add_epi32(a, b); }
+inline Ints AddScalar(Ints a, int32_t value) { return _mm256_add_epi32(a, _mm256_castsi128_si256(_mm_cvtsi32_si128(value))); }
+inline int32_t Total(Ints a) { return pooled::Sum(a); }
+
+// acc + the dot of 32 unsigned codes (at most 128) with 32 signed q, in int32 lanes.
+inline Ints Dot(Ints acc, const uint8_t* codes, const int8_t* q) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(acc, Load32(codes), Load32(q));
+#else
+  return Add(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(Load32(codes), Load32(q)), _mm256_set1_epi16(1)));
+#endif
+}
+
+// acc + the dot of 32 signed values with 32 signed q: |w| times q with w's sign.
+inline Ints SignedDot(Ints acc, const uint8_t* values, const int8_t* q) {
+  const __m256i w = Load32(values);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(Load32(q), w));
+#else
+  const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(Load32(q), w));
+  return Add(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+#endif
+}
+
+// acc + the dot of 32 codes (at most 63) with q, the first 16 products times `first`, the last 16
+// times `second`.
+inline Ints ScaledDot(Ints acc, const uint8_t* codes, const int8_t* q, int first, int second) {
+  const __m256i pairs = _mm256_maddubs_epi16(Load32(codes), Load32(q));
+  const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(second)), _mm_set1_epi16(static_cast<int16_t>(first)));
+  return Add(acc, _mm256_madd_epi16(pairs, scales));
+}
+
+// f32 sums in 8 lanes.
+using Floats = __m256;
+inline Floats ZeroFloats() { return _mm256_setzero_ps(); }
+inline Floats Accumulate(Floats acc, Ints dot, float scale) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc);
+}
+inline float Total(Floats acc) { return pooled::Sum(acc); }
+
+inline void DecodeSmall(int32_t format, const uint8_t* block, uint8_t* codes) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + CodesOffset(format)));
+  const __m128i nibble = _mm_set1_epi8(0x0F);
+  __m256i run = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble), _mm_and_si128(packed, nibble));
+  if (format == kQ5_0 || format == kQ5_1) {
+    uint32_t bits;
+    std::memcpy(&bits, block + CodesOffset(format) - 4, sizeof bits);
+    // Byte k of the run gets byte k / 8 of the bits (each 128-bit lane holds all four), then its bit k % 8.
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int32_t>(bits)),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+    const __m256i select = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+    run = _mm256_or_si256(run, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+  }
+  Store32(codes, run);
+}
+
+inline void DecodeSuperNibbles(const uint8_t* bytes, const uint8_t* high, uint8_t* codes) {
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const __m256i bits = high != nullptr ? Load32(high) : _mm256_setzero_si256();
+  for (int chunk = 0; chunk < 4; ++chunk) {
+    const __m256i packed = Load32(bytes + 32 * chunk);
+    __m256i runs[2] = {_mm256_and_si256(packed, nibble), _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble)};
+    if (high != nullptr) {
+      for (int h = 0; h < 2; ++h) {
+        const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << (2 * chunk + h)));
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(bits, bit), bit);
+        runs[h] = _mm256_or_si256(runs[h], _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+      }
+    }
+    Store32(codes + 64 * chunk, runs[0]);
+    Store32(codes + 64 * chunk + 32, runs[1]);
+  }
+}
+
+inline void DecodeSixBit(const uint8_t* low, const uint8_t* high, uint8_t* codes) {
+  const __m256i nibble = _mm256_set1_epi8(0x0F), pair = _mm256_set1_epi8(3);
+  for (int half = 0; half < 2; ++half) {
+    const __m256i first = Load32(low + 64 * half), second = Load32(low + 64 * half + 32), bits = Load32(high + 32 * half);
+    auto top = [&](int shift) { return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bits, shift), pair), 4); };
+    uint8_t* out = codes + 128 * half;
+    Store32(out, _mm256_or_si256(_mm256_and_si256(first, nibble), top(0)));
+    Store32(out + 32, _mm256_or_si256(_mm256_and_si256(second, nibble), top(2)));
+    Store32(out + 64, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(first, 4), nibble), top(4)));
+    Store32(out + 96, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(second, 4), nibble), top(6)));
+  }
+}
+
+#else  // Portable: plain loops over the same integers.
+
+using Ints = int32_t;
+inline Ints Zero() { return 0; }
+inline Ints Add(Ints a, Ints b) { return a + b; }
+inline Ints AddScalar(Ints a, int32_t value) { return a + value; }
+inline int32_t Total(Ints a) { return a; }
+
+inline Ints Dot(Ints acc, const uint8_t* codes, const int8_t* q) {
+  for (int k = 0; k < 32; ++k) acc += static_cast<int32_t>(codes[k]) * q[k];
+  return acc;
+}
+
+inline Ints SignedDot(Ints acc, const uint8_t* values, const int8_t* q) {
+  for (int k = 0; k < 32; ++k) acc += static_cast<int32_t>(static_cast<int8_t>(values[k])) * q[k];
+  return acc;
+}
+
+inline Ints ScaledDot(Ints acc, const uint8_t* codes, const int8_t* q, int first, int second) {
+  int32_t sums[2] = {0, 0};
+  for (int k = 0; k < 32; ++k) sums[k / 16] += static_cast<int32_t>(codes[k]) * q[k];
+  return acc + first * sums[0] + second * sums[1];
+}
+
+using Floats = float;
+inline Floats ZeroFloats() { return 0.0f; }
+inline Floats Accumulate(Floats acc, Ints dot, float scale) { return std::fma(static_cast<float>(dot), scale, acc); }
+inline float Total(Floats acc) { return acc; }
+
+inline void DecodeSmall(int32_t format, const uint8_t* block, uint8_t* codes) {
+  SmallNibbles(block + CodesOffset(format), codes);
+  if (format == kQ5_0 || format == kQ5_1) SmallHighBits(block + CodesOffset(format) - 4, codes);
+}
+
+inline void DecodeSuperNibbles(const uint8_t* bytes, const uint8_t* high, uint8_t* codes) { SuperNibbles(bytes, high, codes); }
+
+inline void DecodeSixBit(const uint8_t* low, const uint8_t* high, uint8_t* codes) { SixBitCodes(low, high, codes); }
+
+#endif
+
+// ---- One channel against a tile of RT rows, block by block. ----
+
+struct Problem {
+  const Activations* x;
+  int32_t format;
+  const uint8_t* weight;  // [channels, row_bytes]
+  int64_t row_bytes;
+  float* y;  // [rows, channels]
+  int64_t rows, channels, depth;
+};
+
+template <int RT>
+void SmallTile(const Problem& p, int64_t n, int64_t m0) {
+  const Activations& a = *p.x;
+  const int64_t blocks = a.small_blocks(), bytes = BlockBytes(p.format);
+  const int offset = p.format == kQ4_0 ? 8 : p.format == kQ5_0 ? 16 : 0;
+  const bool has_min = p.format == kQ4_1 || p.format == kQ5_1;
+  Floats acc[RT];
+  float side[RT];
+  for (int i = 0; i < RT; ++i) {
+    acc[i] = ZeroFloats();
+    side[i] = 0.0f;
+  }
+  alignas(32) uint8_t codes[kSmall];
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* block = p.weight + n * p.row_bytes + b * bytes;
+    const float d = LoadHalf(block);
+    if (p.format != kQ8_0) DecodeSmall(p.format, block, codes);
+    const float m = has_min ? LoadHalf(block + 2) : 0.0f;
+    for (int i = 0; i < RT; ++i) {
+      const int64_t at = (m0 + i) * blocks + b;
+      const int8_t* q = a.small_q.data() + at * kSmall;
+      Ints dot = p.format == kQ8_0 ? SignedDot(Zero(), block + 2, q) : Dot(Zero(), codes, q);
+      if (offset != 0) dot = AddScalar(dot, -offset * a.small_sum[at]);
+      acc[i] = Accumulate(acc[i], dot, d * a.small_d[at]);
+      if (has_min) side[i] = std::fma(m, a.small_s[at], side[i]);
+    }
+  }
+  for (int i = 0; i < RT; ++i) p.y[(m0 + i) * p.channels + n] = Total(acc[i]) + side[i];
+}
+
+template <int RT>
+void SuperTile(const Problem& p, int64_t n, int64_t m0) {
+  const Activations& a = *p.x;
+  const int64_t blocks = a.super_blocks(), bytes = BlockBytes(p.format);
+  Floats acc[RT];
+  float side[RT];
+  for (int i = 0; i < RT; ++i) {
+    acc[i] = ZeroFloats();
+    side[i] = 0.0f;
+  }
+  alignas(32) uint8_t codes[kSuper];
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* block = p.weight + n * p.row_bytes + b * bytes;
+    if (p.format == kQ6_K) {
+      DecodeSixBit(block + kQ6Low, block + kQ6High, codes);
+      const int8_t* scales = reinterpret_cast<const int8_t*>(block + kQ6Scales);
+      const float d = LoadHalf(block + kQ6D);
+      for (int i = 0; i < RT; ++i) {
+        const int64_t at = (m0 + i) * blocks + b;
+        const int8_t* q = a.super_q.data() + at * kSuper;
+        const int32_t* sums = a.super_sums.data() + at * (kSuper / 16);
+        Ints dot = Zero();
+        int32_t offset = 0;
+        for (int r = 0; r < 8; ++r) dot = ScaledDot(dot, codes + 32 * r, q + 32 * r, scales[2 * r], scales[2 * r + 1]);
+        for (int g = 0; g < 16; ++g) offset += scales[g] * sums[g];
+        acc[i] = Accumulate(acc[i], AddScalar(dot, -32 * offset), d * a.super_d[at]);
+      }
+      continue;
+    }
+    uint8_t scales[8], mins[8];
+    SuperScales(block + kKScales, scales, mins);
+    DecodeSuperNibbles(block + CodesOffset(p.format), p.format == kQ5_K ? block + kKHigh : nullptr, codes);
+    const float d = LoadHalf(block), dmin = LoadHalf(block + 2);
+    for (int i = 0; i < RT; ++i) {
+      const int64_t at = (m0 + i) * blocks + b;
+      const int8_t* q = a.super_q.data() + at * kSuper;
+      const int32_t* sums = a.super_sums.data() + at * (kSuper / 16);
+      Ints dot = Zero();
+      int32_t minimum = 0;
+      for (int j = 0; j < 8; ++j) {
+        dot = ScaledDot(dot, codes + 32 * j, q + 32 * j, scales[j], scales[j]);
+        minimum += mins[j] * (sums[2 * j] + sums[2 * j + 1]);
+      }
+      acc[i] = Accumulate(acc[i], dot, d * a.super_d[at]);
+      side[i] = std::fma(-dmin * a.super_d[at], static_cast<float>(minimum), side[i]);
+    }
+  }
+  for (int i = 0; i < RT; ++i) p.y[(m0 + i) * p.channels + n] = Total(acc[i]) + side[i];
+}
+
+constexpr int kRowTile = 4;
+
+template <int RT>
+void Tile(const Problem& p, int64_t n, int64_t m0) {
+  if (Super(p.format)) {
+    SuperTile<RT>(p, n, m0);
+  } else {
+    SmallTile<RT>(p, n, m0);
+  }
+}
+
+// Channel n against every row: tiles of kRowTile rows, then the rest.
+void Channel(const Problem& p, int64_t n) {
+  int64_t m0 = 0;
+  for (; m0 + kRowTile <= p.rows; m0 += kRowTile) Tile<kRowTile>(p, n, m0);
+  switch (p.rows - m0) {
+    case 3: Tile<3>(p, n, m0); break;
+    case 2: Tile<2>(p, n, m0); break;
+    case 1: Tile<1>(p, n, m0); break;
+    default: break;
+  }
+}
+
+constexpr int64_t kChunkChannels = 16;
+
+ffi::Error GgufMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::RemainingArgs weights, ffi::RemainingRets ys,
+                      ffi::Span<const int32_t> formats) {
+  if (x.dimensions().size() != 2 || weights.size() != ys.size() || formats.size() != ys.size()) {
+    return ffi::Error::InvalidArgument("pooled_gguf_matmul: expected x [M, K] and a weight, a result and a format each");
+  }
+  Activations a;
+  a.rows = x.dimensions()[0];
+  a.depth = x.dimensions()[1];
+  bool small = false, super = false;
+  std::vector<Problem> problems;
+  for (size_t i = 0; i < ys.size(); ++i) {
+    auto weight = weights.get<ffi::Buffer<ffi::U8>>(i);
+    auto y = ys.get<ffi::Buffer<ffi::F32>>(i);
+    const int32_t format = formats[i];
+    if (!Known(format) || a.depth % BlockInputs(format) != 0) {
+      return ffi::Error::InvalidArgument("pooled_gguf_matmul: unknown format, or K not a whole number of its blocks");
+    }
+    const int64_t row_bytes = a.depth / BlockInputs(format) * BlockBytes(format);
+    if (!weight.has_value() || !y.has_value() || weight->dimensions().size() != 2 || weight->dimensions()[1] != row_bytes) {
+      return ffi::Error::InvalidArgument("pooled_gguf_matmul: a weight is not uint8 [N, K's blocks in bytes]");
+    }
+    const int64_t channels = weight->dimensions()[0];
+    if (static_cast<int64_t>((*y)->element_count()) != a.rows * channels) {
+      return ffi::Error::InvalidArgument("pooled_gguf_matmul: the result must be f32 [M, N]");
+    }
+    (Super(format) ? super : small) = true;
+    problems.push_back(Problem{&a, format, weight->typed_data(), row_bytes, (*y)->typed_data(), a.rows, channels, a.depth});
+  }
+  if (small) QuantizeSmall(x.typed_data(), a);
+  if (super) QuantizeSuper(x.typed_data(), a);
+  pooled::ForEachChunk(pool, problems, kChunkChannels, [](const Problem& p, int64_t n0, int64_t end) {
+    for (int64_t n = n0; n < end; ++n) Channel(p, n);
+  });
+  return ffi::Error::Success();
+}
+
+ffi::Error GgufRows(ffi::Buffer<ffi::U8> table, ffi::Buffer<ffi::S32> indices, ffi::ResultBuffer<ffi::F32> out, int32_t format) {
+  if (!Known(format) || table.dimensions().size() != 2) {
+    return ffi::Error::InvalidArgument("pooled_gguf_rows: expected a table uint8 [V, row bytes] of a known format");
+  }
+  const int64_t vocab = table.dimensions()[0], row_bytes = table.dimensions()[1];
+  const int64_t count = static_cast<int64_t>(indices.element_count());
+  const int64_t depth = row_bytes / BlockBytes(format) * BlockInputs(format);
+  if (row_bytes % BlockBytes(format) != 0 || static_cast<int64_t>(out->element_count()) != count * depth) {
+    return ffi::Error::InvalidArgument("pooled_gguf_rows: the table's rows are not whole blocks, or the result is not [n, D]");
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    // Out-of-range ids read row 0, as XLA's gather clamps (the engine never sends one).
+    const int64_t row = std::clamp<int64_t>(indices.typed_data()[i], 0, vocab - 1);
+    for (int64_t b = 0; b < row_bytes / BlockBytes(format); ++b) {
+      Dequantize(format, table.typed_data() + row * row_bytes + b * BlockBytes(format),
+                 out->typed_data() + i * depth + b * BlockInputs(format));
+    }
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PooledGgufMatmul, GgufMatmul,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<ffi::Span<const int32_t>>("formats"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PooledGgufRows, GgufRows,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::U8>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<int32_t>("format"));
