@@ -93,8 +93,11 @@ class ModelConfig:
     context_length: int = field(default=0)
     # A serving choice: "float" (the dtype's), or the projections and output head as int8 × int8
     # matmuls (engine/model/int8.py) on int8 weights ("int8") or on int8 weights stored in 4 bits ("int4",
-    # engine/model/int4.py).
+    # engine/model/int4.py), or each matrix in its GGUF file's own block format ("gguf",
+    # engine/model/gguf_weights.py; the formats in `block_formats`).
     matmul_weights: str = "float"
+    # With "gguf": (parameter path, block format) of every matrix, e.g. ("layer_0/attn/v/kernel", "Q6_K").
+    block_formats: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_hf(cls, d: dict[str, Any], traits: "FamilyTraits") -> "ModelConfig":
@@ -145,6 +148,15 @@ class ModelConfig:
             sliding_window=window,
             context_length=min(max_positions, window or max_positions),
         )
+
+    def weights_at(self, path: str) -> str:
+        """How the matrix parameter at `path` is stored: `matmul_weights`, or under "gguf" its block format."""
+        if self.matmul_weights != "gguf":
+            return self.matmul_weights
+        formats = dict(self.block_formats)
+        if path not in formats:
+            raise CheckpointError(f"the GGUF file has no blocks for parameter {path}")
+        return formats[path]
 
     @property
     def queries_per_kv_head(self) -> int:

@@ -1,20 +1,25 @@
 """Read a GGUF file (llama.cpp's format) into a `RawCheckpoint` with Hugging Face names and layouts.
 
 Tensors are dequantized to float32 lazily, one tensor per lookup, so reading a file costs no memory
-until a model family asks for a weight. Only the metadata is parsed eagerly.
+until a model family asks for a weight. Only the metadata is parsed eagerly. For
+`--quantization gguf` (`GGUFTensors.as_blocks`), a matrix in one of the block formats pooled computes
+with comes back as a `BlockMatrix` instead: the file's own rows, never dequantized.
 """
 
+import copy
 import re
 import struct
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
 from gguf.quants import dequantize
 
 from engine.errors import CheckpointError
+from engine.model import gguf_weights
+from engine.model.checkpoint.block_matrix import BlockMatrix
 from engine.model.checkpoint.raw import RawCheckpoint
 from engine.model.families import GGUF_FAMILIES, family_for_hf_config
 
@@ -109,7 +114,12 @@ def read_gguf(path: Path) -> RawCheckpoint:
         chat_template=metadata.get("tokenizer.chat_template"),
         gguf_metadata=metadata,
         projection_blocks=_projection_blocks(reader.tensors),
+        matrix_formats=tuple(sorted({tensor.tensor_type.name for tensor in reader.tensors if _is_matrix(tensor)})),
     )
+
+
+def _is_matrix(tensor: ReaderTensor) -> bool:
+    return len(tensor.shape) == 2 and tensor.name != ROPE_FACTORS_TENSOR
 
 
 def _projection_blocks(tensors: list[ReaderTensor]) -> str | None:
@@ -172,6 +182,7 @@ class GGUFTensors(Mapping[str, np.ndarray]):
     """HF-named float32 view of a GGUF file's tensors, dequantized on each lookup."""
 
     def __init__(self, tensors: list[ReaderTensor], hf_config: dict, path: Path) -> None:
+        self._blocks = False
         self._entries: dict[str, tuple[ReaderTensor, int | None, _Transform | None]] = {}
         for tensor in tensors:
             check_tensor_type(tensor, path)
@@ -194,8 +205,17 @@ class GGUFTensors(Mapping[str, np.ndarray]):
             return
         self._entries[f"{prefix}.{BLOCK_TENSORS[part]}.{suffix}"] = (tensor, None, _rotary_fix(part, hf_config))
 
+    def as_blocks(self) -> "GGUFTensors":
+        """These tensors with each matrix in a served block format as a `BlockMatrix`."""
+        view = copy.copy(self)
+        view._blocks = True
+        return view
+
     def __getitem__(self, name: str) -> np.ndarray:
         tensor, expert, transform = self._entries[name]
+        if self._blocks and expert is None and _is_matrix(tensor) and tensor.tensor_type.name in gguf_weights.FORMATS:
+            shape = (int(tensor.shape[1]), int(tensor.shape[0]))  # ggml lists the input dimension first
+            return cast(np.ndarray, BlockMatrix(tensor.data, tensor.tensor_type.name, shape, transform))
         data = tensor.data if expert is None else tensor.data[expert]
         # F32 tensors stay read-only views of the memory-mapped file; other types are decoded copies.
         weights = np.asarray(dequantize(data, tensor.tensor_type), dtype=np.float32)

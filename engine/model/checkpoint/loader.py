@@ -8,8 +8,15 @@
 3. With `quantization="w8a8"`, turn the projections and the output head into int8 weights with
    per-channel scales (`engine/model/int8.py`); with "w4a8" into Q4_1 blocks (`engine/model/int4.py`). The
    cache keeps the float parameters: the quantization is a serving choice, cheap to redo at each
-   load. "auto" serves a file's own numbers fast: w4a8 for a GGUF whose projections are all Q4_1
-   (requantizing them gives back the file's blocks) where the native CPU kernels run, else none.
+   load.
+4. With "gguf", a GGUF file's matrices stay in their own blocks (`engine/model/gguf_weights.py`):
+   the family's conversion passes each through as a `BlockMatrix`, the loader copies the file's
+   rows to the devices and keeps no float copy; no prepared cache either (the file is the prepared
+   form).
+
+"auto" serves a file's own numbers fast where the native CPU kernels run: w4a8 for a GGUF whose
+projections are all Q4_1 (requantizing them gives back the file's blocks), gguf for any other
+GGUF whose matrices are all in block formats the kernels compute with, else none.
 """
 
 import logging
@@ -26,7 +33,8 @@ from tqdm import tqdm
 
 from engine.cache_paths import cache_root
 from engine.errors import CheckpointError
-from engine.model import int8, kernels
+from engine.model import gguf_weights, int8, kernels
+from engine.model.checkpoint.block_matrix import BlockMatrix
 from engine.model.checkpoint.prepared_cache import PreparedCache, fingerprint
 from engine.model.checkpoint.raw import RawCheckpoint
 from engine.model.checkpoint.safetensors_dir import checkpoint_files, read_chat_template, read_safetensors_dir
@@ -41,7 +49,7 @@ log = logging.getLogger(__name__)
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # --quantization → ModelConfig.matmul_weights ("auto" resolves to one of them, see resolve_quantization)
-QUANTIZATIONS = {"none": "float", "w8a8": "int8", "w4a8": "int4"}
+QUANTIZATIONS = {"none": "float", "w8a8": "int8", "w4a8": "int4", "gguf": "gguf"}
 
 
 @dataclass(frozen=True)
@@ -127,30 +135,35 @@ def load_model(
             "tokenizer_dir": str(raw.tokenizer_dir) if raw.tokenizer_dir else None,
             "chat_template": raw.chat_template,
             "projection_blocks": raw.projection_blocks,
+            "matrix_formats": list(raw.matrix_formats),
         }
 
     family = family_for_hf_config(meta["hf_config"])
     config = ModelConfig.from_hf(meta["hf_config"], family.traits)
     if context_length is not None:
         config = with_context(config, context_length, rope_scaling)
-    model = family.model(config, DTYPES[dtype])
-    shapes, logical = abstract_params(model)
-    shardings = shardings_for(shapes, logical, mesh)
-
-    params = _restore(cache, shapes, shardings) if raw is None else None
-    if params is None:
+    if quantization in ("auto", "gguf"):
+        quantization = resolve_quantization(meta, family, mesh, required=quantization == "gguf")
+    if quantization == "gguf":
         raw = raw or _read(path, is_gguf)
-        params = _prepare(family.convert(raw.tensors, config), shapes, shardings, progress)
-        if prepared_cache:
-            log.info("saving prepared parameters to %s", cache.entry)
-            cache.save(params, meta)
-    if quantization == "auto":
-        quantization = resolve_quantization(meta["projection_blocks"], mesh)
-    if quantization != "none":
+        config, params = _block_params(raw, family, config, dtype, mesh, progress)
+        model = family.model(config, DTYPES[dtype])
+    else:
+        model = family.model(config, DTYPES[dtype])
+        shapes, logical = abstract_params(model)
+        shardings = shardings_for(shapes, logical, mesh)
+        params = _restore(cache, shapes, shardings) if raw is None else None
+        if params is None:
+            raw = raw or _read(path, is_gguf)
+            params = _prepare(family.convert(raw.tensors, config), shapes, shardings, progress)
+            if prepared_cache:
+                log.info("saving prepared parameters to %s", cache.entry)
+                cache.save(params, meta)
+    if quantization in ("w8a8", "w4a8"):
         config = replace(config, matmul_weights=QUANTIZATIONS[quantization])
         model = family.model(config, DTYPES[dtype])
         params = _int8_params(params, model, mesh)
-    elif config.tie_word_embeddings and dtype == "float32" and _native_matmuls(mesh):
+    elif quantization == "none" and config.tie_word_embeddings and dtype == "float32" and _native_matmuls(mesh):
         config = replace(config, tie_word_embeddings=False)
         model = family.model(config, DTYPES[dtype])
         params = _untied_head(params, model, mesh)
@@ -181,10 +194,46 @@ def with_served_context(model: LoadedModel, ctx: int, rope_scaling: str | None) 
     return replace(model, config=config, apply=make_forward(model.family.model(config, DTYPES[model.dtype])))
 
 
-def resolve_quantization(projection_blocks: str | None, mesh: Mesh) -> str:
-    """What "auto" serves: the file's own Q4_1 blocks on the native kernel (the numbers llama.cpp
-    computes with, ~4x float32's decode speed on a CPU), else the float weights."""
-    return "w4a8" if projection_blocks == "Q4_1" and _native_matmuls(mesh) else "none"
+def resolve_quantization(meta: dict[str, Any], family: Family, mesh: Mesh, required: bool = False) -> str:
+    """What "auto" serves: a GGUF's own blocks on the native kernels (the numbers llama.cpp
+    computes with, ~4x float32's decode speed on a CPU) — w4a8 for all-Q4_1 projections, gguf where
+    every matrix is in a served block format — else the float weights. `required` ("gguf" asked
+    for): gguf, or CheckpointError saying why not."""
+    native = _native_matmuls(mesh)
+    if not required and meta.get("projection_blocks") == "Q4_1" and native:
+        return "w4a8"
+    formats = meta.get("matrix_formats") or []
+    others = sorted(set(formats) - set(gguf_weights.FORMATS))
+    reason = (
+        "it needs a GGUF file" if not formats
+        else f"its matrices include {', '.join(others)}" if others
+        else "mixtures of experts are not served from blocks" if family.traits.moe
+        else "the native CPU kernels do not run here" if not native
+        else None
+    )
+    if reason is None:
+        return "gguf"
+    if required:
+        raise CheckpointError(f"--quantization gguf cannot serve this model: {reason} (served: {', '.join(gguf_weights.FORMATS)})")
+    return "none"
+
+
+def _block_params(
+    raw: RawCheckpoint, family: Family, config: ModelConfig, dtype: str, mesh: Mesh, progress: bool
+) -> tuple[ModelConfig, dict[str, Any]]:
+    """The model's config naming each matrix's block format, and its parameters: the file's rows."""
+    from engine.model.checkpoint.gguf_file import GGUFTensors
+
+    assert isinstance(raw.tensors, GGUFTensors)
+    entries = list(family.convert(raw.tensors.as_blocks(), config))  # views of the file, a few small floats
+    formats = []
+    for name, host in entries:
+        for key, leaf in jax.tree_util.tree_flatten_with_path(host)[0]:
+            if isinstance(leaf, BlockMatrix):
+                formats.append((_name(name, key), leaf.format))
+    config = replace(config, matmul_weights="gguf", block_formats=tuple(sorted(formats)))
+    shapes, logical = abstract_params(family.model(config, DTYPES[dtype]))
+    return config, _prepare(iter(entries), shapes, shardings_for(shapes, logical, mesh), progress)
 
 
 def _native_matmuls(mesh: Mesh) -> bool:
@@ -276,6 +325,8 @@ def _place_entry(name: str, host: Any, shapes: Any, shardings: Any) -> Any:
         if key not in host_leaves:
             raise CheckpointError(f"checkpoint lacks parameter {_name(name, key)}")
         tensor = host_leaves[key]
+        if isinstance(tensor, BlockMatrix):
+            tensor = tensor.fitted(shape.shape, _name(name, key))
         if tensor.shape != shape.shape:
             raise CheckpointError(
                 f"parameter {_name(name, key)} has shape {tuple(tensor.shape)} but the config implies {shape.shape}"

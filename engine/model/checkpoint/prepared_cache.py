@@ -21,7 +21,7 @@ import orbax.checkpoint as ocp
 log = logging.getLogger(__name__)
 
 # Bump when the prepared layout changes (parameter tree, transposes), so stale entries miss.
-FORMAT_VERSION = 2  # 2: meta.json records the projections' GGUF block type
+FORMAT_VERSION = 3  # 2: meta.json records the projections' GGUF block type; 3: and its matrices' types
 _HEAD_BYTES = 1 << 20
 _TAIL_BYTES = 1 << 16
 _META = "meta.json"

@@ -24,3 +24,6 @@ class RawCheckpoint:
     # The GGML block type every projection of a GGUF file is stored in, when they share one
     # ("Q4_1"): the quantization the file's own numbers are in. None for safetensors.
     projection_blocks: str | None = None
+    # The GGML types of a GGUF file's matrices (every tensor of two dimensions, the embedding and
+    # output head included), sorted: whether `--quantization gguf` can serve them. () for safetensors.
+    matrix_formats: tuple[str, ...] = ()

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine.errors import CheckpointError
+from engine.model.checkpoint.block_matrix import BlockMatrix
 from engine.model.families.traits import FamilyTraits
 from engine.model.layers.transformer import Transformer
 from engine.model.model_config import ModelConfig
@@ -25,7 +26,9 @@ class TensorSource:
         """The tensor, checked against `shape` where the caller is about to reshape it."""
         if name not in self._tensors:
             raise CheckpointError(f"checkpoint is missing tensor {name!r}")
-        tensor = np.asarray(self._tensors[name])
+        found = self._tensors[name]
+        # A matrix in its file's blocks passes through as it is (the float layout ops are no-ops on it).
+        tensor = found if isinstance(found, BlockMatrix) else np.asarray(found)
         if shape is not None and tensor.shape != shape:
             raise CheckpointError(f"tensor {name!r} has shape {tensor.shape} but the config implies {shape}")
         return tensor

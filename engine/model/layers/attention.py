@@ -47,7 +47,8 @@ class Attention(nn.Module):
         def projection(
             equation: str, shape: tuple[int, ...], axes: tuple[str, ...], bias: tuple[str, ...] | None, name: str
         ) -> Projection:
-            return Projection(equation, shape, axes, bias, self.dtype, weights=c.matmul_weights, name=name)
+            weights = c.weights_at("/".join((*self.path, name, "kernel")))
+            return Projection(equation, shape, axes, bias, self.dtype, weights=weights, name=name)
 
         q, k, v = project(
             x,
@@ -92,7 +93,7 @@ class Attention(nn.Module):
             o_bias,
             self.dtype,
             merged=2,
-            weights=c.matmul_weights,
+            weights=c.weights_at("/".join((*self.path, "o", "kernel"))),
             name="o",
         )
         return o(out, lora), returned_cache

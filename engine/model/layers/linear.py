@@ -1,4 +1,5 @@
-"""Parameters with logical axis names, and the projections built on them (float, int8 or Q4 weights)."""
+"""Parameters with logical axis names, and the projections built on them (float, int8, Q4 or GGUF
+block weights)."""
 
 import math
 from collections.abc import Sequence
@@ -8,7 +9,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from engine.model import int4, int8, kernels
+from engine.model import gguf_weights, int4, int8, kernels
+from engine.model.gguf_weights import BlockWeight
 
 if TYPE_CHECKING:
     from engine.model.layers.lora import LoraRows
@@ -67,12 +69,16 @@ def quantized_param(
     inputs: tuple[int, ...],
     input_axes: tuple[str, ...],
     weights: str,
-) -> int8.Weight:
+) -> int8.Weight | BlockWeight:
     """An output-major int8 weight `name` ([*channels, *inputs]) with its `name_scale` per output
     channel; as "int4" (where engine/model/int4.py can pack it) one uint8 array `name` of Q4_1 blocks over the
     inputs as one flat axis, whose input axis is never split across devices (its bytes interleave
-    groups of channels), its channels are."""
+    groups of channels), its channels are; as a GGUF block format (engine/model/gguf_weights.py) one
+    uint8 array of the file's rows, [*channels, row bytes], split the same way."""
     depth = math.prod(inputs)
+    if weights in gguf_weights.FORMATS:
+        shape = (*channels, gguf_weights.row_bytes(weights, depth))
+        return BlockWeight(logical_param(module, name, shape, (*channel_axes, None), jnp.uint8), weights)
     if weights == "int4" and int4.packable(channels[-1], depth):
         packed = (*channels, int4.packed_bytes(depth))
         return int8.Weight(logical_param(module, name, packed, (*channel_axes, None), jnp.uint8))
@@ -93,7 +99,7 @@ class Projection(nn.Module):
     # They contract as one flat axis in a plain matmul (the equation only documents it): given
     # several contracting axes (o: N, H), XLA CPU transposes the whole weight on every call.
     merged: int = 1
-    weights: str = "float"  # ModelConfig.matmul_weights
+    weights: str = "float"  # ModelConfig.weights_at: "float", "int8", "int4" or a GGUF block format
 
     def setup(self) -> None:
         if self.weights == "float":
@@ -133,7 +139,11 @@ def project(x: Array, projections: Sequence[Projection], lora: "LoraRows | None"
         products = float_matmuls(x, [projection.kernel for projection in projections] + downs, merged)
         ys, xas = products[: len(projections)], products[len(projections) :]
     else:
-        ys = int8.flat_matmuls(x, [projection.quantized for projection in projections], merged)
+        quantized = [projection.quantized for projection in projections]
+        if all(isinstance(weight, BlockWeight) for weight in quantized):
+            ys = gguf_weights.matmuls(x, cast(list[BlockWeight], quantized), merged)
+        else:
+            ys = int8.flat_matmuls(x, cast(list[int8.Weight], quantized), merged)
         xas = float_matmuls(x, downs, merged) if downs else []
     outs = [projection.biased(y.astype(projection.dtype)) for projection, y in zip(projections, ys, strict=True)]
     if lora is None:

@@ -14,23 +14,25 @@ Array = jax.Array
 class GatedMLP(nn.Module):
     """SwiGLU: down(silu(gate(x)) * up(x))."""
 
-    hidden_size: int
-    intermediate_size: int
+    config: ModelConfig
     dtype: jnp.dtype = jnp.float32
-    weights: str = "float"  # ModelConfig.matmul_weights
 
     @nn.compact
     def __call__(self, x: Array, lora: LoraRows | None = None) -> Array:
-        D, F, w = self.hidden_size, self.intermediate_size, self.weights
+        D, F = self.config.hidden_size, self.config.intermediate_size
+
+        def weights(name: str) -> str:  # ModelConfig.weights_at: a GGUF's down may differ from gate and up
+            return self.config.weights_at("/".join((*self.path, name, "kernel")))
+
         gate, up = project(
             x,
             [
-                Projection("BTD,DF->BTF", (D, F), ("embed", "ffn"), dtype=self.dtype, weights=w, name=name)
+                Projection("BTD,DF->BTF", (D, F), ("embed", "ffn"), dtype=self.dtype, weights=weights(name), name=name)
                 for name in ("gate", "up")
             ],
             lora,
         )
-        down = Projection("BTF,FD->BTD", (F, D), ("ffn", "embed"), dtype=self.dtype, weights=w, name="down")
+        down = Projection("BTF,FD->BTD", (F, D), ("ffn", "embed"), dtype=self.dtype, weights=weights("down"), name="down")
         return down(nn.silu(gate) * up, lora)
 
 

@@ -7,7 +7,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from engine.model import int8
+from engine.model import gguf_weights, int8
+from engine.model.gguf_weights import BlockWeight
 from engine.model.layers.attention import Attention
 from engine.model.layers.embedding import Embedding
 from engine.model.layers.kv_cache import AnyCache, CacheOut, PagedLayerCache
@@ -51,7 +52,7 @@ class DecoderLayer(nn.Module):
         normed = RMSNorm(c.hidden_size, c.rms_norm_eps, "embed", self.dtype, name="mlp_norm")(x)
         if self.sparse_mlp:  # adapters never reach experts (engine/lora/peft_adapter.py refuses them)
             return x + MoE(c, self.dtype, name="moe")(normed), cache_out
-        mlp = GatedMLP(c.hidden_size, c.intermediate_size, self.dtype, c.matmul_weights, name="mlp")
+        mlp = GatedMLP(c, self.dtype, name="mlp")
         return x + mlp(normed, lora), cache_out
 
 
@@ -83,10 +84,13 @@ class Transformer(nn.Module):
         lora: LoraBatch | None = None,
     ) -> tuple[Array, tuple[CacheOut, ...] | None]:
         c = self.config
-        # The embedding (often also the output head) stays int8 under "int4": it is the matrix most
-        # sensitive to 4-bit error, and llama.cpp's Q4 files keep it at 8 bits too.
-        head_weights = "int8" if c.matmul_weights == "int4" else c.matmul_weights
-        embed = Embedding(c.vocab_size, c.hidden_size, self.dtype, head_weights, name="embed")
+
+        def weights_at(path: str) -> str:
+            # The embedding (often also the output head) stays int8 under "int4": it is the matrix most
+            # sensitive to 4-bit error, and llama.cpp's Q4 files keep it at 8 bits too.
+            return "int8" if c.matmul_weights == "int4" else c.weights_at(path)
+
+        embed = Embedding(c.vocab_size, c.hidden_size, self.dtype, weights_at("embed/embedding"), name="embed")
         x = embed(tokens)
         # Padded prompt tokens sit in the block table's last column, the null page.
         real = None
@@ -115,8 +119,8 @@ class Transformer(nn.Module):
             logits = embed.attend(x)
         elif c.matmul_weights != "float":
             V, D = c.vocab_size, c.hidden_size
-            head = quantized_param(self, "lm_head", (V,), ("vocab",), (D,), ("embed",), head_weights)
-            logits = int8.matmul(x, head)
+            head = quantized_param(self, "lm_head", (V,), ("vocab",), (D,), ("embed",), weights_at("lm_head"))
+            logits = gguf_weights.matmuls(x, [head])[0] if isinstance(head, BlockWeight) else int8.matmul(x, head)
         else:
             lm_head = logical_param(self, "lm_head", (c.hidden_size, c.vocab_size), ("embed", "vocab"), self.dtype)
             logits = float_matmuls(x, [lm_head])[0]
