@@ -1247,7 +1247,7 @@ class Config(BaseModel):
     """
     `--dtype` (reload)
     """
-    quantization: Literal["auto", "none", "w8a8", "w4a8"]
+    quantization: Literal["auto", "none", "gguf", "w8a8", "w4a8"]
     """
     `--quantization` (reload)
     """
@@ -1895,9 +1895,13 @@ class Health(BaseModel):
     """
     The RoPE scaling (`dynamic`, `yarn` or `linear`) that extends `ctx` past `trained_ctx` (without `--ctx`, a model trained on less than 32768 tokens is extended to it, by default with dynamic NTK); null when the context is within the trained length.
     """
-    quantization: Literal["none", "w8a8", "w4a8"] | None
+    quantization: Literal["none", "gguf", "w8a8", "w4a8"] | None
     """
-    How the weights are served (`--quantization`, with `auto` resolved: `w4a8` for a GGUF whose projections are Q4_1 where the native CPU kernels run, else `none`), or null before the model is loaded.
+    How the weights are served (`--quantization`, with `auto` resolved where the native CPU kernels run: `w4a8` for a GGUF whose projections are Q4_1, `gguf` for any other GGUF whose matrices are all in served block formats, else `none`), or null before the model is loaded.
+    """
+    weight_formats: dict[str, Any] | None
+    """
+    With `quantization` gguf, the block formats the matrices are served in, each with how many matrices it holds (e.g. a Q4_K_M file of SmolLM2: `{"Q4_K": 16, "Q5_0": 166, "Q6_K": 14, "Q8_0": 14}`); null otherwise or before the model is loaded.
     """
     queue: Annotated[StrictInt, Field(ge=0)]
     """

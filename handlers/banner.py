@@ -19,11 +19,15 @@ def context_line(model: ModelService) -> str:
 
 
 def weights_line(model: ModelService) -> str:
-    return f"Weights: {WEIGHTS[model.quantization or 'none']} (--quantization sets it)"
+    weights = WEIGHTS[model.quantization or "none"]
+    if model.weight_formats:
+        weights += ": " + ", ".join(f"{format} ×{count}" for format, count in model.weight_formats.items())
+    return f"Weights: {weights} (--quantization sets it)"
 
 
 WEIGHTS = {
     "none": "float, as --dtype says",
+    "gguf": "the file's own blocks on native CPU kernels (gguf)",
     "w8a8": "int8 projections and head (w8a8)",
     "w4a8": "the file's Q4_1 blocks on the native CPU kernel, activations in int8 (w4a8)",
 }

@@ -222,7 +222,12 @@ class ModelService(Protocol):
 
     @property
     def quantization(self) -> str | None:
-        """How the weights are served (none, w8a8, w4a8) once loaded, else None."""
+        """How the weights are served (none, gguf, w8a8, w4a8) once loaded, else None."""
+        ...
+
+    @property
+    def weight_formats(self) -> Mapping[str, int] | None:
+        """Under gguf, each block format the matrices are served in and how many it holds; else None."""
         ...
 
     @property

@@ -40,6 +40,7 @@ def health(server: ServerContext) -> models.Health:
             "trained_ctx": model.trained_ctx,
             "rope_scaling": model.rope_scaling,
             "quantization": model.quantization,
+            "weight_formats": dict(model.weight_formats) if model.weight_formats else None,
             "queue": server.counters.in_flight,
             "served": server.counters.served,
             "progress": model.progress,

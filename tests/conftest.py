@@ -32,6 +32,7 @@ class StubModel:
     trained_ctx: int | None = 2048
     rope_scaling: str | None = None
     quantization: str | None = "none"
+    weight_formats: dict[str, int] | None = None
     progress: dict[str, Any] | None = None
     failure: tuple[str, str] | None = None
     decode_lanes: int = 4

@@ -35,9 +35,13 @@ class EngineSettings:
     )
     quantization: str = setting(
         "auto",
-        one_of("auto", "none", "w8a8", "w4a8"),
-        "auto: w4a8 for a GGUF whose projections are all Q4_1 (the default model's; the file's own blocks, "
-        "as llama.cpp computes with them) where the native CPU kernels run, else none. w8a8: projections "
+        one_of("auto", "none", "gguf", "w8a8", "w4a8"),
+        "auto: where the native CPU kernels run, a GGUF's own blocks: w4a8 for a GGUF whose projections "
+        "are all Q4_1 (the default model's), gguf for any other GGUF whose matrices are all Q4_0, Q4_1, "
+        "Q5_0, Q5_1, Q8_0, Q4_K, Q5_K or Q6_K (Q4_K_M, Q5_K_M, Q8_0 files…); else none. gguf: every "
+        "matrix, embedding and output head included, kept in the file's own blocks and format (memory "
+        "≈ the file's size) and run on native CPU kernels with activations quantized per block as "
+        "llama.cpp quantizes them; a model it cannot serve is refused, saying why. w8a8: projections "
         "and output head as int8 × int8 matmuls (int8 weights, activations quantized per token): on the "
         "CPU faster than float32 for some accuracy (SmolLM2-135M: perplexity +3-5 %). w4a8: "
         "the projections in Q4_1 blocks, a Q4_1 GGUF's own (embedding and output head int8), run on a native "

@@ -264,6 +264,7 @@ def load_serving(
         {name: encoder.face for name, encoder in encoders.items()},
         adapters=adapters,
         failed_parts=beside.failed,
+        weight_formats=checkpoint.model.weight_formats,
     )
 
 

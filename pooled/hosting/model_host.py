@@ -84,6 +84,7 @@ class Loaded:
     kind: ModelKind = "chat"
     adapters: AdapterAdmin | None = None  # a generating model's LoRA adapters
     failed_parts: tuple[FailedPart, ...] = ()  # the models beside it that did not load
+    weight_formats: Mapping[str, int] = field(default_factory=dict)  # GGUF block format → matrices (gguf)
 
 
 Loader = Callable[[Path, Settings, Callable[[str, int, int], None]], Loaded]
@@ -146,6 +147,10 @@ class ModelHost:
     @property
     def quantization(self) -> str | None:
         return self._loaded.quantization if self._loaded else None
+
+    @property
+    def weight_formats(self) -> Mapping[str, int] | None:
+        return self._loaded.weight_formats if self._loaded and self._loaded.weight_formats else None
 
     @property
     def progress(self) -> dict[str, Any] | None:

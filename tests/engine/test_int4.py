@@ -12,6 +12,7 @@ from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.model import int4, int8, kernels
 from engine.model.checkpoint.loader import load_model, resolve_quantization
+from engine.model.families.llama import Llama
 from engine.model.sharding import make_mesh
 from tests.engine.engine_harness import generate, greedy_request, start
 
@@ -122,9 +123,17 @@ def test_engine_on_the_packed_model(tiny_checkpoint: Callable[[str], Path], tmp_
         engine.shutdown()
 
 
-def test_auto_serves_a_q4_1_files_own_blocks_where_the_kernels_run() -> None:
+def test_auto_serves_a_gguf_files_own_blocks_where_the_kernels_run() -> None:
     mesh = make_mesh(None)
     native = kernels.available()
-    assert resolve_quantization("Q4_1", mesh) == ("w4a8" if native else "none")
-    assert resolve_quantization("Q8_0", mesh) == "none"  # w8a8 would requantize per channel: not the file's numbers
-    assert resolve_quantization(None, mesh) == "none"  # safetensors, or a file of mixed blocks
+    llama = Llama()
+
+    def auto(projections: str | None, matrices: list[str]) -> str:
+        return resolve_quantization({"projection_blocks": projections, "matrix_formats": matrices}, llama, mesh)
+
+    assert auto("Q4_1", ["Q4_1", "Q8_0"]) == ("w4a8" if native else "none")
+    # Not requantized (w8a8 would round per channel): the file's own blocks.
+    assert auto("Q8_0", ["Q8_0"]) == ("gguf" if native else "none")
+    assert auto(None, ["Q4_K", "Q5_0", "Q6_K", "Q8_0"]) == ("gguf" if native else "none")  # a Q4_K_M mixture
+    assert auto(None, ["F16", "Q4_K"]) == "none"  # a matrix the kernels do not compute with
+    assert auto(None, []) == "none"  # safetensors

@@ -178,7 +178,7 @@ def test_file_values_take_their_kind_or_the_flags_text(tmp_path: Path) -> None:
         ("max_queue = -1\n", "key 'max_queue' takes an integer of 0 or more, not -1"),
         ('max_queue = "many"\n', "key 'max_queue' takes an integer of 0 or more"),
         ("max_queue = true\n", "key 'max_queue' takes an integer"),
-        ('quantization = "int4"\n', "one of auto, none, w8a8, w4a8"),
+        ('quantization = "int4"\n', "one of auto, none, gguf, w8a8, w4a8"),
         ("[profile.unused]\nrequest_timeout = 0\n", "[profile.unused]: key 'request_timeout' takes a number above 0"),
         ('config = "other.toml"\n', "key 'config' is chosen by a flag or variable"),
         ('profile = "x"\n', "[profile.NAME] tables"),
@@ -245,7 +245,7 @@ def test_fields_list_every_setting_with_kind_default_rule_and_change(client: Tes
         "env": "POOLED_MAX_QUEUE",
         "help": BY_NAME["max_queue"].metadata["help"],
     }
-    assert fields["quantization"]["rule"] == {"choices": ["auto", "none", "w8a8", "w4a8"]}
+    assert fields["quantization"]["rule"] == {"choices": ["auto", "none", "gguf", "w8a8", "w4a8"]}
     assert fields["request_timeout"]["rule"] == {"exclusive_minimum": 0}
     assert fields["port"]["rule"] == {"minimum": 0, "maximum": 65535}
     assert fields["ctx"]["nullable"] and fields["ctx"]["change"] == "reload"

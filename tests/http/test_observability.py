@@ -52,6 +52,18 @@ def test_banner_and_health_say_how_the_weights_are_served(client: TestClient, mo
     model.quantization = "w4a8"
     assert "Weights: the file's Q4_1 blocks on the native CPU kernel" in client.get("/").text
     assert client.get("/health").json()["quantization"] == "w4a8"
+    assert client.get("/health").json()["weight_formats"] is None
+
+
+def test_banner_and_health_name_the_block_formats_of_a_gguf_served_from_its_blocks(
+    client: TestClient, model: StubModel
+) -> None:
+    model.quantization, model.weight_formats = "gguf", {"Q4_K": 16, "Q5_0": 166, "Q6_K": 14, "Q8_0": 14}
+    assert "Weights: the file's own blocks on native CPU kernels (gguf): Q4_K ×16, Q5_0 ×166, Q6_K ×14, Q8_0 ×14" in (
+        client.get("/").text
+    )
+    health = client.get("/health").json()
+    assert (health["quantization"], health["weight_formats"]) == ("gguf", model.weight_formats)
 
 
 def test_the_banner_says_how_to_serve_embeddings_beside_the_chat_model(client: TestClient) -> None:

@@ -20,6 +20,7 @@ GGUF whose matrices are all in block formats the kernels compute with, else none
 """
 
 import logging
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -68,6 +69,12 @@ class LoadedModel:
     fingerprint: str  # of the checkpoint files and dtype (the prepared cache's key)
 
     @overload
+    @property
+    def weight_formats(self) -> dict[str, int]:
+        """Each GGUF block format the matrices are served in (quantization "gguf"), with how many
+        matrices it holds; empty otherwise."""
+        return dict(sorted(Counter(format for _, format in self.config.block_formats).items()))
+
     def forward(
         self, tokens: jax.Array, positions: jax.Array, *, lora: LoraBatch | None = None
     ) -> tuple[jax.Array, None]: ...
