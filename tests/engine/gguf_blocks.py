@@ -80,5 +80,6 @@ def _six_bit(x: np.ndarray) -> np.ndarray:
     high = (q[..., 0, :] >> 4) | ((q[..., 1, :] >> 4) << 2) | ((q[..., 2, :] >> 4) << 4) | ((q[..., 3, :] >> 4) << 6)
     lead = x.shape[:2]
     return np.concatenate(
-        [low.reshape(*lead, 128), high.reshape(*lead, 64), sc.view(np.uint8), d.view(np.uint8).reshape(*lead, 2)], axis=-1
+        [low.reshape(*lead, 128), high.reshape(*lead, 64), sc.view(np.uint8), d.view(np.uint8).reshape(*lead, 2)],
+        axis=-1,
     )

@@ -30,7 +30,8 @@ def _block_bytes(model: LoadedModel) -> int:
 
 @pytest.mark.parametrize(
     "formats",
-    [{"default": format} for format in FORMATS] + [Q4_K_M, {"default": "Q5_K", "token_embd": "Q8_0", "ffn_down": "Q5_0"}],
+    [{"default": format} for format in FORMATS]
+    + [Q4_K_M, {"default": "Q5_K", "token_embd": "Q8_0", "ffn_down": "Q5_0"}],
     ids=[*FORMATS, "Q4_K_M", "mixed"],
 )
 @pytest.mark.parametrize("tied", [False, True], ids=["head", "tied"])

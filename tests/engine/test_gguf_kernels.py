@@ -70,7 +70,9 @@ def test_one_call_serves_weights_of_different_formats() -> None:
     x = rng.standard_normal((5, 256)).astype(np.float32)
     formats = ["Q4_K", "Q6_K", "Q8_0", "Q5_0"]
     blocks = [quantize(rng.standard_normal((16, 256)).astype(np.float32), format) for format in formats]
-    ys = gguf_weights.matmuls(jnp.asarray(x), [BlockWeight(jnp.asarray(b), f) for b, f in zip(blocks, formats)])
+    ys = gguf_weights.matmuls(
+        jnp.asarray(x), [BlockWeight(jnp.asarray(b), f) for b, f in zip(blocks, formats, strict=True)]
+    )
     for y, b, format in zip(ys, blocks, formats, strict=True):
         (alone,) = gguf_weights.matmuls(jnp.asarray(x), [BlockWeight(jnp.asarray(b), format)])
         np.testing.assert_array_equal(np.asarray(y), np.asarray(alone))
@@ -94,4 +96,3 @@ def test_embedding_rows_are_the_dequantized_rows(format: str) -> None:
     ids = np.array([[0, 39], [7, 7]], np.int32)
     rows = gguf_weights.rows(BlockWeight(jnp.asarray(table), format), jnp.asarray(ids))
     np.testing.assert_array_equal(np.asarray(rows), dequantize(table, format)[ids])
-

@@ -36,5 +36,7 @@ class BlockMatrix:
         """The rows as the parameter's [*channels, row bytes]."""
         rows = self.source if self.transform is None else self.transform(self.source)
         if math.prod(shape[:-1]) != self.shape[0] or shape[-1] != rows.shape[-1]:
-            raise CheckpointError(f"parameter {name} has shape {shape} but the file's {self.format} rows are {rows.shape}")
+            raise CheckpointError(
+                f"parameter {name} has shape {shape} but the file's {self.format} rows are {rows.shape}"
+            )
         return np.ascontiguousarray(rows).reshape(shape)

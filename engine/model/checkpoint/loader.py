@@ -68,13 +68,13 @@ class LoadedModel:
     quantization: str  # one of QUANTIZATIONS, "auto" resolved
     fingerprint: str  # of the checkpoint files and dtype (the prepared cache's key)
 
-    @overload
     @property
     def weight_formats(self) -> dict[str, int]:
         """Each GGUF block format the matrices are served in (quantization "gguf"), with how many
         matrices it holds; empty otherwise."""
         return dict(sorted(Counter(format for _, format in self.config.block_formats).items()))
 
+    @overload
     def forward(
         self, tokens: jax.Array, positions: jax.Array, *, lora: LoraBatch | None = None
     ) -> tuple[jax.Array, None]: ...
@@ -151,6 +151,7 @@ def load_model(
         config = with_context(config, context_length, rope_scaling)
     if quantization in ("auto", "gguf"):
         quantization = resolve_quantization(meta, family, mesh, required=quantization == "gguf")
+    params: Any  # the family's parameter tree
     if quantization == "gguf":
         raw = raw or _read(path, is_gguf)
         config, params = _block_params(raw, family, config, dtype, mesh, progress)
@@ -212,16 +213,21 @@ def resolve_quantization(meta: dict[str, Any], family: Family, mesh: Mesh, requi
     formats = meta.get("matrix_formats") or []
     others = sorted(set(formats) - set(gguf_weights.FORMATS))
     reason = (
-        "it needs a GGUF file" if not formats
-        else f"its matrices include {', '.join(others)}" if others
-        else "mixtures of experts are not served from blocks" if family.traits.moe
-        else "the native CPU kernels do not run here" if not native
+        "it needs a GGUF file"
+        if not formats
+        else f"its matrices include {', '.join(others)}"
+        if others
+        else "mixtures of experts are not served from blocks"
+        if family.traits.moe
+        else "the native CPU kernels do not run here"
+        if not native
         else None
     )
     if reason is None:
         return "gguf"
     if required:
-        raise CheckpointError(f"--quantization gguf cannot serve this model: {reason} (served: {', '.join(gguf_weights.FORMATS)})")
+        served = ", ".join(gguf_weights.FORMATS)
+        raise CheckpointError(f"--quantization gguf cannot serve this model: {reason} (served: {served})")
     return "none"
 
 

@@ -32,7 +32,9 @@ class GatedMLP(nn.Module):
             ],
             lora,
         )
-        down = Projection("BTF,FD->BTD", (F, D), ("ffn", "embed"), dtype=self.dtype, weights=weights("down"), name="down")
+        down = Projection(
+            "BTF,FD->BTD", (F, D), ("ffn", "embed"), dtype=self.dtype, weights=weights("down"), name="down"
+        )
         return down(nn.silu(gate) * up, lora)
 
 
