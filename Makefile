@@ -38,10 +38,13 @@ test-packages:
 	test -z "$(strip $(TEST_PACKAGES))" || (apt-get update && apt-get install -y $(TEST_PACKAGES)) || \
 		echo "$(TEST_PACKAGES) could not be installed: the tests that drive them will be skipped"
 
-# EMBEDDING_ARGS go to the embeddings figures (tools/embedding_bench.py), LORA_ARGS to the LoRA
-# ones (tools/lora_bench.py), e.g. --write docs/BENCHMARKS.md.
+# QUANT_ARGS go to the figures on the default model requantized by llama-quantize (Q4_K_M and
+# Q8_0, served from their own blocks), EMBEDDING_ARGS to the embeddings figures
+# (tools/embedding_bench.py), LORA_ARGS to the LoRA ones (tools/lora_bench.py).
+QUANT_ARGS ?= --no-long --rounds 2
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py $(ARGS)
+	for type in Q4_K_M Q8_0; do $(BIN)/python tools/bench.py --quantize $$type $(QUANT_ARGS) || exit 1; done
 	$(BIN)/python tools/embedding_bench.py $(EMBEDDING_ARGS)
 	$(BIN)/python tools/lora_bench.py $(LORA_ARGS)
 

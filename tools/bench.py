@@ -3,6 +3,7 @@
     python tools/bench.py                       # both servers, default model, writes docs/BENCHMARKS.md
     python tools/bench.py --only pooled         # one server
     python tools/bench.py --base-url URL        # an already running OpenAI-compatible server, printed only
+    python tools/bench.py --quantize Q4_K_M     # the default model requantized by llama-quantize
 
 Each server is started, measured and stopped in turn, so they never compete for
 the CPU; keep the machine otherwise quiet (llama-server with 2 threads collapses
@@ -27,6 +28,11 @@ so both servers do the same work:
   for pooled the same with prompt-lookup drafts off (`--draft-tokens 0`) and the drafts'
   acceptance rate (`/metrics`);
 - peak RSS of the server process;
+- start to ready: pooled's first start in a round compiles from nothing (a prepared-weights
+  and compilation cache of the run's own, the native kernels linked in), its second start is warm
+  (that cache filled); llama-server's start;
+- greedy agreement (with both servers): the first tokens of a few greedy answers, compared
+  token by token, the share matched before the answers part;
 - a roofline: the decode step's bytes moved over the machine's measured memory
   bandwidth gives the ceiling a batch-1 step can reach.
 """
@@ -58,6 +64,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from engine.cache_paths import cache_root  # noqa: E402
 from pooled.hosting.model_host import default_model_path  # noqa: E402
 from text import Tokenizer  # noqa: E402
 
@@ -70,6 +77,13 @@ DECODE_TOKENS = 128
 CONCURRENT_TOKENS = 64
 READY_TIMEOUT_S = 900
 REPLAY_TOKENS = 256  # of the rewritten method (the whole is ~940 tokens), greedy
+GREEDY_PROMPTS = (
+    "The three laws of thermodynamics are",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "User: What is the capital of France, and why is it famous?\nAssistant:",
+    "Once upon a time, in a small village by the sea,",
+)
+GREEDY_TOKENS = 48
 FILLER = (
     "The history of computing is a story of abstractions layered on abstractions, each one hiding "
     "the details below it so that people can think about bigger problems. "
@@ -101,6 +115,9 @@ class Report:
     replay_tps: float = 0.0
     replay_no_drafts_tps: float = 0.0  # pooled only: the replay with --draft-tokens 0
     replay_acceptance: float = 0.0  # pooled only: draft tokens accepted / proposed in the replay
+    ready_s: float = 0.0  # start to ready (pooled: from an empty cache)
+    warm_ready_s: float = 0.0  # pooled only: start to ready again, its cache filled
+    greedy_texts: list[str] = field(default_factory=list)  # the answers to GREEDY_PROMPTS
 
 
 def make_prompt(tokenizer: Tokenizer, size: int, salt: str) -> str:
@@ -190,6 +207,8 @@ async def measure(name: str, base_url: str, tokenizer: Tokenizer, pid: int | Non
             report.aggregate_tps[streams] = sum(r.tokens for r in results) / wall
             report.latency_p50_s[streams] = statistics.median(latencies)
             report.latency_p99_s[streams] = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+        for prompt in GREEDY_PROMPTS:
+            report.greedy_texts.append((await stream_completion(client, prompt, GREEDY_TOKENS)).text)
     report.replay_tps = await measure_replay(base_url)
     if pid is not None:
         report.peak_rss_mib = peak_rss_mib(pid)
@@ -248,15 +267,27 @@ async def measure_second_turn(base_url: str, tokenizer: Tokenizer) -> float:
         return (await stream_completion(client, agent_prompt(tokenizer) + AGENT_NEXT_TURN, 4)).ttft_s
 
 
+@dataclass
+class Started:
+    process: subprocess.Popen[bytes]
+    ready_s: float  # from the process's start until `ready_path` said ready
+
+
 @contextmanager
 def running(
-    command: list[str], base_url: str, ready_path: str, log_path: Path | None = None
-) -> Iterator[subprocess.Popen[bytes]]:
-    """`command` started, its output in `log_path` (default .cache/bench-NAME.log), once `ready_path` says ready."""
+    command: list[str],
+    base_url: str,
+    ready_path: str,
+    log_path: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[Started]:
+    """`command` started (`env` added to the environment), its output in `log_path` (default
+    .cache/bench-NAME.log), once `ready_path` says ready."""
     log_path = log_path or REPO / ".cache" / f"bench-{Path(command[0]).name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)  # a fresh checkout has no .cache yet
     log = open(log_path, "wb")  # noqa: SIM115
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
@@ -274,8 +305,8 @@ def running(
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{command[0]} was not ready after {READY_TIMEOUT_S} s")
-            time.sleep(1)
-        yield process
+            time.sleep(0.25)
+        yield Started(process, time.perf_counter() - started)
     finally:
         process.terminate()
         try:
@@ -315,6 +346,9 @@ def median_report(rounds: list[Report]) -> Report:
         replay_tps=median([r.replay_tps for r in rounds]),
         replay_no_drafts_tps=median([r.replay_no_drafts_tps for r in rounds]),
         replay_acceptance=median([r.replay_acceptance for r in rounds]),
+        ready_s=median([r.ready_s for r in rounds]),
+        warm_ready_s=median([r.warm_ready_s for r in rounds]),
+        greedy_texts=first.greedy_texts,
     )
 
 
@@ -329,8 +363,22 @@ def speedup(ours: list[float], theirs: list[float], higher_is_better: bool) -> s
     return text + (f" ({min(ratios):.2f}–{max(ratios):.2f})" if len(ratios) > 1 else "")
 
 
-def markdown(runs: list[list[Report]], bandwidth: float, command: str) -> str:
-    """The page section for `runs`: per server (pooled first), its reports, one a round."""
+def greedy_agreement(tokenizer: Tokenizer, ours: list[str], theirs: list[str]) -> list[float]:
+    """Per greedy prompt, the share of tokens the two answers hold alike before they first part
+    (of the longer answer's tokens, retokenized here: both servers' chunks are text)."""
+    shares = []
+    for a, b in zip(ours, theirs, strict=True):
+        x, y = tokenizer.encode(a), tokenizer.encode(b)
+        same = next((i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), min(len(x), len(y)))
+        shares.append(same / max(len(x), len(y), 1))
+    return shares
+
+
+def markdown(
+    runs: list[list[Report]], bandwidth: float, command: str, greedy_shares: list[float] | None = None
+) -> str:
+    """The page section for `runs`: per server (pooled first), its reports, one a round, and the
+    greedy agreement of the two servers' first rounds (`greedy_agreement`) when both ran."""
     compared = len(runs) == 2
     reports = [median_report(rounds) for rounds in runs]
     rounds = max(len(r) for r in runs)
@@ -384,7 +432,18 @@ def markdown(runs: list[list[Report]], bandwidth: float, command: str) -> str:
     row("code-editing replay, drafts off (tokens/s)", lambda r: r.replay_no_drafts_tps, ".1f", True)
     row("code-editing replay, drafts accepted (share)", lambda r: r.replay_acceptance, ".2f", True)
     row("peak RSS (MiB)", lambda r: r.peak_rss_mib, ".0f", False)
-    lines += ["", "Ratios are speed-ups (above 1× means pooled is better), for latencies and TTFT too.", ""]
+    row("start to ready (s; pooled: nothing cached)", lambda r: r.ready_s, ".1f", False)
+    row("start to ready, warm (s; pooled: its cache filled)", lambda r: r.warm_ready_s or r.ready_s, ".1f", False)
+    lines += ["", "Ratios are speed-ups (above 1× means pooled is better), for latencies and TTFT too."]
+    if greedy_shares:
+        shares = greedy_shares
+        lines += [
+            "",
+            f"Greedy agreement with llama-server (first round; {len(shares)} prompts, {GREEDY_TOKENS} tokens each, "
+            f"the share of tokens alike before the answers part): mean {100 * statistics.mean(shares):.0f} %, per "
+            f"prompt {', '.join(f'{100 * share:.0f} %' for share in shares)}.",
+        ]
+    lines += [""]
     lines += ["### Roofline (batch-1 decode)", ""]
     for report in reports:
         if report.bytes_per_step:
@@ -439,9 +498,13 @@ def _memory_gib() -> float:
 def pooled_bytes_per_step(model: Path, quantization: str) -> int:
     """Weights read once per decode step: float32; with `--quantization w8a8` one byte for each
     matrix element (the per-channel scales are under 1 %); with `w4a8` 5 bits (Q4_1: 16 bytes of
-    codes and two f16 per 32 elements) except the embedding and output head, int8. A tied embedding
-    is read once, as the output matrix. `quantization` is what the server says it serves."""
+    codes and two f16 per 32 elements) except the embedding and output head, int8; with `gguf` the
+    file's own bytes. A tied embedding is read once, as the output matrix. `quantization` is what
+    the server says it serves."""
     from gguf import GGUFReader
+
+    if quantization == "gguf":
+        return int(sum(int(t.n_bytes) for t in GGUFReader(model).tensors))
 
     def element_bytes(name: str, dimensions: int) -> float:
         if dimensions < 2 or quantization == "none":
@@ -456,34 +519,66 @@ def pooled_bytes_per_step(model: Path, quantization: str) -> int:
 
 def measure_pooled(model: Path, tokenizer: Tokenizer, pooled_args: list[str], long: bool) -> Report:
     url = "http://127.0.0.1:8091"
-    with tempfile.TemporaryDirectory(prefix="bench-prefix-") as prefix:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-prefix-") as prefix,
+        tempfile.TemporaryDirectory(prefix="bench-cache-") as cache,
+    ):
         # A prefix-cache disk tier of the run's own: cold at the first start, warm after the restart.
         args = ["--prefix-cache-dir", prefix, *pooled_args]
+        # A prepared-weights and compilation cache of the run's own, so the first start compiles
+        # from nothing and the second finds it filled; the native kernels, built once per machine,
+        # are linked in (building them is not the model's start).
+        kernels = cache_root(None) / "kernels"
+        if kernels.is_dir():
+            (Path(cache) / "kernels").symlink_to(kernels)
+        env = {"POOLED_CACHE_DIR": cache}
         # Without --ctx pooled serves a model trained on less than 32768 tokens at 32768
         # (pooled/configuration/context_policy.py): the long figures need no other server.
-        with running(pooled_command(model, 8091, args), url, "/health") as process:
+        with running(pooled_command(model, 8091, args), url, "/health", env=env) as server:
             quantization = httpx.get(url + "/health", timeout=10).json()["quantization"]
-            report = asyncio.run(measure("pooled", url, tokenizer, process.pid))
+            report = asyncio.run(measure("pooled", url, tokenizer, server.process.pid))
+            report.ready_s = server.ready_s
             before = draft_counts(url)
             asyncio.run(measure_replay(url))
             proposed, accepted = (after - first for after, first in zip(draft_counts(url), before, strict=True))
             report.replay_acceptance = accepted / proposed if proposed else 0.0
             if long:
                 asyncio.run(measure_long(report, url, tokenizer))
-        if long:
-            with running(pooled_command(model, 8091, args), url, "/health"):
+        with running(pooled_command(model, 8091, args), url, "/health", env=env) as server:
+            report.warm_ready_s = server.ready_s
+            if long:
                 report.restart_ttft_s = asyncio.run(measure_second_turn(url, tokenizer))
-        with running(pooled_command(model, 8091, [*args, "--draft-tokens", "0"]), url, "/health"):
+        with running(pooled_command(model, 8091, [*args, "--draft-tokens", "0"]), url, "/health", env=env):
             report.replay_no_drafts_tps = asyncio.run(measure_replay(url))
     report.bytes_per_step = pooled_bytes_per_step(model, quantization)
     return report
 
 
+def llama_tools() -> Path:
+    """The folder of the llama.cpp build (llama-server, llama-quantize), built first if need be."""
+    script = REPO / "tools" / "build_llama_server.sh"
+    return Path(subprocess.check_output([str(script)], text=True).strip()).parent
+
+
+def requantized(model: Path, quantization: str) -> Path:
+    """`model` requantized to `quantization` by llama-quantize (`--allow-requantize`: from its
+    dequantized blocks, as from a float file), kept beside the llama.cpp build."""
+    target = llama_tools().parent.parent / "models" / f"{model.stem.split('.')[0]}.{quantization}.gguf"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".partial")
+        command = [str(llama_tools() / "llama-quantize"), "--allow-requantize", str(model), str(partial), quantization]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        partial.rename(target)
+    return target
+
+
 def measure_llama_server(model: Path, tokenizer: Tokenizer, threads: int, slots: int, long: bool) -> Report:
-    binary = Path(subprocess.check_output([str(REPO / "tools" / "build_llama_server.sh")], text=True).strip())
+    binary = llama_tools() / "llama-server"
     url = "http://127.0.0.1:8092"
-    with running(llama_command(binary, model, 8092, threads, slots, 4096), url, "/health") as process:
-        report = asyncio.run(measure("llama-server", url, tokenizer, process.pid))
+    with running(llama_command(binary, model, 8092, threads, slots, 4096), url, "/health") as server:
+        report = asyncio.run(measure("llama-server", url, tokenizer, server.process.pid))
+        report.ready_s = server.ready_s
     if long:
         yarn = ["--rope-scaling", "yarn", "--yarn-orig-ctx", "8192"]
         with running([*llama_command(binary, model, 8092, threads, 1, LONG_CONTEXT), *yarn], url, "/health"):
@@ -495,6 +590,9 @@ def measure_llama_server(model: Path, tokenizer: Tokenizer, threads: int, slots:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, default=None, help="GGUF file (default: the bundled SmolLM2)")
+    parser.add_argument(
+        "--quantize", metavar="TYPE", help="serve --model (or the default) requantized by llama-quantize, e.g. Q4_K_M"
+    )
     parser.add_argument("--only", choices=("pooled", "llama-server"), help="measure one server")
     parser.add_argument("--base-url", help="measure an already running server and print the figures only")
     parser.add_argument("--threads", type=int, default=2, help="llama-server threads")
@@ -503,12 +601,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="turns each server takes (figures: medians)")
     parser.add_argument("--no-long", dest="long", action="store_false", help="skip the long-context figures")
     parser.add_argument("--write", type=Path, default=REPO / "docs" / "BENCHMARKS.md")
-    parser.add_argument("--section", default="main", help="which marked section of --write this run replaces")
+    parser.add_argument(
+        "--section", help="which marked section of --write this run replaces (default: --quantize's type, or main)"
+    )
     parser.add_argument("--plan", action="store_true", help="print what would be measured, measure nothing")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     model = args.model or default_model_path()
+    if args.quantize:
+        model = requantized(model, args.quantize)
+    args.section = args.section or args.quantize or "main"
     if args.plan:
         servers = [server for server in ("pooled", "llama-server") if args.only in (None, server)]
         long = "with" if args.long else "without"
@@ -544,7 +647,11 @@ def main() -> int:
     bandwidth = memory_bandwidth_gbs()
     # The page names the command that wrote it, every flag included.
     flags = shlex.join(sys.argv[1:])
-    text = markdown(measured, bandwidth, "make bench" + (f" ARGS={shlex.quote(flags)}" if flags else ""))
+    command = "make bench" + (f" ARGS={shlex.quote(flags)}" if flags else "")
+    greedy = None
+    if len(measured) == 2 and all(rounds[0].greedy_texts for rounds in measured):
+        greedy = greedy_agreement(tokenizer, measured[0][0].greedy_texts, measured[1][0].greedy_texts)
+    text = markdown(measured, bandwidth, command, greedy)
     write_section(args.write, args.section, text)
     print(text)
     return 0

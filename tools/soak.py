@@ -209,9 +209,9 @@ def main() -> int:
     base_url = f"http://127.0.0.1:{args.port}"
     engine = ["--ctx", str(args.ctx), "--decode-lanes", str(args.lanes), "--max-queue", str(args.queue)]
     (REPO / ".cache").mkdir(exist_ok=True)
-    with running(pooled_command(args.model or default_model_path(), args.port, engine), base_url, "/health") as process:
+    with running(pooled_command(args.model or default_model_path(), args.port, engine), base_url, "/health") as server:
         started = time.monotonic()
-        tally = asyncio.run(soak(base_url, process.pid, args.requests, args.burst, args.seed))
+        tally = asyncio.run(soak(base_url, server.process.pid, args.requests, args.burst, args.seed))
         wall_s = time.monotonic() - started
     window = min(1000, args.requests // 3)
     growth = rss_growth(tally, window)

@@ -1,7 +1,8 @@
 """Tiny llama GGUF files whose matrices are in chosen block formats, for the block-serving tests.
 
 Hidden 256 and FFN 512, so that every matrix is whole blocks of every format (K formats: 256
-inputs a block). Random weights, no vocabulary: for engine tests that run the model on token ids.
+inputs a block). Random weights; no vocabulary for engine tests that run the model on token ids,
+or another GGUF's tokenizer (`tokenizer_from`) for a file `pooled serve` can serve.
 """
 
 from pathlib import Path
@@ -19,10 +20,10 @@ HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, VOCAB = 256, 512, 2, 4, 2, 320
 Q4_K_M = {"default": "Q4_K", "attn_v.0": "Q6_K", "ffn_down.0": "Q6_K", "output": "Q6_K"}
 
 
-def matrix_shapes(tied: bool) -> dict[str, tuple[int, int]]:
+def matrix_shapes(tied: bool, vocab: int = VOCAB) -> dict[str, tuple[int, int]]:
     """GGUF matrix name → [N, K] (rows, inputs)."""
     head_dim = HIDDEN // HEADS
-    shapes = {"token_embd": (VOCAB, HIDDEN)} | ({} if tied else {"output": (VOCAB, HIDDEN)})
+    shapes = {"token_embd": (vocab, HIDDEN)} | ({} if tied else {"output": (vocab, HIDDEN)})
     for layer in range(LAYERS):
         shapes |= {
             f"blk.{layer}.attn_q": (HEADS * head_dim, HIDDEN),
@@ -44,10 +45,14 @@ def format_of(name: str, formats: dict[str, str]) -> str:
     return next((formats[key] for key in [*keys, part] if key in formats), formats["default"])
 
 
-def write_tiny_gguf(path: Path, formats: dict[str, str], tied: bool = False, seed: int = 0) -> Path:
-    """A tiny llama GGUF at `path`, each matrix in `format_of(name, formats)` ("F32" allowed)."""
+def write_tiny_gguf(
+    path: Path, formats: dict[str, str], tied: bool = False, seed: int = 0, tokenizer_from: Path | None = None
+) -> Path:
+    """A tiny llama GGUF at `path`, each matrix in `format_of(name, formats)` ("F32" allowed); with
+    `tokenizer_from`, that GGUF's tokenizer and chat template, the vocabulary sized to it."""
     rng = np.random.default_rng(seed)
     writer = gguf.GGUFWriter(path, "llama")
+    vocab = _copy_tokenizer(gguf.GGUFReader(tokenizer_from), writer) if tokenizer_from else VOCAB
     writer.add_block_count(LAYERS)
     writer.add_embedding_length(HIDDEN)
     writer.add_feed_forward_length(FFN)
@@ -55,8 +60,8 @@ def write_tiny_gguf(path: Path, formats: dict[str, str], tied: bool = False, see
     writer.add_head_count_kv(KV_HEADS)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_context_length(256)
-    writer.add_vocab_size(VOCAB)
-    for name, shape in matrix_shapes(tied).items():
+    writer.add_vocab_size(vocab)
+    for name, shape in matrix_shapes(tied, vocab).items():
         weights = (rng.standard_normal(shape) / np.sqrt(shape[1])).astype(np.float32)
         format = format_of(name, formats)
         if format == "F32":
@@ -71,3 +76,12 @@ def write_tiny_gguf(path: Path, formats: dict[str, str], tied: bool = False, see
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def _copy_tokenizer(source: gguf.GGUFReader, writer: gguf.GGUFWriter) -> int:
+    """Copies `source`'s tokenizer.* fields into `writer`; returns its vocabulary's size."""
+    for key, field in source.fields.items():
+        if key.startswith("tokenizer."):
+            sub_type = field.types[1] if len(field.types) > 1 else None
+            writer.add_key_value(key, field.contents(), field.types[0], sub_type=sub_type)
+    return len(source.fields["tokenizer.ggml.tokens"].contents())

@@ -80,3 +80,25 @@ def test_one_servers_page_has_its_medians_and_no_ratios() -> None:
     assert "- Rounds: 3; each figure is the median of the rounds" in page
     row = next(line for line in page.splitlines() if line.startswith("| single-stream decode"))
     assert row == "| single-stream decode (tokens/s) | 2.0 |"
+
+
+def test_start_to_ready_rows_compare_cold_and_warm_starts() -> None:
+    pooled, llama = _report("pooled", 1.0), _report("llama-server", 1.0)
+    pooled.ready_s, pooled.warm_ready_s, llama.ready_s = 20.0, 4.0, 2.0
+    page = bench.markdown([[pooled], [llama]], bandwidth=10.0, command="make bench")
+    rows = {line.split(" | ")[0]: line for line in page.splitlines() if line.startswith("| ")}
+    assert rows["| start to ready (s; pooled: nothing cached)"].endswith("| 20.0 | 2.0 | 0.10× |")
+    # llama-server keeps no cache: its one start stands for both.
+    assert rows["| start to ready, warm (s; pooled: its cache filled)"].endswith("| 4.0 | 2.0 | 0.50× |")
+
+
+def test_greedy_agreement_is_the_share_alike_before_the_answers_part() -> None:
+    tokenizer = bench.Tokenizer.from_gguf_file(bench.default_model_path())
+    same = " the cat sat on the mat"
+    ids = tokenizer.encode(same)
+    parted = tokenizer.decode(ids[: len(ids) // 2]) + " and then a dog barked loudly"
+    shares = bench.greedy_agreement(tokenizer, [same, same], [same, parted])
+    assert shares[0] == 1.0
+    assert 0 < shares[1] < 1 and shares[1] == len(ids) // 2 / max(len(ids), len(tokenizer.encode(parted)))
+    page = bench.markdown([[_report("pooled", 1.0)], [_report("llama-server", 1.0)]], 10.0, "make bench", shares)
+    assert "mean " in page and f"per prompt 100 %, {100 * shares[1]:.0f} %." in page
