@@ -79,7 +79,7 @@ READY_TIMEOUT_S = 900
 REPLAY_TOKENS = 256  # of the rewritten method (the whole is ~940 tokens), greedy
 GREEDY_PROMPTS = (
     "The three laws of thermodynamics are",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
     "User: What is the capital of France, and why is it famous?\nAssistant:",
     "Once upon a time, in a small village by the sea,",
 )
@@ -374,9 +374,7 @@ def greedy_agreement(tokenizer: Tokenizer, ours: list[str], theirs: list[str]) -
     return shares
 
 
-def markdown(
-    runs: list[list[Report]], bandwidth: float, command: str, greedy_shares: list[float] | None = None
-) -> str:
+def markdown(runs: list[list[Report]], bandwidth: float, command: str, greedy_shares: list[float] | None = None) -> str:
     """The page section for `runs`: per server (pooled first), its reports, one a round, and the
     greedy agreement of the two servers' first rounds (`greedy_agreement`) when both ran."""
     compared = len(runs) == 2

@@ -47,4 +47,3 @@ def test_a_gguf_in_every_block_format_serves_from_its_blocks(tmp_path_factory: p
         answer = httpx.post(f"{base}/v1/chat/completions", json={**body, "temperature": 0}, timeout=120)
         assert answer.status_code == 200, answer.text
         assert answer.json()["usage"]["completion_tokens"] == 6  # greedy on these weights: no end token
-
