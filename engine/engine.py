@@ -20,6 +20,7 @@ owns the engine (the load thread, the server's shutdown).
 import math
 from collections.abc import Mapping
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 
 import jax
@@ -103,6 +104,9 @@ class Engine(IntakeFront):
         runner and make every runner call this engine makes."""
         pages = pool_pages(model, config)
         if group is not None:
+            # Every process must run the same programs in the same order: a group compiles every
+            # shape before serving, none while idle.
+            config = replace(config, compile_while_serving=False)
             group.channel.send(Build(config, pages))
         local = DeviceRunner(model, config, pages)
         runner: Runner = local if group is None else LeaderRunner(local, group, jax.process_count())
@@ -169,6 +173,9 @@ class Engine(IntakeFront):
 
     def _buckets(self) -> tuple[Bucket, ...]:
         return self.runner.buckets()
+
+    def _pending_buckets(self) -> int:
+        return self.runner.pending_buckets()
 
     def held_arrays(self) -> HeldArrays:
         """The device arrays of its runner and encoders; for a report of what freeing it gives back."""

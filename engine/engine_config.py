@@ -36,3 +36,7 @@ class EngineConfig:
     # as they are without.
     max_loras: int = 0
     max_lora_rank: int = 16
+    # Start serving once the largest shape of each kind is compiled (any step fits it) and compile
+    # the smaller, faster ones while the engine is idle, one at a time, so a request waits for at
+    # most one compile; False compiles every shape before serving.
+    compile_while_serving: bool = False

@@ -69,7 +69,8 @@ class EngineStats:
     inter_token_latency: Histogram
     e2e_latency: Histogram
     compiles_after_startup: int
-    buckets: tuple[Bucket, ...]
+    buckets: tuple[Bucket, ...]  # compiled so far
+    pending_buckets: int  # shapes still compiling while serving (EngineConfig.compile_while_serving)
 
 
 @dataclass(frozen=True)

@@ -1275,6 +1275,10 @@ class Config(BaseModel):
     """
     `--draft-rows` (reload)
     """
+    compile_while_serving: StrictBool
+    """
+    `--compile-while-serving` (reload)
+    """
     prefix_cache_dir: str
     """
     `--prefix-cache-dir` (reload)
@@ -1572,6 +1576,7 @@ class ConfigOrigins(BaseModel):
     prefill_chunk: ConfigOrigin
     draft_tokens: ConfigOrigin
     draft_rows: ConfigOrigin
+    compile_while_serving: ConfigOrigin
     prefix_cache_dir: ConfigOrigin
     prefix_cache_disk: ConfigOrigin
     devices: ConfigOrigin
@@ -1973,11 +1978,15 @@ class HealthEngine(BaseModel):
     """
     buckets: list[HealthBucket]
     """
-    Every shape compiled at start-up; a request never triggers a compile.
+    The shapes compiled so far: at start-up the largest of each kind (any step fits it), then, with --compile-while-serving, the smaller ones as the engine compiles them while idle. A request never triggers a compile: it is padded to the smallest compiled shape that holds it.
+    """
+    pending_buckets: Annotated[StrictInt, Field(ge=0)]
+    """
+    Shapes still to compile while serving (0 once every shape is ready); until then a step may be padded to a larger shape than it will be later.
     """
     compiles_after_startup: Annotated[StrictInt, Field(ge=0)]
     """
-    XLA compilations since serving began (should stay 0).
+    XLA compilations since serving began, other than the planned shapes' (should stay 0).
     """
     kv_pages: HealthKvPages
 

@@ -19,6 +19,7 @@ def _engine(stats: EngineStats) -> models.HealthEngine:
     return models.HealthEngine(
         decode_lanes=stats.decode_lanes,
         buckets=[models.HealthBucket.model_validate(asdict(bucket)) for bucket in stats.buckets],
+        pending_buckets=stats.pending_buckets,
         compiles_after_startup=stats.compiles_after_startup,
         kv_pages=models.HealthKvPages(total=stats.kv_pages_total, used=stats.kv_pages_used),
     )

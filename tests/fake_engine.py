@@ -88,7 +88,7 @@ class FakeEngine:
             prompt_tokens=sum(len(r.prompt_ids) for r in self.submitted), generation_tokens=0, preemptions=0,
             refusals=0, draft_tokens=0, draft_tokens_accepted=0, encode_requests=0, time_to_first_token=empty,
             inter_token_latency=empty, e2e_latency=empty,
-            compiles_after_startup=0, buckets=(Bucket("decode", 1, 1, 8),),
+            compiles_after_startup=0, buckets=(Bucket("decode", 1, 1, 8),), pending_buckets=0,
         )  # fmt: skip
 
     def _run(self, request_id: int, request: GenerationRequest, sink: Callable[[EngineEvent], None]) -> None:

@@ -228,7 +228,8 @@ def replay_prompt() -> str:
 
 async def measure_replay(base_url: str) -> float:
     """Greedy decode tokens/s of the code-editing replay (its prompt prefilled by a first request)."""
-    async with httpx.AsyncClient(base_url=base_url, timeout=600) as client:
+    fresh_connections = httpx.Limits(max_keepalive_connections=0)  # as in `measure`
+    async with httpx.AsyncClient(base_url=base_url, timeout=600, limits=fresh_connections) as client:
         await stream_completion(client, replay_prompt(), 4)
         result = await stream_completion(client, replay_prompt(), REPLAY_TOKENS)
         # ignore_eos: exactly REPLAY_TOKENS tokens, however the server groups them into chunks
@@ -298,6 +299,7 @@ def running(
                 health = response.json() if response.status_code == 200 else {}
                 # pooled says {"ready": true}; llama-server says {"status": "ok"} (503 while loading).
                 if health and health.get("ready", True) and health.get("status", "ok") == "ok":
+                    ready_s = time.perf_counter() - started
                     break
                 if health.get("state") == "dead":  # pooled's model failed to load: it will not be ready
                     raise RuntimeError(f"{command[0]} failed: {health.get('reason')}")
@@ -306,7 +308,10 @@ def running(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{command[0]} was not ready after {READY_TIMEOUT_S} s")
             time.sleep(0.25)
-        yield Started(process, time.perf_counter() - started)
+        # pooled serves before its smaller shapes are compiled: measure once they are.
+        while (httpx.get(base_url + ready_path, timeout=10).json().get("engine") or {}).get("pending_buckets"):
+            time.sleep(0.5)
+        yield Started(process, ready_s)
     finally:
         process.terminate()
         try:

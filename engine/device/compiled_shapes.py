@@ -10,13 +10,20 @@ pages a step's rows have filled, so one block-table width (the whole context) se
 Block tables carry one more column than a row can fill, always the null page: padded prompt
 tokens are placed there (`padding_position`), so their keys and values never land in a real page.
 
-Threads: nothing here changes after construction; the runner calls it on the thread that builds
-the engine (`plan`) and then on the engine thread.
+A step is padded to the smallest *ready* size of its kind. Every size is ready unless the runner
+defers some (`defer`): it serves once the largest of each kind is compiled (`first`: any step fits
+them) and marks the others ready (`mark_ready`) as it compiles them while idle. Until a batched
+prefill size is ready, `batched_chunk` is 0 and prompts prefill one at a time; until a step with
+drafts is ready, `draft_rows` is 0 and rows decode without drafts.
+
+Threads: `plan` and `first` run on the thread that builds the engine; `defer`, `mark_ready` and
+the paddings on the engine thread (or on the building thread before the engine thread starts);
+`pending` may be read from any thread (a list replaced whole).
 """
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -55,9 +62,37 @@ class CompiledShapes:
         # Steps with drafts take the row buckets up to the first that holds draft_rows.
         self.verify_rows = self.rows[: bisect.bisect_left(self.rows, self.draft_rows) + 1] if self.draft_rows else []
         self.chunks = geometric_buckets(min(SMALLEST_PREFILL_CHUNK, config.prefill_chunk), config.prefill_chunk, 2)
-        self.batched_chunk = max((b for b in self.chunks if b * PREFILL_ROWS <= config.prefill_chunk), default=0)
+        self._batched_limit = max((b for b in self.chunks if b * PREFILL_ROWS <= config.prefill_chunk), default=0)
         self._max_context, self._page_size = max_context, config.page_size
         self._adapter_slots, self._adapter_rank = config.max_loras, config.max_lora_rank
+        self.pending: list[Bucket] = []  # deferred buckets, not ready yet (see `defer`)
+        self._planned = {
+            ("prefill", 1): self.chunks,
+            ("prefill", PREFILL_ROWS): [b for b in self.chunks if b <= self._batched_limit],
+            ("first_tokens", 0): self.rows,
+            ("decode", 0): self.rows,
+            ("verify", 0): self.verify_rows,
+        }
+        self._ready = dict(self._planned)
+
+    @property
+    def batched_chunk(self) -> int:
+        """The longest chunk prompts prefill in together (0: none while no batched size is ready)."""
+        return max(self._ready["prefill", PREFILL_ROWS], default=0)
+
+    @property
+    def ready_draft_rows(self) -> int:
+        """The most rows of a step with drafts (0: none while no such step is ready)."""
+        return self.draft_rows if self._ready["verify", 0] else 0
+
+    def ready_sizes(self, kind: str, rows: int = 1) -> list[int]:
+        """The ready sizes of a kind, ascending: row counts, or for prefill (one row or
+        PREFILL_ROWS) chunk lengths."""
+        return self._ready[kind, rows if kind == "prefill" else 0]
+
+    def _refresh(self) -> None:
+        waiting = {(b.kind, b.rows if b.kind == "prefill" else 0, _size(b)) for b in self.pending}
+        self._ready = {key: [s for s in sizes if (*key, s) not in waiting] for key, sizes in self._planned.items()}
 
     def plan(self) -> list[Bucket]:
         """Every shape to compile: one prefill shape per chunk size (and per batched chunk size),
@@ -66,7 +101,7 @@ class CompiledShapes:
         the page transfers."""
         width = self.width
         plan = [Bucket("prefill", 1, tokens, width) for tokens in self.chunks]
-        batched = [tokens for tokens in self.chunks if tokens <= self.batched_chunk]
+        batched = [tokens for tokens in self.chunks if tokens <= self._batched_limit]
         plan += [Bucket("prefill", PREFILL_ROWS, tokens, width) for tokens in batched]
         plan += [Bucket("first_tokens", b, 1, 0) for b in self.rows]
         plan += [Bucket("decode", b, 1, width) for b in self.rows]
@@ -78,13 +113,48 @@ class CompiledShapes:
         plan += [Bucket("write_pages", PAGE_TRANSFER_GROUP, self._page_size, 0)]
         return plan
 
+    def first(self, plan: Sequence[Bucket]) -> list[Bucket]:
+        """What serving needs before anything else: the largest size of each kind (any step fits
+        it) and the helpers; neither batched prefill nor steps with drafts, which are optional
+        (prompts prefill one at a time, rows decode without drafts, until they are ready)."""
+        optional = {("prefill", PREFILL_ROWS), ("verify", 0)}
+        largest: dict[tuple[str, int], Bucket] = {}
+        for bucket in plan:
+            key = (bucket.kind, bucket.rows if bucket.kind == "prefill" else 0)
+            if key not in optional and (key not in largest or _size(bucket) > _size(largest[key])):
+                largest[key] = bucket
+        return [bucket for bucket in plan if bucket in largest.values()]
+
+    def defer(self, plan: Sequence[Bucket], first: Sequence[Bucket]) -> list[Bucket]:
+        """Marks the buckets of `plan` not in `first` pending, in the order they pay off: one-row
+        decoding and steps with drafts (a single stream's speed), short prompts' chunks, batched
+        prefill (largest first, which turns it on), then the middle row counts. Returns them in
+        that order."""
+        kinds = {"decode": 0, "first_tokens": 0, "verify": 0, "prefill": 1}
+
+        def order(bucket: Bucket) -> tuple[int, int]:
+            if bucket.kind == "prefill" and bucket.rows == PREFILL_ROWS:
+                return (2, -bucket.tokens)
+            if bucket.kind in ("decode", "first_tokens", "verify") and bucket.rows > 1:
+                return (3, bucket.rows)
+            return (kinds.get(bucket.kind, 0), _size(bucket))
+
+        self.pending = sorted((b for b in plan if b not in first), key=order)
+        self._refresh()
+        return list(self.pending)
+
+    def mark_ready(self, buckets: Iterable[Bucket]) -> None:
+        done = set(buckets)
+        self.pending = [bucket for bucket in self.pending if bucket not in done]
+        self._refresh()
+
     def prefill_inputs(
         self, chunks: Sequence[PrefillChunk]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """A prefill step's tokens, positions, block tables, last-token indices and adapter slots,
-        padded to the smallest chunk size that holds the longest chunk (one row, or PREFILL_ROWS)."""
-        size = next(b for b in self.chunks if b >= max(len(chunk.tokens) for chunk in chunks))
+        padded to the smallest ready chunk size that holds the longest chunk (one row, or PREFILL_ROWS)."""
         rows = 1 if len(chunks) == 1 else PREFILL_ROWS
+        size = next(b for b in self.ready_sizes("prefill", rows) if b >= max(len(chunk.tokens) for chunk in chunks))
         # Padding rows sit at position 0 of the null page: attention reads nothing for them, while
         # the loop over pages runs as far as the row that starts latest.
         tokens = np.zeros((rows, size), np.int32)
@@ -118,6 +188,11 @@ class CompiledShapes:
             positions[i, :length] = np.arange(row.position, row.position + length)
             drafts[i] = len(row.draft)
         return tokens, positions, drafts
+
+
+def _size(bucket: Bucket) -> int:
+    """What a bucket's kind pads: a prefill's chunk length, any other step's rows."""
+    return bucket.tokens if bucket.kind == "prefill" else bucket.rows
 
 
 def page_group(pages: Sequence[int]) -> np.ndarray:

@@ -136,6 +136,9 @@ class LeaderRunner:
     def buckets(self) -> tuple[Bucket, ...]:
         return self._local.buckets()
 
+    def pending_buckets(self) -> int:
+        return self._local.pending_buckets()  # a group compiles every shape at start-up
+
     def watch_compiles(self, thread: threading.Thread) -> None:
         self._local.watch_compiles(thread)
 

@@ -5,9 +5,10 @@ steps over it: the host tables a step reads are its `LaneTables` (engine/device/
 each lane's block table, sampling parameters and adapter slot), the shapes it compiles and each
 step's padding to one are its `CompiledShapes` (engine/device/compiled_shapes.py). At start-up
 `compile` runs every shape of the plan once on padding (the null page, the spare lane), which
-changes nothing real. What each verb may assume is in `engine/device/runner_api.py`; all of them
-run on the engine thread, except `compile`, which runs on the building thread before the engine
-thread starts.
+changes nothing real; with `EngineConfig.compile_while_serving` only the largest of each kind,
+and `idle` runs the others, one a call, while the engine has nothing to do. What each verb may
+assume is in `engine/device/runner_api.py`; all of them run on the engine thread, except
+`compile`, which runs on the building thread before the engine thread starts.
 
 With adapter slots (`EngineConfig.max_loras`), the device holds every slot's LoRA pairs in one
 stack (engine/model/layers/lora.py); each lane and each prefill chunk names its slot, and
@@ -17,6 +18,7 @@ stack (engine/model/layers/lora.py); each lane and each prefill chunk names its 
 import math
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -87,11 +89,10 @@ class DeviceRunner:
             self._replicated,
         )
         self._shapes = CompiledShapes(config, self.max_context)
-        self.draft_tokens, self.draft_rows = self._shapes.draft_tokens, self._shapes.draft_rows
-        self.batched_chunk = self._shapes.batched_chunk
+        self.draft_tokens = self._shapes.draft_tokens
+        self._compile_while_serving = config.compile_while_serving
         self._tables = LaneTables(self.lanes, self._shapes.width, c.vocab_size)
         self.mask_words = self._tables.mask_words
-        self.idle_interval: float | None = None  # one process: nothing to do while idle
         self.adapter_slots, self.adapter_rank = config.max_loras, config.max_lora_rank
         self._model_config, self._dtype = c, DTYPES[model.dtype]
         self._lora: LoraStack | None = None
@@ -107,15 +108,48 @@ class DeviceRunner:
 
     # --- start-up ---------------------------------------------------------------------------
 
+    @property
+    def batched_chunk(self) -> int:
+        return self._shapes.batched_chunk
+
+    @property
+    def draft_rows(self) -> int:
+        return self._shapes.ready_draft_rows
+
+    @property
+    def idle_interval(self) -> float | None:
+        # Deferred shapes to compile: come back at once; else one process has nothing to do idle.
+        return 0.0 if self._shapes.pending else None
+
     def compile(self, report: Report) -> None:
         plan = self._shapes.plan()
-        for done, bucket in enumerate(plan):
+        now = self._shapes.first(plan) if self._compile_while_serving else plan
+        later = self._shapes.defer(plan, now)
+        for done, bucket in enumerate(now):
             step = f"{bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}"
-            report(f"compiling the engine: {step}", done, len(plan))
+            report(f"compiling the engine: {step}", done, len(now))
             self._run_bucket(bucket)
-        report("compiling the engine: done", len(plan), len(plan))
+        done_line = f"done; {len(later)} smaller shapes compile while serving" if later else "done"
+        report(f"compiling the engine: {done_line}", len(now), len(now))
         jax.block_until_ready(self._kv)
-        self._buckets = tuple(plan)
+        self._buckets = tuple(now)
+
+    def idle(self) -> None:
+        """Compiles the next deferred shape (a request that comes meanwhile waits for it)."""
+        if not self._shapes.pending:
+            return
+        bucket = self._shapes.pending[0]
+        with self._planned_compiles():
+            self._run_bucket(bucket)
+            jax.block_until_ready(self._kv)
+        self._shapes.mark_ready([bucket])
+        self._buckets = (*self._buckets, bucket)
+
+    def pending_buckets(self) -> int:
+        return len(self._shapes.pending)
+
+    def _planned_compiles(self) -> AbstractContextManager[None]:
+        return self._compiles.planned() if self._compiles is not None else nullcontext()
 
     def _run_bucket(self, bucket: Bucket) -> None:
         """Runs one bucket on padding (null page, spare lane), which compiles it and changes nothing real.
@@ -174,9 +208,6 @@ class DeviceRunner:
 
     def failure_kind(self, error: BaseException) -> Literal["fault", "panicked"]:
         return failure_kind(error)
-
-    def idle(self) -> None:
-        pass
 
     def close(self) -> None:
         if self._compiles is not None:
@@ -238,7 +269,7 @@ class DeviceRunner:
             self._kv = self.steps.write_pages(self._kv, group, jax.device_put(data, self._replicated))
 
     def first_tokens(self, logits: PromptLogits, index: int, rows: Sequence[DecodeRow]) -> Drawn:
-        lane_ids = self._tables.lane_ids(rows, self._shapes.rows)
+        lane_ids = self._tables.lane_ids(rows, self._shapes.ready_sizes("first_tokens"))
         params = self._tables.params(lane_ids)
         self._lane_state, sampled = self.steps.first_tokens(self._lane_state, logits, np.int32(index), lane_ids, params)
         return self.take(Pending(_Step(sampled, bool(params.logprobs.any()))))
@@ -249,7 +280,7 @@ class DeviceRunner:
         if any(row.draft for row in rows):
             assert chained is None, "a step with drafts chained on a pending step"
             return self._generate_verifying(rows)
-        lane_ids = self._tables.lane_ids(rows, self._shapes.rows)
+        lane_ids = self._tables.lane_ids(rows, self._shapes.ready_sizes("decode"))
         positions = np.zeros(len(lane_ids), np.int32)
         positions[: len(rows)] = [row.position for row in rows]
         if chained is None:
@@ -264,7 +295,7 @@ class DeviceRunner:
     def _generate_verifying(self, rows: Sequence[DecodeRow]) -> Pending:
         """A step over each row's token and its draft (positions after it), padded to a row
         bucket of steps with drafts."""
-        lane_ids = self._tables.lane_ids(rows, self._shapes.verify_rows)
+        lane_ids = self._tables.lane_ids(rows, self._shapes.ready_sizes("verify"))
         tokens, positions, drafts = self._shapes.verify_inputs(rows, len(lane_ids))
         params = self._tables.params(lane_ids)
         sampled, taken = self._verify(tokens, positions, drafts, lane_ids, params)

@@ -97,26 +97,44 @@ class Runner(Protocol):
     lanes: int
     page_size: int
     max_context: int
-    # The longest chunk of each prompt in a step of several prompts (0: steps never batch).
-    batched_chunk: int
+
+    @property
+    def batched_chunk(self) -> int:
+        """The longest chunk of each prompt in a step of several prompts (0: steps do not batch,
+        for now or ever); read before each prefill step, as it may grow while serving."""
+        ...
+
     # The bytes of one page's keys and values over every layer, as read_pages returns them.
     page_bytes: int
-    # The most draft tokens a row may bring to a step, and the most rows of a step with drafts
-    # (0: steps take no drafts).
+    # The most draft tokens a row may bring to a step (0: steps take no drafts).
     draft_tokens: int
-    draft_rows: int
+
+    @property
+    def draft_rows(self) -> int:
+        """The most rows of a step with drafts (0: steps take no drafts, for now or ever); read
+        before each decode step, as it may become non-zero while serving."""
+        ...
+
     # LoRA adapter slots, numbered 1.. (0: none; no slots: adapters are not served), and their rank.
     adapter_slots: int
     adapter_rank: int
-    # While the engine has nothing to do, its thread calls `idle` this often (None: never).
-    idle_interval: float | None
+
+    @property
+    def idle_interval(self) -> float | None:
+        """While the engine has nothing to do, its thread calls `idle` this often (None: never)."""
+        ...
 
     def compile(self, report: Report) -> None:
-        """Compiles every shape the steps will meet, on padding (changes nothing real)."""
+        """Compiles the shapes the steps will meet, on padding (changes nothing real): every one,
+        or, with `EngineConfig.compile_while_serving`, what any step fits, the rest left to `idle`."""
         ...
 
     def buckets(self) -> tuple[Bucket, ...]:
-        """The shapes `compile` compiled."""
+        """The shapes compiled so far."""
+        ...
+
+    def pending_buckets(self) -> int:
+        """Shapes still to compile while serving (0 once every one is ready)."""
         ...
 
     def watch_compiles(self, thread: threading.Thread) -> None:
@@ -177,8 +195,8 @@ class Runner(Protocol):
         ...
 
     def idle(self) -> None:
-        """Called every `idle_interval` while the engine has nothing to do (a process group's
-        keep-alive, engine/device/mirrored_runner.py)."""
+        """Called every `idle_interval` while the engine has nothing to do: a process group's
+        keep-alive (engine/device/mirrored_runner.py), or the next deferred shape's compile."""
         ...
 
     def failure_kind(self, error: BaseException) -> Literal["fault", "panicked"]:

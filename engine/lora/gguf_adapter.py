@@ -22,7 +22,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from engine.errors import CheckpointError
@@ -34,6 +33,7 @@ from engine.model.checkpoint.gguf_file import (
     reader_metadata,
     unpermute_qk_rows,
 )
+from engine.model.checkpoint.gguf_header import GGUFHeader
 from engine.model.families import FAMILIES, GGUF_FAMILIES, Family
 from engine.model.model_config import ModelConfig
 
@@ -84,7 +84,7 @@ def _family(arch: object, path: Path, config: ModelConfig) -> Family:
     return family
 
 
-def _halves(reader: GGUFReader, path: Path) -> dict[tuple[int, str], dict[str, np.ndarray]]:
+def _halves(reader: GGUFHeader, path: Path) -> dict[tuple[int, str], dict[str, np.ndarray]]:
     halves: dict[tuple[int, str], dict[str, np.ndarray]] = {}
     for tensor in reader.tensors:
         match = _TENSOR.fullmatch(tensor.name)

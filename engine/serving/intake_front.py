@@ -79,6 +79,7 @@ class IntakeFront:
                 e2e_latency=intake.e2e.snapshot(),
                 compiles_after_startup=self._compiles_after_startup(),
                 buckets=self._buckets(),
+                pending_buckets=self._pending_buckets(),
             )
 
     # What an engine with a KV pool and compiled steps reports; an encoder engine has neither.
@@ -91,3 +92,6 @@ class IntakeFront:
 
     def _buckets(self) -> tuple[Bucket, ...]:
         return ()
+
+    def _pending_buckets(self) -> int:
+        return 0

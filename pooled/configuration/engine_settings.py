@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pooled.configuration.setting_types import host_port, integer, number, one_of, setting, text
+from pooled.configuration.setting_types import boolean, host_port, integer, number, one_of, setting, text
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,15 @@ class EngineSettings:
         integer(minimum=0),
         "Prompt-lookup drafts are made only while at most this many rows decode (one: an agent's turn); "
         "a step over several rows' drafts costs more per position, so it pays only where most guesses hold.",
+        change="reload",
+    )
+    compile_while_serving: bool = setting(
+        True,
+        boolean(),
+        "Start serving once the largest shape of each kind is compiled (any step fits it, padded) and "
+        "compile the smaller, faster ones while the engine is idle, one at a time, so a request waits "
+        "for at most one compile (/health's engine.pending_buckets counts what is left); false: every "
+        "shape before serving. A process group always compiles every shape first.",
         change="reload",
     )
     prefix_cache_dir: str = setting(

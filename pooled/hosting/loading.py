@@ -84,6 +84,7 @@ def engine_config(settings: Settings, checkpoint: Checkpoint) -> EngineConfig:
         prefix_disk_bytes=settings.prefix_cache_disk,
         max_loras=settings.max_loras,
         max_lora_rank=settings.max_lora_rank,
+        compile_while_serving=settings.compile_while_serving,
     )
 
 

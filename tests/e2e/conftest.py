@@ -99,12 +99,13 @@ def running_process(
 
 
 def _ready(base: str, headers: Mapping[str, str]) -> bool:
-    """Ready once a one-token completion is answered (health turns ready before the engine may);
-    a model that failed to load fails the test at once, with the reason."""
+    """Ready once every engine shape is compiled (the tests see one engine, not one that changes
+    shapes under them) and a one-token completion is answered (health turns ready before the
+    engine may); a model that failed to load fails the test at once, with the reason."""
     try:
         health = httpx.get(f"{base}/health", headers=headers, timeout=2).json()
         assert health["state"] != "dead", f"the model did not load: {health['reason']}"
-        if not health["ready"]:
+        if not health["ready"] or (health["engine"] or {}).get("pending_buckets"):
             return False
         body = {"prompt": "Hi", "max_tokens": 1}
         probe = httpx.post(f"{base}/v1/completions", json=body, headers=headers, timeout=120)

@@ -12,21 +12,7 @@ import pytest
 from engine.model import kernels
 from pooled.hosting.model_host import default_model_path
 from tests.e2e.conftest import running_server
-from tests.engine.tiny_gguf_decoders import LAYERS, format_of, matrix_shapes, write_tiny_gguf
-
-# Every served format at least once: one per matrix part, the embedding and the head their own.
-EVERY_FORMAT = {
-    "default": "Q5_K",
-    "attn_q": "Q4_0",
-    "attn_k": "Q4_1",
-    "attn_v": "Q5_0",
-    "attn_output": "Q5_1",
-    "ffn_gate": "Q4_K",
-    "ffn_up": "Q6_K",
-    "ffn_down.1": "Q8_0",
-    "token_embd": "Q8_0",
-    "output": "Q6_K",
-}
+from tests.engine.tiny_gguf_decoders import EVERY_FORMAT, LAYERS, format_of, matrix_shapes, write_tiny_gguf
 
 
 @pytest.mark.skipif(not kernels.available(), reason="block formats are served on the native CPU kernels")

@@ -117,6 +117,9 @@ class FakeRunner:
     def buckets(self) -> tuple[Bucket, ...]:
         return ()
 
+    def pending_buckets(self) -> int:
+        return 0
+
     def watch_compiles(self, thread: threading.Thread) -> None:
         pass
 

@@ -19,6 +19,20 @@ HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, VOCAB = 256, 512, 2, 4, 2, 320
 # layers and the output head in Q6_K.
 Q4_K_M = {"default": "Q4_K", "attn_v.0": "Q6_K", "ffn_down.0": "Q6_K", "output": "Q6_K"}
 
+# Every served format at least once: one per matrix part, the embedding and the head their own.
+EVERY_FORMAT = {
+    "default": "Q5_K",
+    "attn_q": "Q4_0",
+    "attn_k": "Q4_1",
+    "attn_v": "Q5_0",
+    "attn_output": "Q5_1",
+    "ffn_gate": "Q4_K",
+    "ffn_up": "Q6_K",
+    "ffn_down.1": "Q8_0",
+    "token_embd": "Q8_0",
+    "output": "Q6_K",
+}
+
 
 def matrix_shapes(tied: bool, vocab: int = VOCAB) -> dict[str, tuple[int, int]]:
     """GGUF matrix name → [N, K] (rows, inputs)."""

@@ -65,7 +65,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         while True:
             assert process.poll() is None, log.read_text(errors="replace")[-4000:]
             try:
-                if httpx.get(f"{base}/health", timeout=2).json().get("ready"):
+                health = httpx.get(f"{base}/health", timeout=2).json()
+                if health.get("ready") and not health["engine"]["pending_buckets"]:  # every shape compiled
                     break
             except httpx.TransportError:
                 pass

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import ReaderTensor
 from tokenizers import Tokenizer as BackendTokenizer
 
 from engine.errors import CheckpointError
 from engine.model.checkpoint.gguf_file import GGUFTensors, gguf_architecture, open_reader, reader_metadata
+from engine.model.checkpoint.gguf_header import HeaderTensor
 from engine.model.checkpoint.gguf_vocab import unigram_from_gguf, wordpiece_from_gguf
 from engine.model.layers.encoder import Pooling
 
@@ -146,7 +146,7 @@ def _hf_config(path: Path, metadata: Mapping[str, Any], xlm_roberta: bool, cross
 class _EncoderTensors(GGUFTensors):
     """An encoder GGUF's tensors under its family's HF names."""
 
-    def _add(self, tensor: ReaderTensor, hf_config: dict, path: Path) -> None:
+    def _add(self, tensor: HeaderTensor, hf_config: dict, path: Path) -> None:
         xlm_roberta = hf_config["model_type"] == "xlm-roberta"
         cross_encoder = hf_config["architectures"][0].endswith("ForSequenceClassification")
         if tensor.name in _XLM_ROBERTA_HEAD and xlm_roberta:

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, ReaderTensor
+from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from engine.errors import CheckpointError
 from engine.model import gguf_weights
 from engine.model.checkpoint.block_matrix import BlockMatrix
+from engine.model.checkpoint.gguf_header import GGUFHeader, HeaderTensor, read_header
 from engine.model.checkpoint.raw import RawCheckpoint
 from engine.model.families import GGUF_FAMILIES, family_for_hf_config
 
@@ -118,11 +119,11 @@ def read_gguf(path: Path) -> RawCheckpoint:
     )
 
 
-def _is_matrix(tensor: ReaderTensor) -> bool:
+def _is_matrix(tensor: HeaderTensor) -> bool:
     return len(tensor.shape) == 2 and tensor.name != ROPE_FACTORS_TENSOR
 
 
-def _projection_blocks(tensors: list[ReaderTensor]) -> str | None:
+def _projection_blocks(tensors: list[HeaderTensor]) -> str | None:
     """The block type shared by every layer matrix (a `blk.*` tensor of two dimensions), if one is."""
     kinds = {tensor.tensor_type.name for tensor in tensors if tensor.name.startswith("blk.") and len(tensor.shape) == 2}
     return kinds.pop() if len(kinds) == 1 else None
@@ -162,14 +163,14 @@ def read_gguf_metadata(path: Path, prefix: str = "") -> dict[str, Any]:
     return reader_metadata(open_reader(path), path, prefix)
 
 
-def reader_metadata(reader: GGUFReader, path: Path, prefix: str = "") -> dict[str, Any]:
+def reader_metadata(reader: GGUFHeader, path: Path, prefix: str = "") -> dict[str, Any]:
     try:
-        return {key: field.contents() for key, field in reader.fields.items() if key.startswith(prefix)}
+        return {key: value for key, value in reader.fields.items() if key.startswith(prefix)}
     except (ValueError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{path}: corrupt GGUF metadata ({' '.join(str(error).split())})") from error
 
 
-def check_tensor_type(tensor: ReaderTensor, path: Path) -> None:
+def check_tensor_type(tensor: HeaderTensor, path: Path) -> None:
     """CheckpointError unless `tensor` has a type this reader dequantizes."""
     if tensor.tensor_type not in SUPPORTED_TENSOR_TYPES:
         supported = ", ".join(sorted(t.name for t in SUPPORTED_TENSOR_TYPES))
@@ -181,14 +182,14 @@ def check_tensor_type(tensor: ReaderTensor, path: Path) -> None:
 class GGUFTensors(Mapping[str, np.ndarray]):
     """HF-named float32 view of a GGUF file's tensors, dequantized on each lookup."""
 
-    def __init__(self, tensors: list[ReaderTensor], hf_config: dict, path: Path) -> None:
+    def __init__(self, tensors: list[HeaderTensor], hf_config: dict, path: Path) -> None:
         self._blocks = False
-        self._entries: dict[str, tuple[ReaderTensor, int | None, _Transform | None]] = {}
+        self._entries: dict[str, tuple[HeaderTensor, int | None, _Transform | None]] = {}
         for tensor in tensors:
             check_tensor_type(tensor, path)
             self._add(tensor, hf_config, path)
 
-    def _add(self, tensor: ReaderTensor, hf_config: dict, path: Path) -> None:
+    def _add(self, tensor: HeaderTensor, hf_config: dict, path: Path) -> None:
         if tensor.name == ROPE_FACTORS_TENSOR:  # part of the config, not a weight
             return
         if tensor.name in _GLOBAL_TENSORS:
@@ -245,7 +246,7 @@ def unpermute_qk_rows(weights: np.ndarray, heads: int) -> np.ndarray:
     return np.ascontiguousarray(by_head.swapaxes(1, 2).reshape(weights.shape))
 
 
-def open_reader(path: Path) -> GGUFReader:
+def open_reader(path: Path) -> GGUFHeader:
     try:
         with open(path, "rb") as file:
             magic = file.read(len(GGUF_MAGIC))
@@ -254,13 +255,13 @@ def open_reader(path: Path) -> GGUFReader:
     if magic != GGUF_MAGIC:
         raise CheckpointError(f"{path}: not a GGUF file (bad magic {magic!r})")
     try:
-        return GGUFReader(path)
-    except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError) as error:
+        return read_header(path)
+    except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError, struct.error) as error:
         detail = " ".join(str(error).split())
         raise CheckpointError(f"{path}: truncated or corrupt GGUF file ({detail})") from error
 
 
-def _hf_config(metadata: dict[str, Any], tensors: Mapping[str, ReaderTensor], path: Path) -> dict:
+def _hf_config(metadata: dict[str, Any], tensors: Mapping[str, HeaderTensor], path: Path) -> dict:
     arch = metadata.get("general.architecture")
     if arch not in GGUF_FAMILIES:
         raise CheckpointError(
