@@ -10,13 +10,13 @@
 //   - for the K formats, blocks of 256 (Q8_K): the input of largest magnitude, max, maps to -127:
 //     q = min(127, round(x * -127 / max)), d = 1 / (-127 / max) in f32, and the sums of q per 16.
 // Then per block, for each channel n and row m, with the integer dot of the codes and q:
-//   Q4_0, Q5_0: d_w d_a (sum c q - o sum q), o = 8 or 16;   Q4_1, Q5_1: d_w d_a sum c q + m_w s_a
+//   Q4_0, Q5_0: d_w d_a sum (c - o) q, o = 8 or 16;   Q4_1, Q5_1: d_w d_a sum c q + m_w s_a
 //   Q8_0: d_w d_a sum w q;   Q4_K, Q5_K: d_w d_a sum_j s_j (c q)_j - dmin_w d_a sum_j m_j (sum q)_j
 //   Q6_K: d_w d_a sum_g s_g ((c q)_g - 32 (sum q)_g)
 // added up in f32 per row. A row's result never depends on the other rows of the call.
 // The AVX2 path (with AVX-512 VNNI's vpdpbusd where the CPU has it) decodes a block's codes once
-// into 32-byte runs and dots each run with every row of the tile (vpmaddubsw: unsigned codes
-// times signed q); the portable loops compute the same integers.
+// into 32-byte runs and dots each run with every row of the tile (vpmaddubsw: unsigned codes, or
+// signed values' magnitudes, times signed q); the portable loops compute the same integers.
 // Threads: chunks of output channels are shared with XLA's pool (parallel.h).
 
 #include <algorithm>
@@ -42,10 +42,9 @@ using pooled::RoundToHalf;
 // x quantized per block, for every format of the call.
 struct Activations {
   int64_t rows = 0, depth = 0;
-  // Blocks of 32 (legacy formats): q [rows, depth], per block d (f16-rounded), sum q and s.
+  // Blocks of 32 (legacy formats): q [rows, depth], per block d and s = d sum q (f16-rounded).
   std::vector<int8_t> small_q;
   std::vector<float> small_d, small_s;
-  std::vector<int32_t> small_sum;
   // Blocks of 256 (K formats): q [rows, depth], per block d, per 16 inputs sum q.
   std::vector<int8_t> super_q;
   std::vector<float> super_d;
@@ -60,7 +59,6 @@ void QuantizeSmall(const float* x, Activations& a) {
   a.small_q.resize(a.rows * a.depth);
   a.small_d.resize(blocks);
   a.small_s.resize(blocks);
-  a.small_sum.resize(blocks);
   for (int64_t b = 0; b < blocks; ++b) {
     const float* in = x + b * kSmall;
     float peak = 0.0f;
@@ -73,7 +71,6 @@ void QuantizeSmall(const float* x, Activations& a) {
       sum += level;
     }
     a.small_d[b] = RoundToHalf(d);
-    a.small_sum[b] = sum;
     a.small_s[b] = RoundToHalf(d * static_cast<float>(sum));
   }
 }
@@ -111,6 +108,13 @@ void QuantizeSuper(const float* x, Activations& a) {
 
 // ---- Decoding a block's codes into runs of 32 bytes, and the integer dots of the runs. ----
 
+// A legacy block's weights as signed values (Q8_0's own; Q4_0's and Q5_0's codes less their
+// offset, 8 or 16), with their magnitudes: decoded once per block, dotted with every row.
+struct SignedRun {
+  alignas(32) int8_t values[kSmall];
+  alignas(32) uint8_t magnitudes[kSmall];
+};
+
 #if defined(__AVX2__)
 
 using pooled::Load32;
@@ -132,14 +136,14 @@ inline Ints Dot(Ints acc, const uint8_t* codes, const int8_t* q) {
 #endif
 }
 
-// acc + the dot of 32 signed values with 32 signed q: |w| times q with w's sign.
-inline Ints SignedDot(Ints acc, const uint8_t* values, const int8_t* q) {
-  const __m256i w = Load32(values);
+// acc + the dot of 32 signed values w with 32 signed q, as |w| times q with w's sign (|w| at most
+// 128, so vpmaddubsw's pair sums stay below 2^15).
+inline Ints SignedDot(Ints acc, const SignedRun& w, const int8_t* q) {
+  const __m256i signed_q = _mm256_sign_epi8(Load32(q), Load32(w.values));
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(Load32(q), w));
+  return _mm256_dpbusd_epi32(acc, Load32(w.magnitudes), signed_q);
 #else
-  const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(Load32(q), w));
-  return Add(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  return Add(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(Load32(w.magnitudes), signed_q), _mm256_set1_epi16(1)));
 #endif
 }
 
@@ -159,7 +163,7 @@ inline Floats Accumulate(Floats acc, Ints dot, float scale) {
 }
 inline float Total(Floats acc) { return pooled::Sum(acc); }
 
-inline void DecodeSmall(int32_t format, const uint8_t* block, uint8_t* codes) {
+inline __m256i SmallRun(int32_t format, const uint8_t* block) {
   const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + CodesOffset(format)));
   const __m128i nibble = _mm_set1_epi8(0x0F);
   __m256i run = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), nibble), _mm_and_si128(packed, nibble));
@@ -174,7 +178,17 @@ inline void DecodeSmall(int32_t format, const uint8_t* block, uint8_t* codes) {
     const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
     run = _mm256_or_si256(run, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
   }
-  Store32(codes, run);
+  return run;
+}
+
+inline void DecodeSmall(int32_t format, const uint8_t* block, uint8_t* codes) { Store32(codes, SmallRun(format, block)); }
+
+// Q8_0's values, or a Q4_0 or Q5_0 block's codes less their offset, and their magnitudes.
+inline void DecodeSigned(int32_t format, const uint8_t* block, SignedRun& w) {
+  const __m256i values = format == kQ8_0 ? Load32(block + 2)
+                                         : _mm256_sub_epi8(SmallRun(format, block), _mm256_set1_epi8(format == kQ4_0 ? 8 : 16));
+  Store32(w.values, values);
+  Store32(w.magnitudes, _mm256_abs_epi8(values));
 }
 
 inline void DecodeSuperNibbles(const uint8_t* bytes, const uint8_t* high, uint8_t* codes) {
@@ -221,8 +235,8 @@ inline Ints Dot(Ints acc, const uint8_t* codes, const int8_t* q) {
   return acc;
 }
 
-inline Ints SignedDot(Ints acc, const uint8_t* values, const int8_t* q) {
-  for (int k = 0; k < 32; ++k) acc += static_cast<int32_t>(static_cast<int8_t>(values[k])) * q[k];
+inline Ints SignedDot(Ints acc, const SignedRun& w, const int8_t* q) {
+  for (int k = 0; k < 32; ++k) acc += static_cast<int32_t>(w.values[k]) * q[k];
   return acc;
 }
 
@@ -248,6 +262,21 @@ inline void DecodeSixBit(const uint8_t* low, const uint8_t* high, uint8_t* codes
 
 #endif
 
+#if !defined(__AVX2__)
+// Q8_0's values, or a Q4_0 or Q5_0 block's codes less their offset, and their magnitudes.
+inline void DecodeSigned(int32_t format, const uint8_t* block, SignedRun& w) {
+  if (format == kQ8_0) {
+    std::memcpy(w.values, block + 2, kSmall);
+  } else {
+    alignas(32) uint8_t codes[kSmall];
+    DecodeSmall(format, block, codes);
+    const int offset = format == kQ4_0 ? 8 : 16;
+    for (int k = 0; k < kSmall; ++k) w.values[k] = static_cast<int8_t>(codes[k] - offset);
+  }
+  for (int k = 0; k < kSmall; ++k) w.magnitudes[k] = static_cast<uint8_t>(std::abs(static_cast<int>(w.values[k])));
+}
+#endif
+
 // ---- One channel against a tile of RT rows, block by block. ----
 
 struct Problem {
@@ -263,7 +292,8 @@ template <int RT>
 void SmallTile(const Problem& p, int64_t n, int64_t m0) {
   const Activations& a = *p.x;
   const int64_t blocks = a.small_blocks(), bytes = BlockBytes(p.format);
-  const int offset = p.format == kQ4_0 ? 8 : p.format == kQ5_0 ? 16 : 0;
+  // Q8_0, Q4_0 and Q5_0 dot signed values (llama.cpp's integers: codes less their offset);
+  // Q4_1 and Q5_1 their unsigned codes, the minimum added apart.
   const bool has_min = p.format == kQ4_1 || p.format == kQ5_1;
   Floats acc[RT];
   float side[RT];
@@ -272,16 +302,20 @@ void SmallTile(const Problem& p, int64_t n, int64_t m0) {
     side[i] = 0.0f;
   }
   alignas(32) uint8_t codes[kSmall];
+  SignedRun run;
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* block = p.weight + n * p.row_bytes + b * bytes;
     const float d = LoadHalf(block);
-    if (p.format != kQ8_0) DecodeSmall(p.format, block, codes);
+    if (has_min) {
+      DecodeSmall(p.format, block, codes);
+    } else {
+      DecodeSigned(p.format, block, run);
+    }
     const float m = has_min ? LoadHalf(block + 2) : 0.0f;
     for (int i = 0; i < RT; ++i) {
       const int64_t at = (m0 + i) * blocks + b;
       const int8_t* q = a.small_q.data() + at * kSmall;
-      Ints dot = p.format == kQ8_0 ? SignedDot(Zero(), block + 2, q) : Dot(Zero(), codes, q);
-      if (offset != 0) dot = AddScalar(dot, -offset * a.small_sum[at]);
+      const Ints dot = has_min ? Dot(Zero(), codes, q) : SignedDot(Zero(), run, q);
       acc[i] = Accumulate(acc[i], dot, d * a.small_d[at]);
       if (has_min) side[i] = std::fma(m, a.small_s[at], side[i]);
     }
