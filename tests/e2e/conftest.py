@@ -101,10 +101,13 @@ def running_process(
 def _ready(base: str, headers: Mapping[str, str]) -> bool:
     """Ready once every engine shape is compiled (the tests see one engine, not one that changes
     shapes under them) and a one-token completion is answered (health turns ready before the
-    engine may); a model that failed to load fails the test at once, with the reason."""
+    engine may), or once an idle model was unloaded (the next request loads it); a model that
+    failed to load fails the test at once, with the reason."""
     try:
         health = httpx.get(f"{base}/health", headers=headers, timeout=2).json()
         assert health["state"] != "dead", f"the model did not load: {health['reason']}"
+        if health["state"] == "unloaded":
+            return True
         if not health["ready"] or (health["engine"] or {}).get("pending_buckets"):
             return False
         body = {"prompt": "Hi", "max_tokens": 1}

@@ -183,10 +183,15 @@ inline __m256i SmallRun(int32_t format, const uint8_t* block) {
 
 inline void DecodeSmall(int32_t format, const uint8_t* block, uint8_t* codes) { Store32(codes, SmallRun(format, block)); }
 
-// Q8_0's values, or a Q4_0 or Q5_0 block's codes less their offset, and their magnitudes.
+// Q8_0's values, or a Q4_0 or Q5_0 block's codes less their offset.
+inline __m256i SignedValues(int32_t format, const uint8_t* block) {
+  if (format == kQ8_0) return Load32(block + 2);
+  return _mm256_sub_epi8(SmallRun(format, block), _mm256_set1_epi8(format == kQ4_0 ? 8 : 16));
+}
+
+// A block's signed values and their magnitudes.
 inline void DecodeSigned(int32_t format, const uint8_t* block, SignedRun& w) {
-  const __m256i values = format == kQ8_0 ? Load32(block + 2)
-                                         : _mm256_sub_epi8(SmallRun(format, block), _mm256_set1_epi8(format == kQ4_0 ? 8 : 16));
+  const __m256i values = SignedValues(format, block);
   Store32(w.values, values);
   Store32(w.magnitudes, _mm256_abs_epi8(values));
 }
@@ -288,6 +293,25 @@ struct Problem {
   int64_t rows, channels, depth;
 };
 
+// A tile's sums per row: the blocks' scaled dots in 8 lanes, and the scalar terms beside them.
+template <int RT>
+struct RowSums {
+  Floats acc[RT];
+  float side[RT];
+
+  RowSums() {
+    for (int i = 0; i < RT; ++i) {
+      acc[i] = ZeroFloats();
+      side[i] = 0.0f;
+    }
+  }
+
+  void Store(const Problem& p, int64_t n, int64_t m0) const {
+    for (int i = 0; i < RT; ++i) p.y[(m0 + i) * p.channels + n] = Total(acc[i]) + side[i];
+  }
+};
+
+
 template <int RT>
 void SmallTile(const Problem& p, int64_t n, int64_t m0) {
   const Activations& a = *p.x;
@@ -295,12 +319,9 @@ void SmallTile(const Problem& p, int64_t n, int64_t m0) {
   // Q8_0, Q4_0 and Q5_0 dot signed values (llama.cpp's integers: codes less their offset);
   // Q4_1 and Q5_1 their unsigned codes, the minimum added apart.
   const bool has_min = p.format == kQ4_1 || p.format == kQ5_1;
-  Floats acc[RT];
-  float side[RT];
-  for (int i = 0; i < RT; ++i) {
-    acc[i] = ZeroFloats();
-    side[i] = 0.0f;
-  }
+  RowSums<RT> sums;
+  Floats* acc = sums.acc;
+  float* side = sums.side;
   alignas(32) uint8_t codes[kSmall];
   SignedRun run;
   for (int64_t b = 0; b < blocks; ++b) {
@@ -320,19 +341,16 @@ void SmallTile(const Problem& p, int64_t n, int64_t m0) {
       if (has_min) side[i] = std::fma(m, a.small_s[at], side[i]);
     }
   }
-  for (int i = 0; i < RT; ++i) p.y[(m0 + i) * p.channels + n] = Total(acc[i]) + side[i];
+  sums.Store(p, n, m0);
 }
 
 template <int RT>
 void SuperTile(const Problem& p, int64_t n, int64_t m0) {
   const Activations& a = *p.x;
   const int64_t blocks = a.super_blocks(), bytes = BlockBytes(p.format);
-  Floats acc[RT];
-  float side[RT];
-  for (int i = 0; i < RT; ++i) {
-    acc[i] = ZeroFloats();
-    side[i] = 0.0f;
-  }
+  RowSums<RT> sums;
+  Floats* acc = sums.acc;
+  float* side = sums.side;
   alignas(32) uint8_t codes[kSuper];
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* block = p.weight + n * p.row_bytes + b * bytes;
@@ -370,7 +388,7 @@ void SuperTile(const Problem& p, int64_t n, int64_t m0) {
       side[i] = std::fma(-dmin * a.super_d[at], static_cast<float>(minimum), side[i]);
     }
   }
-  for (int i = 0; i < RT; ++i) p.y[(m0 + i) * p.channels + n] = Total(acc[i]) + side[i];
+  sums.Store(p, n, m0);
 }
 
 constexpr int kRowTile = 4;
@@ -384,8 +402,14 @@ void Tile(const Problem& p, int64_t n, int64_t m0) {
   }
 }
 
-// Channel n against every row: tiles of kRowTile rows, then the rest.
+// Channel n against every row: tiles of kRowTile rows, then the rest. Rows of blocks are a few
+// hundred bytes, too short for the hardware prefetcher to ramp up on: the row kPrefetchBytes
+// ahead is fetched into L2 meanwhile.
 void Channel(const Problem& p, int64_t n) {
+#if defined(__AVX2__)
+  const uint8_t* ahead = p.weight + n * p.row_bytes + pooled::kPrefetchBytes;
+  for (int64_t line = 0; line < p.row_bytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + line), _MM_HINT_T1);
+#endif
   int64_t m0 = 0;
   for (; m0 + kRowTile <= p.rows; m0 += kRowTile) Tile<kRowTile>(p, n, m0);
   switch (p.rows - m0) {
