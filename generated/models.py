@@ -1431,6 +1431,10 @@ class Config(BaseModel):
     """
     `--max-queue` (live)
     """
+    rate_limit_rpm: Annotated[StrictInt | None, Field(ge=1)]
+    """
+    `--rate-limit-rpm` (restart)
+    """
     stored_responses: Annotated[StrictInt, Field(ge=0)]
     """
     `--stored-responses` (restart)
@@ -1616,6 +1620,7 @@ class ConfigOrigins(BaseModel):
     allow_origin: ConfigOrigin
     max_body: ConfigOrigin
     max_queue: ConfigOrigin
+    rate_limit_rpm: ConfigOrigin
     stored_responses: ConfigOrigin
     stored_responses_bytes: ConfigOrigin
     stored_response_idle: ConfigOrigin
@@ -2153,7 +2158,7 @@ class LoraAdapterLoadRequest(BaseModel):
 
 class Metrics(BaseModel):
     """
-    Counters, gauges and latency histograms as JSON, named as vLLM names them (Prometheus has the same figures under `pooled_` names at `/metrics/prometheus`). `requests_running` and `requests_served_total` (counted by the HTTP layer) are always present; the engine's fields are present once the engine runs.
+    Counters, gauges and latency histograms as JSON, named as vLLM names them (Prometheus has the same figures under `pooled_` names at `/metrics/prometheus`). `requests_running`, `requests_served_total` and `requests_rate_limited_total` (counted by the HTTP layer) are always present; the engine's fields are present once the engine runs.
     """
 
     model_config = ConfigDict(
@@ -2166,6 +2171,10 @@ class Metrics(BaseModel):
     requests_served_total: Annotated[StrictInt, Field(ge=0)]
     """
     Model requests answered since start, any status.
+    """
+    requests_rate_limited_total: Annotated[StrictInt, Field(ge=0)]
+    """
+    Model requests refused by `--rate-limit-rpm` (429), not counted as served.
     """
     requests_waiting: Annotated[StrictInt | None, Field(ge=0)] = None
     """

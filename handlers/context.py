@@ -390,6 +390,7 @@ class Counters:
 
     served: int = 0
     in_flight: int = 0
+    rate_limited: int = 0  # refused by --rate-limit-rpm
     last_active: float = field(default_factory=time.monotonic)  # when a model request last began or ended
 
 

@@ -27,6 +27,7 @@ GAUGES = {
 }
 COUNTERS = {
     "requests_served_total": "Model requests answered since start, any status.",
+    "requests_rate_limited_total": "Model requests refused by --rate-limit-rpm (not counted as served).",
     "requests_refused_total": "Requests refused because the wait queue was full.",
     "prompt_tokens_total": "Prompt tokens of requests admitted.",
     "generation_tokens_total": "Tokens generated.",
@@ -85,6 +86,7 @@ def snapshot(server: ServerContext) -> models.Metrics:
         {
             "requests_running": server.counters.in_flight,
             "requests_served_total": server.counters.served,
+            "requests_rate_limited_total": server.counters.rate_limited,
             **(_engine_fields(engine.stats()) if engine is not None else {}),
         }
     )

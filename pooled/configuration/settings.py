@@ -237,6 +237,14 @@ class Settings(EngineSettings):
         "Requests that may wait for a decode lane; past that a request is refused (429 OpenAI, 529 Anthropic).",
         change="live",
     )
+    rate_limit_rpm: int | None = setting(
+        None,
+        integer(minimum=1, nullable=True),
+        "Model requests (POST under /v1) a minute per API key, or per client address without one; past it "
+        "a request is refused (429, rate_limit_error on Anthropic's paths) with Retry-After until the oldest "
+        "of the last minute's requests leaves the window. Unset: no limit.",
+        change="restart",
+    )
     stored_responses: int = setting(
         256,
         integer(minimum=0),

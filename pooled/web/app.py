@@ -19,6 +19,7 @@ from pooled.configuration.settings import Settings
 from pooled.web import error_bodies
 from pooled.web.counting import RequestCounting
 from pooled.web.guards import Guards
+from pooled.web.rate_limit import RateLimit
 
 
 def server_context(
@@ -82,4 +83,7 @@ def build_app(settings: Settings, server: ServerContext) -> ASGIApp:
     app.include_router(router)
     app.add_api_websocket_route("/v1/responses", responses_socket)
     error_bodies.install(app)
-    return Guards(RequestCounting(app, server.counters), settings, lambda: server.access)
+    counted: ASGIApp = RequestCounting(app, server.counters)
+    if settings.rate_limit_rpm is not None:
+        counted = RateLimit(counted, settings.rate_limit_rpm, server.counters)
+    return Guards(counted, settings, lambda: server.access)

@@ -24,7 +24,8 @@ def test_health_reports_the_engine_plan(client: TestClient, model: StubModel) ->
 
 
 def test_metrics_json_carries_engine_counters_and_histograms(client: TestClient, model: StubModel) -> None:
-    assert set(client.get("/metrics").json()) == {"requests_running", "requests_served_total"}
+    counted_by_http = {"requests_running", "requests_served_total", "requests_rate_limited_total"}
+    assert set(client.get("/metrics").json()) == counted_by_http
     with_engine(model)
     metrics = client.get("/metrics").json()
     assert metrics["compiles_after_startup_total"] == 0
