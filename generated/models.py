@@ -3639,3 +3639,27 @@ class TokenizeResponse(BaseModel):
     """
     tokens: list[StrictInt]
     token_strs: list[str] | None = None
+
+
+class TokenizerInfoResponse(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    tokenizer_class: str
+    """
+    The tokenizer's kind (pooled runs Hugging Face `tokenizers` backends).
+    """
+    bos_token: str | None
+    eos_token: str | None
+    """
+    The end token (its text; `/tokenize` gives its id).
+    """
+    pad_token: str | None
+    chat_template: str | None
+    """
+    The Jinja chat template the server renders chats with.
+    """
+    model_max_length: Annotated[StrictInt, Field(ge=1)]
+    """
+    The context the server runs, in tokens.
+    """

@@ -29,6 +29,9 @@ OPERATION_HANDLERS: dict[str, str] = {
     "createRerankV2": "create_rerank_v2",
     "tokenize": "tokenize",
     "detokenize": "detokenize",
+    "tokenizeRoot": "tokenize_root",
+    "detokenizeRoot": "detokenize_root",
+    "getTokenizerInfo": "get_tokenizer_info",
     "listModels": "list_models",
     "listCatalog": "list_catalog",
     "startDownload": "start_download",
@@ -288,6 +291,50 @@ async def detokenize(
     """Turn token ids back into text."""
     result = await handlers.detokenize(request, body=body)
     return _respond(result, (models.DetokenizeResponse,))
+
+
+@router.api_route(
+    "/tokenize",
+    methods=["POST"],
+    operation_id="tokenizeRoot",
+    include_in_schema=False,
+)
+async def tokenize_root(
+    request: Request,
+    body: Annotated[models.TokenizeRequest, Body()],
+) -> Response:
+    """Tokenize a prompt or chat messages (vLLM's root path)."""
+    result = await handlers.tokenize_root(request, body=body)
+    return _respond(result, (models.TokenizeResponse,))
+
+
+@router.api_route(
+    "/detokenize",
+    methods=["POST"],
+    operation_id="detokenizeRoot",
+    include_in_schema=False,
+)
+async def detokenize_root(
+    request: Request,
+    body: Annotated[models.DetokenizeRequest, Body()],
+) -> Response:
+    """Turn token ids back into text (vLLM's root path)."""
+    result = await handlers.detokenize_root(request, body=body)
+    return _respond(result, (models.DetokenizeResponse,))
+
+
+@router.api_route(
+    "/tokenizer_info",
+    methods=["GET", "HEAD"],
+    operation_id="getTokenizerInfo",
+    include_in_schema=False,
+)
+async def get_tokenizer_info(
+    request: Request,
+) -> Response:
+    """The tokenizer's special tokens, chat template and the served context."""
+    result = await handlers.get_tokenizer_info(request)
+    return _respond(result, (models.TokenizerInfoResponse,))
 
 
 @router.api_route(

@@ -19,7 +19,7 @@ from handlers.openai_completions import create_completion
 from handlers.openai_responses import count_response_input_tokens, create_response, open_responses_socket
 from handlers.rerank import create_rerank, create_rerank_unversioned, create_rerank_v2
 from handlers.stored_responses import delete_response, get_response, list_input_items
-from handlers.tokens import detokenize, tokenize
+from handlers.tokens import detokenize, detokenize_root, get_tokenizer_info, tokenize, tokenize_root
 from handlers.ui import get_ui, get_ui_asset, get_ui_metrics
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "create_response",
     "delete_response",
     "detokenize",
+    "detokenize_root",
     "get_api_root",
     "get_banner",
     "get_config",
@@ -47,6 +48,7 @@ __all__ = [
     "get_openapi_document",
     "get_prometheus_metrics",
     "get_response",
+    "get_tokenizer_info",
     "get_ui",
     "get_ui_asset",
     "get_ui_metrics",
@@ -62,6 +64,7 @@ __all__ = [
     "start_download",
     "switch_model",
     "tokenize",
+    "tokenize_root",
     "unload_lora_adapter",
     "update_config",
 ]

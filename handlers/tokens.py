@@ -1,4 +1,5 @@
-"""`POST /v1/tokenize` and `POST /v1/detokenize`: the tokenizer and chat template alone, no engine.
+"""`POST /v1/tokenize` and `POST /v1/detokenize` (also at vLLM's root paths) and `GET
+/tokenizer_info`: the tokenizer and chat template alone, no engine.
 
 They answer as soon as the tokenizer is read, while the engine may still be warming up.
 """
@@ -53,3 +54,20 @@ async def detokenize(request: Request, body: models.DetokenizeRequest) -> models
             param="tokens",
         )
     return models.DetokenizeResponse(prompt=tokenizer.decode(body.tokens))
+
+
+tokenize_root = tokenize  # POST /tokenize
+detokenize_root = detokenize  # POST /detokenize
+
+
+async def get_tokenizer_info(request: Request) -> models.TokenizerInfoResponse:
+    model = context(request).model
+    tokenizer = loaded_tokenizer(model)
+    return models.TokenizerInfoResponse(
+        tokenizer_class="tokenizers.Tokenizer",
+        bos_token=tokenizer.bos_token,
+        eos_token=tokenizer.eos_token,
+        pad_token=None,  # pooled pads nothing a client sees
+        chat_template=model.chat_template.source if model.chat_template is not None else None,
+        model_max_length=model.ctx or 1,
+    )

@@ -53,6 +53,7 @@ class ChatTemplate:
         instruction_budget: int = DEFAULT_INSTRUCTION_BUDGET,
         output_chars_budget: int = DEFAULT_OUTPUT_CHARS_BUDGET,
     ) -> None:
+        self.source = source
         self._tokenizer = tokenizer
         self._instruction_budget = instruction_budget
         self._output_chars_budget = output_chars_budget

@@ -253,3 +253,14 @@ def test_tokenize_and_detokenize(server: str) -> None:
     chat = httpx.post(f"{server}/v1/tokenize", json={"messages": HI}).json()
     prompt = httpx.post(f"{server}/v1/detokenize", json={"tokens": chat["tokens"]}).json()["prompt"]
     assert "What is the capital of France?" in prompt and prompt.endswith("assistant\n")
+
+
+def test_a_remote_tokenizer_reads_the_root_routes(server: str) -> None:
+    """lm-evaluation-harness's remote tokenizer: the special tokens and chat template from
+    /tokenizer_info, ids from /tokenize and text back from /detokenize, at the root as vLLM serves them."""
+    info = httpx.get(f"{server}/tokenizer_info").json()
+    assert info["eos_token"] == "<|im_end|>" and info["model_max_length"] == CONTEXT
+    assert "<|im_start|>" in info["chat_template"]
+    tokens = httpx.post(f"{server}/tokenize", json={"prompt": "Paris is", "add_special_tokens": False}).json()
+    assert tokens["tokens"] == httpx.post(f"{server}/v1/tokenize", json={"prompt": "Paris is"}).json()["tokens"]
+    assert httpx.post(f"{server}/detokenize", json={"tokens": tokens["tokens"]}).json() == {"prompt": "Paris is"}

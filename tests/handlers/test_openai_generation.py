@@ -276,6 +276,20 @@ def test_tokenize_and_detokenize(api: TestClient, tokenizer: Tokenizer) -> None:
     assert api.post("/v1/detokenize", json={"tokens": [-1]}).status_code == 400
 
 
+def test_vllms_root_tokenizer_routes_and_tokenizer_info(api: TestClient, tokenizer: Tokenizer) -> None:
+    """What lm-evaluation-harness's remote tokenizer sends: /tokenizer_info, then /tokenize and
+    /detokenize at the root, as vLLM serves them."""
+    info = api.get("/tokenizer_info").json()
+    assert info["eos_token"] == tokenizer.eos_token and info["bos_token"] == tokenizer.bos_token
+    assert info["chat_template"] and "<|im_start|>" in info["chat_template"] and info["model_max_length"] == 2048
+    body = {"prompt": "Hello world", "add_special_tokens": False}
+    assert api.post("/tokenize", json=body).json() == api.post("/v1/tokenize", json=body).json()
+    # A control token spelled in a prompt stays text, as /v1/completions reads prompts.
+    spelled = api.post("/tokenize", json={"prompt": info["eos_token"], "add_special_tokens": False}).json()["tokens"]
+    assert spelled == tokenizer.encode(info["eos_token"]) and spelled != [tokenizer.eos_token_id]
+    assert api.post("/detokenize", json={"tokens": tokenizer.encode("Hello world")}).json() == {"prompt": "Hello world"}
+
+
 def test_client_gone_cancels_the_engine_request(api: TestClient, fake_engine: FakeEngine) -> None:
     fake_engine.gate.clear()
     with api.stream("POST", CHAT, json={"messages": HI, "stream": True}) as response:
