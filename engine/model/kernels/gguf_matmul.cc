@@ -14,9 +14,11 @@
 //   Q8_0: d_w d_a sum w q;   Q4_K, Q5_K: d_w d_a sum_j s_j (c q)_j - dmin_w d_a sum_j m_j (sum q)_j
 //   Q6_K: d_w d_a sum_g s_g ((c q)_g - 32 (sum q)_g)
 // added up in f32 per row. A row's result never depends on the other rows of the call.
-// The AVX2 path (with AVX-512 VNNI's vpdpbusd where the CPU has it) decodes a block's codes once
-// into 32-byte runs and dots each run with every row of the tile (vpmaddubsw: unsigned codes, or
-// signed values' magnitudes, times signed q); the portable loops compute the same integers.
+// With AVX-512 VNNI, the legacy formats serve every full group of eight rows with one row in each
+// lane (the lane path, below). The row tiles (AVX2, with VNNI's vpdpbusd where the CPU has it)
+// decode a block's codes once into 32-byte runs and dot each run with every row of a tile
+// (vpmaddubsw: unsigned codes, or signed values' magnitudes, times signed q); the portable loops
+// compute the same integers.
 // Threads: chunks of output channels are shared with XLA's pool (parallel.h).
 
 #include <algorithm>
@@ -49,6 +51,13 @@ struct Activations {
   std::vector<int8_t> super_q;
   std::vector<float> super_d;
   std::vector<int32_t> super_sums;
+  // The full groups of kLaneRows rows, packed for the lane path (below): per group, block and run
+  // of 4 inputs, a vector of the rows' 4 codes each (signed, and plus 128 as unsigned), and per
+  // group and block the rows' d and s.
+  int64_t groups = 0;
+  std::vector<int8_t> lane_q;
+  std::vector<uint8_t> lane_uq;
+  std::vector<float> lane_d, lane_s;
 
   int64_t small_blocks() const { return depth / kSmall; }
   int64_t super_blocks() const { return depth / kSuper; }
@@ -73,6 +82,43 @@ void QuantizeSmall(const float* x, Activations& a) {
     a.small_d[b] = RoundToHalf(d);
     a.small_s[b] = RoundToHalf(d * static_cast<float>(sum));
   }
+}
+
+// The legacy formats' rows dotted eight at a time, one row in each 32-bit lane (AVX-512 VNNI): a
+// channel's block is read as eight runs of 4 values, each broadcast to every lane and dotted
+// (vpdpbusd) with the eight rows' 4 codes of that run, so a block costs eight rows 8 dots and 8
+// scaled adds where the row tiles cost each row a dot, a sign and a scaled add. Run r's sums are
+// exactly lane r of a row tile's dot, scaled and added in the same order, so a row's result is the
+// same bits whichever path served it. The K formats stay on the row tiles: their sub-block scales
+// need int16 lanes (vpdpwssd), twice the bytes a product, and that was no faster (tried).
+constexpr int64_t kLaneRows = 8;
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+constexpr bool kLanePath = true;
+#else
+constexpr bool kLanePath = false;
+#endif
+
+void PackSmallLanes(Activations& a) {
+  const int64_t blocks = a.small_blocks();
+  a.groups = a.rows / kLaneRows;
+  a.lane_q.resize(a.groups * blocks * kLaneRows * kSmall);
+  a.lane_uq.resize(a.lane_q.size());
+  a.lane_d.resize(a.groups * blocks * kLaneRows);
+  a.lane_s.resize(a.lane_d.size());
+  for (int64_t g = 0; g < a.groups; ++g) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t at = g * blocks + b;
+      for (int64_t r = 0; r < kLaneRows; ++r) {
+        const int64_t row = g * kLaneRows + r;
+        for (int64_t run = 0; run < kSmall / 4; ++run) {
+          std::memcpy(&a.lane_q[(at * (kSmall / 4) + run) * kLaneRows * 4 + 4 * r], &a.small_q[row * a.depth + b * kSmall + 4 * run], 4);
+        }
+        a.lane_d[at * kLaneRows + r] = a.small_d[row * blocks + b];
+        a.lane_s[at * kLaneRows + r] = a.small_s[row * blocks + b];
+      }
+    }
+  }
+  for (size_t i = 0; i < a.lane_q.size(); ++i) a.lane_uq[i] = static_cast<uint8_t>(a.lane_q[i]) ^ 0x80;
 }
 
 void QuantizeSuper(const float* x, Activations& a) {
@@ -312,13 +358,14 @@ struct RowSums {
 };
 
 
-template <int RT>
+// The format is a template argument: its branches are decided once, not per block.
+template <int RT, int32_t kFormat>
 void SmallTile(const Problem& p, int64_t n, int64_t m0) {
   const Activations& a = *p.x;
-  const int64_t blocks = a.small_blocks(), bytes = BlockBytes(p.format);
+  const int64_t blocks = a.small_blocks(), bytes = BlockBytes(kFormat);
   // Q8_0, Q4_0 and Q5_0 dot signed values (llama.cpp's integers: codes less their offset);
   // Q4_1 and Q5_1 their unsigned codes, the minimum added apart.
-  const bool has_min = p.format == kQ4_1 || p.format == kQ5_1;
+  constexpr bool has_min = kFormat == kQ4_1 || kFormat == kQ5_1;
   RowSums<RT> sums;
   Floats* acc = sums.acc;
   float* side = sums.side;
@@ -327,10 +374,10 @@ void SmallTile(const Problem& p, int64_t n, int64_t m0) {
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* block = p.weight + n * p.row_bytes + b * bytes;
     const float d = LoadHalf(block);
-    if (has_min) {
-      DecodeSmall(p.format, block, codes);
+    if constexpr (has_min) {
+      DecodeSmall(kFormat, block, codes);
     } else {
-      DecodeSigned(p.format, block, run);
+      DecodeSigned(kFormat, block, run);
     }
     const float m = has_min ? LoadHalf(block + 2) : 0.0f;
     for (int i = 0; i < RT; ++i) {
@@ -344,17 +391,17 @@ void SmallTile(const Problem& p, int64_t n, int64_t m0) {
   sums.Store(p, n, m0);
 }
 
-template <int RT>
+template <int RT, int32_t kFormat>
 void SuperTile(const Problem& p, int64_t n, int64_t m0) {
   const Activations& a = *p.x;
-  const int64_t blocks = a.super_blocks(), bytes = BlockBytes(p.format);
+  const int64_t blocks = a.super_blocks(), bytes = BlockBytes(kFormat);
   RowSums<RT> sums;
   Floats* acc = sums.acc;
   float* side = sums.side;
   alignas(32) uint8_t codes[kSuper];
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* block = p.weight + n * p.row_bytes + b * bytes;
-    if (p.format == kQ6_K) {
+    if constexpr (kFormat == kQ6_K) {
       DecodeSixBit(block + kQ6Low, block + kQ6High, codes);
       const int8_t* scales = reinterpret_cast<const int8_t*>(block + kQ6Scales);
       const float d = LoadHalf(block + kQ6D);
@@ -368,49 +415,147 @@ void SuperTile(const Problem& p, int64_t n, int64_t m0) {
         for (int g = 0; g < 16; ++g) offset += scales[g] * sums[g];
         acc[i] = Accumulate(acc[i], AddScalar(dot, -32 * offset), d * a.super_d[at]);
       }
-      continue;
-    }
-    uint8_t scales[8], mins[8];
-    SuperScales(block + kKScales, scales, mins);
-    DecodeSuperNibbles(block + CodesOffset(p.format), p.format == kQ5_K ? block + kKHigh : nullptr, codes);
-    const float d = LoadHalf(block), dmin = LoadHalf(block + 2);
-    for (int i = 0; i < RT; ++i) {
-      const int64_t at = (m0 + i) * blocks + b;
-      const int8_t* q = a.super_q.data() + at * kSuper;
-      const int32_t* sums = a.super_sums.data() + at * (kSuper / 16);
-      Ints dot = Zero();
-      int32_t minimum = 0;
-      for (int j = 0; j < 8; ++j) {
-        dot = ScaledDot(dot, codes + 32 * j, q + 32 * j, scales[j], scales[j]);
-        minimum += mins[j] * (sums[2 * j] + sums[2 * j + 1]);
+    } else {
+      uint8_t scales[8], mins[8];
+      SuperScales(block + kKScales, scales, mins);
+      DecodeSuperNibbles(block + CodesOffset(kFormat), kFormat == kQ5_K ? block + kKHigh : nullptr, codes);
+      const float d = LoadHalf(block), dmin = LoadHalf(block + 2);
+      for (int i = 0; i < RT; ++i) {
+        const int64_t at = (m0 + i) * blocks + b;
+        const int8_t* q = a.super_q.data() + at * kSuper;
+        const int32_t* sums = a.super_sums.data() + at * (kSuper / 16);
+        Ints dot = Zero();
+        int32_t minimum = 0;
+        for (int j = 0; j < 8; ++j) {
+          dot = ScaledDot(dot, codes + 32 * j, q + 32 * j, scales[j], scales[j]);
+          minimum += mins[j] * (sums[2 * j] + sums[2 * j + 1]);
+        }
+        acc[i] = Accumulate(acc[i], dot, d * a.super_d[at]);
+        side[i] = std::fma(-dmin * a.super_d[at], static_cast<float>(minimum), side[i]);
       }
-      acc[i] = Accumulate(acc[i], dot, d * a.super_d[at]);
-      side[i] = std::fma(-dmin * a.super_d[at], static_cast<float>(minimum), side[i]);
     }
   }
   sums.Store(p, n, m0);
 }
 
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+
+// A legacy block decoded for the lane path: Q8_0's, Q4_0's and Q5_0's signed values, dotted with
+// the rows' codes plus 128 (vpdpbusd takes one side unsigned), each run's dot starting from -128
+// times the run's values' sum; Q4_1's and Q5_1's unsigned codes, dotted with the signed codes.
+struct LaneBlock {
+  alignas(32) int8_t w[kSmall];
+  int32_t start[kSmall / 4];
+  float d, m;
+};
+
+void DecodeLaneBlocks(const Problem& p, int64_t n, LaneBlock* out) {
+  const int64_t blocks = p.depth / kSmall, bytes = BlockBytes(p.format);
+  const bool has_min = p.format == kQ4_1 || p.format == kQ5_1;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* block = p.weight + n * p.row_bytes + b * bytes;
+    LaneBlock& w = out[b];
+    w.d = LoadHalf(block);
+    w.m = has_min ? LoadHalf(block + 2) : 0.0f;
+    if (has_min) {
+      DecodeSmall(p.format, block, reinterpret_cast<uint8_t*>(w.w));
+      std::fill(std::begin(w.start), std::end(w.start), 0);
+    } else {
+      const __m256i values = SignedValues(p.format, block);
+      Store32(w.w, values);
+      const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(0x80)), values);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(w.start), _mm256_sub_epi32(_mm256_setzero_si256(), sums));
+    }
+  }
+}
+
+// Rows g * 8 .. g * 8 + 7 against channel n's decoded blocks.
+template <bool kSignedValues>
+void SmallLanes(const Problem& p, const LaneBlock* w, int64_t n, int64_t g) {
+  const Activations& a = *p.x;
+  const int64_t blocks = a.small_blocks();
+  __m256 acc[kSmall / 4];
+  for (__m256& lane : acc) lane = _mm256_setzero_ps();
+  __m256 side = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t at = g * blocks + b;
+    const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(w[b].d), _mm256_loadu_ps(&a.lane_d[at * kLaneRows]));
+    for (int run = 0; run < kSmall / 4; ++run) {
+      int32_t word;
+      std::memcpy(&word, w[b].w + 4 * run, sizeof word);
+      const __m256i weights = _mm256_set1_epi32(word);
+      __m256i dot;
+      if constexpr (kSignedValues) {
+        dot = _mm256_dpbusd_epi32(_mm256_set1_epi32(w[b].start[run]), Load32(&a.lane_uq[(at * (kSmall / 4) + run) * 32]), weights);
+      } else {
+        dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), weights, Load32(&a.lane_q[(at * (kSmall / 4) + run) * 32]));
+      }
+      acc[run] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[run]);
+    }
+    if constexpr (!kSignedValues) side = _mm256_fmadd_ps(_mm256_set1_ps(w[b].m), _mm256_loadu_ps(&a.lane_s[at * kLaneRows]), side);
+  }
+  // pooled::Sum's order: ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)).
+  const __m256 total = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
+                                     _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7])));
+  alignas(32) float rows[kLaneRows];
+  _mm256_store_ps(rows, _mm256_add_ps(total, side));
+  for (int64_t r = 0; r < kLaneRows; ++r) p.y[(g * kLaneRows + r) * p.channels + n] = rows[r];
+}
+
+// Channels n0 .. end against every full group of rows; returns how many rows it served. Each
+// channel's row of blocks is decoded once; a group's codes (a few KiB) stay in L1 while every
+// channel of the chunk reads them.
+int64_t LaneRows(const Problem& p, int64_t n0, int64_t end) {
+  const Activations& a = *p.x;
+  if (a.groups == 0 || Super(p.format)) return 0;
+  const int64_t blocks = a.small_blocks();
+  thread_local std::vector<LaneBlock> decoded;
+  decoded.resize((end - n0) * blocks);
+  for (int64_t n = n0; n < end; ++n) DecodeLaneBlocks(p, n, decoded.data() + (n - n0) * blocks);
+  const bool has_min = p.format == kQ4_1 || p.format == kQ5_1;
+  for (int64_t g = 0; g < a.groups; ++g) {
+    for (int64_t n = n0; n < end; ++n) {
+      const LaneBlock* w = decoded.data() + (n - n0) * blocks;
+      if (has_min) {
+        SmallLanes<false>(p, w, n, g);
+      } else {
+        SmallLanes<true>(p, w, n, g);
+      }
+    }
+  }
+  return a.groups * kLaneRows;
+}
+
+#else
+
+int64_t LaneRows(const Problem&, int64_t, int64_t) { return 0; }
+
+#endif
+
 constexpr int kRowTile = 4;
 
 template <int RT>
 void Tile(const Problem& p, int64_t n, int64_t m0) {
-  if (Super(p.format)) {
-    SuperTile<RT>(p, n, m0);
-  } else {
-    SmallTile<RT>(p, n, m0);
+  switch (p.format) {
+    case kQ4_0: SmallTile<RT, kQ4_0>(p, n, m0); break;
+    case kQ4_1: SmallTile<RT, kQ4_1>(p, n, m0); break;
+    case kQ5_0: SmallTile<RT, kQ5_0>(p, n, m0); break;
+    case kQ5_1: SmallTile<RT, kQ5_1>(p, n, m0); break;
+    case kQ8_0: SmallTile<RT, kQ8_0>(p, n, m0); break;
+    case kQ4_K: SuperTile<RT, kQ4_K>(p, n, m0); break;
+    case kQ5_K: SuperTile<RT, kQ5_K>(p, n, m0); break;
+    default: SuperTile<RT, kQ6_K>(p, n, m0); break;
   }
 }
 
-// Channel n against every row: tiles of kRowTile rows, then the rest. Rows of blocks are a few
+// Channel n against rows m0 .. M: tiles of kRowTile rows, then the rest. Rows of blocks are a few
 // hundred bytes, too short for the hardware prefetcher to ramp up on: the row kPrefetchBytes
 // ahead is fetched into L2 meanwhile.
-void Channel(const Problem& p, int64_t n) {
+void Channel(const Problem& p, int64_t n, int64_t m0) {
 #if defined(__AVX2__)
   const uint8_t* ahead = p.weight + n * p.row_bytes + pooled::kPrefetchBytes;
   for (int64_t line = 0; line < p.row_bytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + line), _MM_HINT_T1);
 #endif
-  int64_t m0 = 0;
   for (; m0 + kRowTile <= p.rows; m0 += kRowTile) Tile<kRowTile>(p, n, m0);
   switch (p.rows - m0) {
     case 3: Tile<3>(p, n, m0); break;
@@ -451,9 +596,11 @@ ffi::Error GgufMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Remain
     problems.push_back(Problem{&a, format, weight->typed_data(), row_bytes, (*y)->typed_data(), a.rows, channels, a.depth});
   }
   if (small) QuantizeSmall(x.typed_data(), a);
+  if (small && kLanePath && a.rows >= kLaneRows) PackSmallLanes(a);
   if (super) QuantizeSuper(x.typed_data(), a);
   pooled::ForEachChunk(pool, problems, kChunkChannels, [](const Problem& p, int64_t n0, int64_t end) {
-    for (int64_t n = n0; n < end; ++n) Channel(p, n);
+    const int64_t served = LaneRows(p, n0, end);
+    for (int64_t n = n0; n < end; ++n) Channel(p, n, served);
   });
   return ffi::Error::Success();
 }
