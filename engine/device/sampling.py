@@ -99,9 +99,29 @@ def _top_k_top_p(logits: Array, top_k: Array, top_p: Array) -> Array:
     return jnp.where(logits >= jnp.maximum(cutoff, kth), logits, _BANNED)
 
 
+# Logits per chunk of `first_best`'s first pass.
+_ARGMAX_CHUNK = 128
+
+
+def first_best(logits: Array) -> Array:
+    """Each row's index of its largest logit, the first of equals, as `jnp.argmax` picks it: the
+    largest of each chunk of 128, the first chunk holding the row's largest, then the first index
+    of it in that chunk. XLA's CPU argmax is a reduce over (value, index) pairs that does not
+    vectorize: over 64 rows of a 49,152-token vocabulary it took 7.0 ms on a Zen 4 core, this 0.31
+    ms (one row: 0.23 and 0.04 ms)."""
+    rows, vocab = logits.shape
+    padding = -vocab % _ARGMAX_CHUNK
+    if padding:
+        logits = jnp.pad(logits, ((0, 0), (0, padding)), constant_values=-jnp.inf)
+    chunks = logits.reshape(rows, -1, _ARGMAX_CHUNK)
+    best_chunk = jnp.argmax(jnp.max(chunks, axis=-1), axis=-1)
+    chunk = jnp.take_along_axis(chunks, best_chunk[:, None, None], axis=1)[:, 0]
+    return (best_chunk * _ARGMAX_CHUNK + jnp.argmax(chunk, axis=-1)).astype(jnp.int32)
+
+
 def _draw(logits: Array, s: SamplerInputs) -> Array:
     greedy = s.temperature <= 0
-    best = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    best = first_best(logits)
     # Filtering and drawing take several passes and PRNG bits over the vocabulary per row: a batch
     # of greedy rows skips them.
     return jax.lax.cond(jnp.all(greedy), lambda: best, lambda: jnp.where(greedy, best, _drawn(logits, s)))
@@ -160,7 +180,7 @@ def plain(
 def greedy(logits: Array, bias_ids: ArrayLike, bias_values: ArrayLike) -> Sampled:
     """What `sample` returns for rows that are all `plain`, in one pass over the logits and without
     the penalty state: a step of greedy rows need not gather that state ([B, V] twice)."""
-    token = jnp.argmax(_biased(logits, bias_ids, bias_values), axis=-1).astype(jnp.int32)
+    token = first_best(_biased(logits, bias_ids, bias_values))
     return Sampled(token, *_no_logprobs(logits, token))
 
 

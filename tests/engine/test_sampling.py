@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from engine.device import sampling
 from engine.device.sampling import SamplerInputs, allowed_mask, greedy, plain, sample
 
 V = 64
@@ -192,3 +193,15 @@ def test_greedy_rows_with_a_bias_take_the_short_path_to_the_same_tokens() -> Non
         {"allowed": np.array([[-1, -1], [-1, -1], [-1, 0], [-1, -1]], np.int32)},
     ):
         assert not is_plain(inputs(**{"temperature": 0.0, "logprobs": False, **other}))
+
+
+@pytest.mark.parametrize("vocab", [5, 128, 300, 49152])
+def test_first_best_is_argmax_ties_and_banned_rows_included(vocab: int) -> None:
+    rng = np.random.default_rng(vocab)
+    logits = rng.standard_normal((6, vocab)).astype(np.float32)
+    logits[1, :] = 0.5  # every token tied: the first
+    logits[2, :] = -np.inf  # every token banned: the first, as argmax answers
+    logits[3, vocab // 2] = logits[3, vocab - 1] = 9.0  # two equal bests in different chunks
+    logits[4, :3] = 7.0  # equal bests in one chunk
+    got = np.asarray(sampling.first_best(jnp.asarray(logits)))
+    np.testing.assert_array_equal(got, np.argmax(logits, axis=-1))
