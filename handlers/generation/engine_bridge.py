@@ -1,8 +1,10 @@
 """The bridge between a handler on the event loop and the engine on its own thread.
 
-1. `start_generation` submits a `GenerationRequest` with a sink that only schedules
-   `queue.put_nowait(event)` on the loop (`call_soon_threadsafe`): the engine thread never waits on
-   HTTP, and the loop never polls the engine — it awaits the queue.
+1. `start_generation` submits a `GenerationRequest` with a sink that only posts the event to the
+   loop's `Mailbox`: the engine thread never waits on HTTP, and the loop never polls the engine —
+   it awaits the queue. The mailbox wakes the loop once for everything posted before it drains
+   (one `call_soon_threadsafe`, one write to the loop's self-pipe, for a decode step's events of
+   every stream, not one each), and puts each event in its request's queue.
 2. `Generation.events()` yields each row's `Tokens` and `Finished` in order and ends once every
    row has finished; a `Failed`, a row that stalled past the timeout, or an engine silent for
    longer than the timeout (a prefill chunk's `Prefilled` counts as word from it) raise `ApiError`
@@ -17,7 +19,9 @@ answer has started, so they become plain HTTP errors.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
+import threading
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -108,10 +112,57 @@ class Generation:
             self._unfinished = 0
 
     async def _next_event(self) -> EngineEvent:
+        if not self._queue.empty():
+            return self._queue.get_nowait()
         try:
-            return await asyncio.wait_for(self._queue.get(), timeout=self._silence_limit_s)
+            async with asyncio.timeout(self._silence_limit_s):
+                return await self._queue.get()
         except TimeoutError:
             raise timeout_error() from None
+
+
+class Mailbox:
+    """Engine events bound for one event loop's queues, handed over in batches.
+
+    Threads: `post` runs on the engine thread (any thread), `_drain` on the loop; the lock guards
+    only the list and the flag that says a drain is scheduled."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._posted: collections.deque[tuple[asyncio.Queue[EngineEvent], EngineEvent]] = collections.deque()
+        self._scheduled = False
+
+    def post(self, queue: asyncio.Queue[EngineEvent], event: EngineEvent) -> None:
+        with self._lock:
+            self._posted.append((queue, event))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:
+            # Called on the engine thread, where an exception would stop the engine: a loop that
+            # has closed (server shutdown) has nobody left to read the event, so it is dropped.
+            pass
+
+    def _drain(self) -> None:
+        with self._lock:
+            posted, self._posted = self._posted, collections.deque()
+            self._scheduled = False
+        for queue, event in posted:
+            queue.put_nowait(event)
+
+
+_MAILBOXES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox]" = weakref.WeakKeyDictionary()
+
+
+def mailbox(loop: asyncio.AbstractEventLoop) -> Mailbox:
+    """The loop's mailbox (made on first use; called on the loop, so never raced)."""
+    box = _MAILBOXES.get(loop)
+    if box is None:
+        box = _MAILBOXES[loop] = Mailbox(loop)
+    return box
 
 
 def timeout_error() -> ApiError:
@@ -132,14 +183,11 @@ async def start_generation(
     engine = model.engine
     if engine is None:
         raise not_serving(model, api.unavailable)
-    loop = asyncio.get_running_loop()
     queue: asyncio.Queue[EngineEvent] = asyncio.Queue()
+    box = mailbox(asyncio.get_running_loop())
 
     def sink(event: EngineEvent) -> None:
-        # Called on the engine thread, where an exception would stop the engine: a loop that has
-        # closed (server shutdown) has nobody left to read the event, so it is dropped.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(queue.put_nowait, event)
+        box.post(queue, event)
 
     try:
         request_id = engine.submit(

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -31,28 +32,61 @@ async def with_keepalive(
 
     Proxies and clients drop a silent connection; a request queued behind others, or a long
     prefill, would otherwise be silent for longer than their idle timeouts.
+
+    Threads: all on the event loop. One task per stream (the pump) runs `events` and queues what it
+    yields; this generator takes everything queued at once, so a client that falls behind gets
+    several events in one write instead of one write each, and waits with a timeout only when the
+    queue is empty. (Timing out an `anext(events)` would need a task per event, since cancelling
+    the generator mid-await would end it.)
     """
-    pending: asyncio.Task[str] | None = None
+    queue: asyncio.Queue[str | _End] = asyncio.Queue()
+
+    async def pump() -> None:
+        try:
+            async for event in events:
+                queue.put_nowait(event)
+            queue.put_nowait(_End(None))
+        except Exception as error:  # noqa: BLE001 - handed to the consumer, which raises it
+            queue.put_nowait(_End(error))
+
+    pumping = asyncio.create_task(pump())
     try:
         while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(events))
-            done, _ = await asyncio.wait({pending}, timeout=interval_s)
-            if not done:
-                yield keepalive
-                continue
-            try:
-                event = pending.result()
-            except StopAsyncIteration:
-                return
-            pending = None
-            yield event
+            if queue.empty():
+                try:
+                    async with asyncio.timeout(interval_s):
+                        first = await queue.get()
+                except TimeoutError:
+                    yield keepalive
+                    continue
+            else:
+                first = queue.get_nowait()
+            parts: list[str] = []
+            item = first
+            while True:
+                if isinstance(item, _End):
+                    if parts:
+                        yield "".join(parts)
+                    if item.error is not None:
+                        raise item.error
+                    return
+                parts.append(item)
+                if queue.empty():
+                    break
+                item = queue.get_nowait()
+            yield "".join(parts)
     finally:
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(BaseException):  # its outcome no longer matters, only that it ended
-                await pending
+        pumping.cancel()
+        with contextlib.suppress(BaseException):  # its outcome no longer matters, only that it ended
+            await pumping
         await events.aclose()
+
+
+@dataclass(frozen=True)
+class _End:
+    """The end of a pumped stream: its error, if it raised one."""
+
+    error: Exception | None
 
 
 class EventStream(StreamingResponse):
