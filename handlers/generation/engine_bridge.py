@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -139,12 +140,10 @@ class Mailbox:
             if self._scheduled:
                 return
             self._scheduled = True
-        try:
+        # Called on the engine thread, where an exception would stop the engine: a loop that has
+        # closed (server shutdown) has nobody left to read the event, so it is dropped.
+        with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self._drain)
-        except RuntimeError:
-            # Called on the engine thread, where an exception would stop the engine: a loop that
-            # has closed (server shutdown) has nobody left to read the event, so it is dropped.
-            pass
 
     def _drain(self) -> None:
         with self._lock:
@@ -154,7 +153,7 @@ class Mailbox:
             queue.put_nowait(event)
 
 
-_MAILBOXES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox]" = weakref.WeakKeyDictionary()
+_MAILBOXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Mailbox] = weakref.WeakKeyDictionary()
 
 
 def mailbox(loop: asyncio.AbstractEventLoop) -> Mailbox:

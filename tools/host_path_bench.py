@@ -1,0 +1,295 @@
+"""`make bench`'s CPU proxy for the host path (issue 41): how fast serving runs when the device does
+almost nothing, so the host's own work — scheduling, a step's arguments, dispatch, taking tokens,
+the sinks, and the HTTP side's streaming — is what is measured, every session, GPU or not.
+
+    python tools/host_path_bench.py                     # writes its section of docs/BENCHMARKS.md
+    python tools/host_path_bench.py --write ''          # printed only
+
+The model is a Llama of 2 layers, 64 wide, with SmolLM2's tokenizer and 49,152-token vocabulary
+and random weights, built here in a second (its decode step's device work is the head's matmul and
+the sampling). Measured:
+
+- the engine alone, in this process: decode steps/s at 1 and 64 rows (greedy, `ignore_eos`, drafts
+  off), and the engine thread's CPU time per step, read from /proc — the host's share of a step,
+  since XLA runs the step's computation on threads of its own;
+- the server: `pooled serve` on the same checkpoint with 64 decode lanes, 64 concurrent
+  `/v1/completions` streams of a fixed length: streamed tokens/s, and the CPU time per streamed
+  token of the server's main thread, where the event loop runs (HTTP, the handlers' text, SSE).
+
+The client reads the streams with plain asyncio sockets and counts `data:` events without parsing
+them, so it takes little of the two cores from the server it measures.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+
+from bench import machine_line, write_section  # noqa: E402
+
+from engine.api import EngineEvent, Finished, GenerationRequest, SamplingParams  # noqa: E402
+from engine.engine import Engine  # noqa: E402
+from engine.engine_config import EngineConfig  # noqa: E402
+from engine.model.checkpoint.loader import load_model  # noqa: E402
+from pooled.hosting.model_host import default_model_path  # noqa: E402
+from text.tokenizer import Tokenizer  # noqa: E402
+
+STREAMS = 64
+PROMPT = "Once upon a time"
+SECTION = "host-path"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def build_proxy_model(directory: Path) -> list[int]:
+    """The 2-layer, 64-wide Llama with SmolLM2's tokenizer (random weights, fixed seed), written to
+    `directory`; returns the prompt's ids."""
+    tokenizer = Tokenizer.from_gguf_file(default_model_path())
+    vocab, hidden, inner, layers = tokenizer.vocab_size, 64, 128, 2
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": inner,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+        "hidden_act": "silu",
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "torch_dtype": "float32",
+    }
+    rng = np.random.default_rng(0)
+
+    def normal(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    tensors = {"model.embed_tokens.weight": normal(vocab, hidden), "model.norm.weight": np.ones(hidden, np.float32)}
+    head_dim = hidden // 4
+    for layer in range(layers):
+        prefix = f"model.layers.{layer}."
+        tensors |= {
+            prefix + "self_attn.q_proj.weight": normal(4 * head_dim, hidden),
+            prefix + "self_attn.k_proj.weight": normal(2 * head_dim, hidden),
+            prefix + "self_attn.v_proj.weight": normal(2 * head_dim, hidden),
+            prefix + "self_attn.o_proj.weight": normal(hidden, 4 * head_dim),
+            prefix + "mlp.gate_proj.weight": normal(inner, hidden),
+            prefix + "mlp.up_proj.weight": normal(inner, hidden),
+            prefix + "mlp.down_proj.weight": normal(hidden, inner),
+            prefix + "input_layernorm.weight": np.ones(hidden, np.float32),
+            prefix + "post_attention_layernorm.weight": np.ones(hidden, np.float32),
+        }
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    (directory / "config.json").write_text(json.dumps(config, indent=1))
+    (directory / "tokenizer.json").write_text(tokenizer.to_json())
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps({"bos_token": tokenizer.bos_token, "eos_token": tokenizer.eos_token})
+    )
+    return tokenizer.encode(PROMPT)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def thread_cpu_s(pid: int, tid: int) -> float:
+    """User + system CPU seconds of one thread, from /proc (clock-tick resolution)."""
+    fields = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+@dataclass(frozen=True)
+class EngineFigures:
+    rows: int
+    steps_per_s: float
+    host_ms_per_step: float
+
+
+def engine_figures(engine: Engine, rows: int, tokens: int, prompt: list[int]) -> EngineFigures:
+    """`rows` greedy requests of `tokens` tokens at once: decode steps/s and the engine thread's CPU
+    time per step, over the steps after every row's first token."""
+    engine_thread = next(t for t in threading.enumerate() if t.name == "engine")
+    assert engine_thread.native_id is not None
+    pid, tid = os.getpid(), engine_thread.native_id
+    finished = threading.Semaphore(0)
+
+    def sink(event: EngineEvent) -> None:
+        if isinstance(event, Finished):
+            finished.release()
+
+    params = SamplingParams(temperature=0.0, ignore_eos=True)
+    cpu_before = thread_cpu_s(pid, tid)
+    started = time.perf_counter()
+    for _ in range(rows):
+        engine.submit(GenerationRequest(tuple(prompt), params, tokens), sink)
+    for _ in range(rows):
+        finished.acquire()
+    elapsed = time.perf_counter() - started
+    cpu = thread_cpu_s(pid, tid) - cpu_before
+    steps = tokens - 1  # the first token of each row comes from its prefill
+    return EngineFigures(rows, steps / elapsed, 1000 * cpu / steps)
+
+
+@dataclass(frozen=True)
+class ServerFigures:
+    streams: int
+    tokens_per_s: float
+    loop_us_per_token: float
+
+
+async def _stream(port: int, body: bytes) -> int:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n".encode()
+        + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
+    await writer.drain()
+    events = 0
+    tail = b""
+    while chunk := await reader.read(65536):
+        data = tail + chunk
+        events += data.count(b"\ndata: {") + data.startswith(b"data: {")
+        tail = data[-8:]
+        events -= tail.count(b"\ndata: {")
+    writer.close()
+    return events
+
+
+def server_figures(model: Path, streams: int, tokens: int) -> ServerFigures:
+    port = free_port()
+    command = [str(Path(sys.executable).parent / "pooled"), "serve", "--model", str(model), "--port", str(port)]
+    command += ["--decode-lanes", str(streams), "--max-queue", str(streams), "--ctx", "2048"]
+    command += ["--draft-tokens", "0", "--max-output-tokens", "none"]
+    with tempfile.TemporaryDirectory(prefix="pooled-host-path-") as cache:
+        server = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=os.environ | {"POOLED_CACHE_DIR": cache},
+        )
+        try:
+            _wait_ready(port, server)
+            body = json.dumps(
+                {"prompt": PROMPT, "max_tokens": tokens, "temperature": 0, "stream": True, "ignore_eos": True}
+            ).encode()
+
+            async def run(count: int) -> list[int]:
+                return await asyncio.gather(*(_stream(port, body) for _ in range(count)))
+
+            asyncio.run(run(streams))  # warm: every shape the measured run needs
+            cpu_before = thread_cpu_s(server.pid, server.pid)
+            started = time.perf_counter()
+            events = asyncio.run(run(streams))
+            elapsed = time.perf_counter() - started
+            cpu = thread_cpu_s(server.pid, server.pid) - cpu_before
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+    # Every stream answered (with ignore_eos each one runs its `tokens` tokens; a token whose text
+    # the detokenizer holds back sends no event of its own, so events are not counted as tokens).
+    assert all(events), f"a stream sent nothing: {events}"
+    streamed = streams * tokens
+    return ServerFigures(streams, streamed / elapsed, 1e6 * cpu / streamed)
+
+
+def _wait_ready(port: int, server: subprocess.Popen[bytes]) -> None:
+    import httpx
+
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"pooled serve exited with {server.returncode}")
+        try:
+            health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()
+            if health.get("ready") and not (health.get("engine") or {}).get("pending_buckets"):
+                return
+        except (httpx.HTTPError, ValueError):
+            pass
+        time.sleep(0.5)
+    raise RuntimeError("pooled serve was not ready in 600 s")
+
+
+def report(engine_rows: list[EngineFigures], server: ServerFigures, tokens: int, command: str) -> str:
+    lines = [
+        "## Run: the host path's CPU proxy (issue 41)",
+        "",
+        "Written by `make bench` (`tools/host_path_bench.py`); every figure below was measured by that run.",
+        "",
+        f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+        f"- Machine: {machine_line()}",
+        f"- Command: `{command}`",
+        "- Model: a random Llama of 2 layers, 64 wide, SmolLM2's tokenizer (49,152 tokens), float32; greedy, "
+        f"`ignore_eos`, drafts off, {tokens} tokens a request",
+        "",
+        "| measure | figure | target |",
+        "| --- | --- | --- |",
+    ]
+    for figures in engine_rows:
+        target = "≤ 0.3 ms" if figures.rows == STREAMS else ""
+        lines.append(f"| engine alone, {figures.rows} rows: decode steps/s | {figures.steps_per_s:.0f} | |")
+        lines.append(
+            f"| engine alone, {figures.rows} rows: engine thread CPU per step (ms) | "
+            f"{figures.host_ms_per_step:.2f} | {target} |"
+        )
+    lines += [
+        f"| server, {server.streams} streams: streamed tokens/s | {server.tokens_per_s:.0f} | ≥ 10,000 |",
+        f"| server, {server.streams} streams: event-loop thread CPU per streamed token (µs) | "
+        f"{server.loop_us_per_token:.0f} | |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=256, help="tokens a request")
+    parser.add_argument("--write", default=str(REPO / "docs" / "BENCHMARKS.md"), help="page to write ('' = print)")
+    args = parser.parse_args()
+    command = (
+        "make bench" if os.environ.get("MAKELEVEL") else "python tools/host_path_bench.py " + " ".join(sys.argv[1:])
+    )
+    with tempfile.TemporaryDirectory(prefix="pooled-proxy-") as folder:
+        model_dir = Path(folder) / "model"
+        prompt = build_proxy_model(model_dir)
+        engine = Engine.build(
+            load_model(model_dir, progress=False),
+            EngineConfig(decode_lanes=STREAMS, max_queue=STREAMS, max_context=2048, draft_tokens=0),
+            lambda what, done, total: None,
+        )
+        try:
+            engine_figures(engine, STREAMS, 16, prompt)  # warm
+            engine_rows = [engine_figures(engine, rows, args.tokens, prompt) for rows in (1, STREAMS)]
+        finally:
+            engine.shutdown()
+        server = server_figures(model_dir, STREAMS, args.tokens)
+    text = report(engine_rows, server, args.tokens, command)
+    print(text)
+    if args.write:
+        write_section(Path(args.write), SECTION, text)
+
+
+if __name__ == "__main__":
+    main()
