@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from engine.model.families.bert import EncoderConfig
-from engine.model.layers.linear import float_matmuls
+from engine.model.layers.linear import dot_precision, float_matmuls
 
 Array = jax.Array
 Pooling = Literal["mean", "cls", "last"]
@@ -74,9 +74,10 @@ def _attention(q: Array, k: Array, v: Array, mask: Array) -> Array:
     [B, T, N, H] (docs/BENCHMARKS.md)."""
     heads_first = (0, 2, 1, 3)
     q, k, v = (jnp.transpose(a, heads_first) for a in (q * jax.lax.rsqrt(jnp.float32(q.shape[-1])), k, v))
-    scores = jnp.einsum("bnth,bnsh->bnts", q, k) + jnp.where(mask, 0.0, -jnp.inf)[:, None, None, :]
+    scores = jnp.einsum("bnth,bnsh->bnts", q, k, precision=dot_precision(q, k))
+    scores = scores + jnp.where(mask, 0.0, -jnp.inf)[:, None, None, :]
     exp = jnp.exp(scores - scores.max(-1, keepdims=True))
-    attended = jnp.einsum("bnts,bnsh->bnth", exp, v) / exp.sum(-1)[..., None]
+    attended = jnp.einsum("bnts,bnsh->bnth", exp, v, precision=dot_precision(exp, v)) / exp.sum(-1)[..., None]
     return jnp.transpose(attended, heads_first)
 
 

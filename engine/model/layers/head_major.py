@@ -12,6 +12,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from engine.model.layers.linear import dot_precision
+
 Array = jax.Array
 _MASKED = -1e30
 
@@ -31,7 +33,9 @@ def kv_heads(x: Array, dtype: jnp.dtype) -> Array:
 
 def scores(queries: Array, keys: Array, visible: Array | None) -> Array:
     """[K*B, G*T, S] scores; `visible` [B, T, S] says which key each step token may see (None: all)."""
-    scores = jax.lax.dot_general(queries, keys, (((2,), (2,)), ((0,), (0,))), preferred_element_type=jnp.float32)
+    dims = (((2,), (2,)), ((0,), (0,)))
+    precision = dot_precision(queries, keys)
+    scores = jax.lax.dot_general(queries, keys, dims, precision=precision, preferred_element_type=jnp.float32)
     if visible is None:
         return scores
     B, T, S = visible.shape
@@ -42,7 +46,9 @@ def scores(queries: Array, keys: Array, visible: Array | None) -> Array:
 def weighted(probs: Array, values: Array) -> Array:
     """probs [K*B, G*T, S] over values [K*B, S, H] -> [K*B, G*T, H]."""
     dims = (((2,), (1,)), ((0,), (0,)))
-    return jax.lax.dot_general(probs.astype(values.dtype), values, dims, preferred_element_type=jnp.float32)
+    probs = probs.astype(values.dtype)
+    precision = dot_precision(probs, values)
+    return jax.lax.dot_general(probs, values, dims, precision=precision, preferred_element_type=jnp.float32)
 
 
 def step_major(attended: Array, B: int, T: int) -> Array:

@@ -30,8 +30,19 @@ def logical_param(
     return cast(Array, module.param(name, nn.with_logical_partitioning(init, axes), shape, dtype))
 
 
+def dot_precision(*operands: Array) -> jax.lax.Precision:
+    """HIGHEST where an operand is float32, so that float32 computes in float32 on every backend:
+    XLA's default precision runs float32 dots as TF32 on NVIDIA GPUs (logits 4e-3 from the goldens
+    on an H200) and as bfloat16 passes on TPUs. DEFAULT otherwise: bfloat16's products are exact
+    in the float32 accumulator every dot here asks for."""
+    wide = any(jnp.dtype(operand.dtype) == jnp.float32 for operand in operands)
+    return jax.lax.Precision.HIGHEST if wide else jax.lax.Precision.DEFAULT
+
+
 def einsum(equation: str, *operands: Array, dtype: jnp.dtype) -> Array:
-    return jnp.einsum(equation, *operands, preferred_element_type=jnp.float32).astype(dtype)
+    # Three or more operands contract through float32 intermediates: HIGHEST for all their dots.
+    precision = dot_precision(*operands) if len(operands) < 3 else jax.lax.Precision.HIGHEST
+    return jnp.einsum(equation, *operands, preferred_element_type=jnp.float32, precision=precision).astype(dtype)
 
 
 def float_matmuls(x: Array, weights: Sequence[Array], contracting: int = 1) -> list[Array]:
@@ -47,7 +58,10 @@ def float_matmuls(x: Array, weights: Sequence[Array], contracting: int = 1) -> l
     flat = [weight.reshape(rows.shape[1], -1) for weight in weights]
 
     def xla(rows: Array, flat: list[Array]) -> list[Array]:
-        return [jnp.matmul(rows, weight, preferred_element_type=jnp.float32) for weight in flat]
+        return [
+            jnp.matmul(rows, weight, preferred_element_type=jnp.float32, precision=dot_precision(rows, weight))
+            for weight in flat
+        ]
 
     def native(rows: Array, flat: list[Array]) -> list[Array]:
         return kernels.f32_matmul(rows, flat)

@@ -63,7 +63,7 @@ class MoE(nn.Module):
         top_probs, top_experts = jax.lax.top_k(probs, c.num_experts_per_tok)
         if c.norm_topk_prob:
             top_probs = top_probs / jnp.sum(top_probs, axis=-1, keepdims=True)
-        weights = jnp.einsum("BTX,BTXE->BTE", top_probs, jax.nn.one_hot(top_experts, E)).astype(self.dtype)
+        weights = einsum("BTX,BTXE->BTE", top_probs, jax.nn.one_hot(top_experts, E), dtype=self.dtype)
 
         gated = nn.silu(einsum("BTD,EDF->BTEF", x, gate, dtype=self.dtype))
         hidden = gated * einsum("BTD,EDF->BTEF", x, up, dtype=self.dtype)
