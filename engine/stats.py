@@ -64,6 +64,10 @@ class EngineStats:
     refusals: int  # QueueFull raised by submit
     draft_tokens: int  # prompt-lookup draft tokens brought to decode steps
     draft_tokens_accepted: int  # of those, tokens the rows' draws agreed with (taken without a step of their own)
+    decode_steps: int
+    # The engine thread's time in decode steps outside the wait for their tokens: scheduling, a
+    # step's arguments, dispatch, taking tokens, the sinks. The host path's cost (issue 41).
+    decode_host_seconds: float
     encode_requests: int  # encode requests answered (embeddings, rerank); their tokens count in prompt_tokens
     time_to_first_token: Histogram
     inter_token_latency: Histogram

@@ -10,8 +10,8 @@ and random weights, built here in a second (its decode step's device work is the
 the sampling). Measured:
 
 - the engine alone, in this process: decode steps/s at 1 and 64 rows (greedy, `ignore_eos`, drafts
-  off), and the engine thread's CPU time per step, read from /proc — the host's share of a step,
-  since XLA runs the step's computation on threads of its own;
+  off), and the host's time per step as the engine counts it (`EngineStats.decode_host_seconds`:
+  the engine thread's time in decode steps outside the wait for their tokens);
 - the server: `pooled serve` on the same checkpoint with 64 decode lanes, 64 concurrent
   `/v1/completions` streams of a fixed length: streamed tokens/s, and the CPU time per streamed
   token of the server's main thread, where the event loop runs (HTTP, the handlers' text, SSE).
@@ -128,11 +128,7 @@ class EngineFigures:
 
 
 def engine_figures(engine: Engine, rows: int, tokens: int, prompt: list[int]) -> EngineFigures:
-    """`rows` greedy requests of `tokens` tokens at once: decode steps/s and the engine thread's CPU
-    time per step, over the steps after every row's first token."""
-    engine_thread = next(t for t in threading.enumerate() if t.name == "engine")
-    assert engine_thread.native_id is not None
-    pid, tid = os.getpid(), engine_thread.native_id
+    """`rows` greedy requests of `tokens` tokens at once: decode steps/s and the host's time a step."""
     finished = threading.Semaphore(0)
 
     def sink(event: EngineEvent) -> None:
@@ -140,16 +136,17 @@ def engine_figures(engine: Engine, rows: int, tokens: int, prompt: list[int]) ->
             finished.release()
 
     params = SamplingParams(temperature=0.0, ignore_eos=True)
-    cpu_before = thread_cpu_s(pid, tid)
+    before = engine.stats()
     started = time.perf_counter()
     for _ in range(rows):
         engine.submit(GenerationRequest(tuple(prompt), params, tokens), sink)
     for _ in range(rows):
         finished.acquire()
     elapsed = time.perf_counter() - started
-    cpu = thread_cpu_s(pid, tid) - cpu_before
-    steps = tokens - 1  # the first token of each row comes from its prefill
-    return EngineFigures(rows, steps / elapsed, 1000 * cpu / steps)
+    after = engine.stats()
+    steps = after.decode_steps - before.decode_steps
+    host_s = after.decode_host_seconds - before.decode_host_seconds
+    return EngineFigures(rows, steps / elapsed, 1000 * host_s / steps)
 
 
 @dataclass(frozen=True)
@@ -251,7 +248,7 @@ def report(engine_rows: list[EngineFigures], server: ServerFigures, tokens: int,
         target = "≤ 0.3 ms" if figures.rows == STREAMS else ""
         lines.append(f"| engine alone, {figures.rows} rows: decode steps/s | {figures.steps_per_s:.0f} | |")
         lines.append(
-            f"| engine alone, {figures.rows} rows: engine thread CPU per step (ms) | "
+            f"| engine alone, {figures.rows} rows: host time per decode step (ms) | "
             f"{figures.host_ms_per_step:.2f} | {target} |"
         )
     lines += [

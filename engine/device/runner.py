@@ -91,7 +91,9 @@ class DeviceRunner:
         self._shapes = CompiledShapes(config, self.max_context)
         self.draft_tokens = self._shapes.draft_tokens
         self._compile_while_serving = config.compile_while_serving
-        self._tables = LaneTables(self.lanes, self._shapes.width, c.vocab_size)
+        self._tables = LaneTables(
+            self.lanes, self._shapes.width, c.vocab_size, lambda table: jax.device_put(table, self._replicated)
+        )
         self.mask_words = self._tables.mask_words
         self.adapter_slots, self.adapter_rank = config.max_loras, config.max_lora_rank
         self._model_config, self._dtype = c, DTYPES[model.dtype]
@@ -173,18 +175,18 @@ class DeviceRunner:
             lane_ids = np.full(bucket.rows, self.lanes, np.int32)
             logits = jax.device_put(jnp.zeros((PREFILL_ROWS, self._vocab_size), jnp.float32), self._replicated)
             self._lane_state, _ = self.steps.first_tokens(
-                self._lane_state, logits, np.int32(0), lane_ids, self._tables.params(lane_ids)
+                self._lane_state, logits, np.int32(0), lane_ids, self._tables.params()
             )
         elif bucket.kind == "decode":
             lane_ids = np.full(bucket.rows, self.lanes, np.int32)
             tokens = jax.device_put(np.zeros(bucket.rows, np.int32), self._replicated)
-            self._decode(tokens, np.ones(bucket.rows, np.int32), lane_ids, self._tables.params(lane_ids))
+            self._decode(tokens, np.ones(bucket.rows, np.int32), lane_ids, self._tables.params())
         elif bucket.kind == "verify":
             lane_ids = np.full(bucket.rows, self.lanes, np.int32)
             shape = (bucket.rows, bucket.tokens)
             tokens, positions = np.zeros(shape, np.int32), np.ones(shape, np.int32)
             drafts = np.full(bucket.rows, self.draft_tokens, np.int32)
-            self._verify(tokens, positions, drafts, lane_ids, self._tables.params(lane_ids))
+            self._verify(tokens, positions, drafts, lane_ids, self._tables.params())
         elif bucket.kind == "reset_lane":
             self._reset_lane(self.lanes, [], [])
         elif bucket.kind == "load_adapter":
@@ -270,9 +272,9 @@ class DeviceRunner:
 
     def first_tokens(self, logits: PromptLogits, index: int, rows: Sequence[DecodeRow]) -> Drawn:
         lane_ids = self._tables.lane_ids(rows, self._shapes.ready_sizes("first_tokens"))
-        params = self._tables.params(lane_ids)
+        params = self._tables.params()
         self._lane_state, sampled = self.steps.first_tokens(self._lane_state, logits, np.int32(index), lane_ids, params)
-        return self.take(Pending(_Step(sampled, bool(params.logprobs.any()))))
+        return self.take(Pending(_Step(sampled, self._tables.logprobs(lane_ids))))
 
     # --- decode -----------------------------------------------------------------------------
 
@@ -289,17 +291,17 @@ class DeviceRunner:
             tokens = jax.device_put(host_tokens, self._replicated)
         else:
             tokens = _step(chained).sampled.token
-        params = self._tables.params(lane_ids)
-        return Pending(_Step(self._decode(tokens, positions, lane_ids, params), bool(params.logprobs.any())))
+        params = self._tables.params()
+        return Pending(_Step(self._decode(tokens, positions, lane_ids, params), self._tables.logprobs(lane_ids)))
 
     def _generate_verifying(self, rows: Sequence[DecodeRow]) -> Pending:
         """A step over each row's token and its draft (positions after it), padded to a row
         bucket of steps with drafts."""
         lane_ids = self._tables.lane_ids(rows, self._shapes.ready_sizes("verify"))
         tokens, positions, drafts = self._shapes.verify_inputs(rows, len(lane_ids))
-        params = self._tables.params(lane_ids)
+        params = self._tables.params()
         sampled, taken = self._verify(tokens, positions, drafts, lane_ids, params)
-        return Pending(_Step(sampled, bool(params.logprobs.any()), self.draft_tokens + 1, taken))
+        return Pending(_Step(sampled, self._tables.logprobs(lane_ids), self.draft_tokens + 1, taken))
 
     def _verify(
         self, tokens: np.ndarray, positions: np.ndarray, drafts: np.ndarray, lane_ids: np.ndarray, params: RowParams

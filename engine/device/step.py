@@ -61,28 +61,33 @@ class LaneState:
     output_counts: Array  # i32[lanes + 1, V]
 
 
+# A per-lane table: on the host (LaneTables keeps its own) or on the device (what a step gets).
+LaneTable = np.ndarray | Array
+
+
 @jax.tree_util.register_dataclass
 @dataclass(frozen=True)
 class RowParams:
     """SamplerInputs without the penalty state, which lives on the device in LaneState.
 
-    The runner keeps one host table of these per lane and passes the decoding rows' slice to each
-    step; inside the jitted step the fields are tracers.
+    The runner keeps a table of these, a row per lane, on the device (engine/device/lane_tables.py)
+    and passes it whole to each step, which takes its rows' (`_of_lanes`); inside the jitted step
+    the fields are tracers.
     """
 
-    temperature: np.ndarray
-    top_k: np.ndarray
-    top_p: np.ndarray
-    min_p: np.ndarray
-    repetition_penalty: np.ndarray
-    presence_penalty: np.ndarray
-    frequency_penalty: np.ndarray
-    bias_ids: np.ndarray
-    bias_values: np.ndarray
-    allowed: np.ndarray
-    seed: np.ndarray
-    counter: np.ndarray
-    logprobs: np.ndarray
+    temperature: LaneTable
+    top_k: LaneTable
+    top_p: LaneTable
+    min_p: LaneTable
+    repetition_penalty: LaneTable
+    presence_penalty: LaneTable
+    frequency_penalty: LaneTable
+    bias_ids: LaneTable
+    bias_values: LaneTable
+    allowed: LaneTable
+    seed: LaneTable
+    counter: LaneTable
+    logprobs: LaneTable
 
 
 class StepFunctions:
@@ -156,10 +161,11 @@ class StepFunctions:
             return _written(new, positions, block_tables, page_size), padded
 
         def first_tokens(
-            lanes: LaneState, logits: Array, source: Array, lane_ids: Array, rows: RowParams
+            lanes: LaneState, logits: Array, source: Array, lane_ids: Array, tables: RowParams
         ) -> tuple[LaneState, Sampled]:
             """Each row's first output token from its prompt's last logits (row `source` of a prefill
             step's): a request's n rows share one prefill, each draws with its own key and parameters."""
+            rows = _of_lanes(tables, lane_ids)
             prompt_logits = jnp.broadcast_to(logits[source], (lane_ids.shape[0], logits.shape[-1]))
             return sampled_rows(prompt_logits, lanes, lane_ids, rows)
 
@@ -172,9 +178,10 @@ class StepFunctions:
             positions: Array,
             block_tables: Array,
             lane_ids: Array,
-            rows: RowParams,
+            tables: RowParams,
             slots: Array | None,
         ) -> tuple[Written, LaneState, Sampled]:
+            rows = _of_lanes(tables, lane_ids)
             logits_at = jnp.zeros(tokens.shape[0], jnp.int32)
             lora_rows = adapters(lora, slots)
             logits, new = forward(params, lora_rows, tokens[:, None], positions[:, None], kv, block_tables, logits_at)
@@ -190,7 +197,7 @@ class StepFunctions:
             positions: Array,
             block_tables: Array,
             lane_ids: Array,
-            rows: RowParams,
+            tables: RowParams,
             slots: Array | None,
             drafts: Array,
         ) -> tuple[Written, LaneState, Sampled, Array]:
@@ -204,6 +211,7 @@ class StepFunctions:
             Penalty state follows each row's first token only: a row with penalties brings no draft
             (its later draws would need the state after each guess)."""
             B, T = tokens.shape
+            rows = _of_lanes(tables, lane_ids)
             # logits_at None: every position's logits
             lora_rows = adapters(lora, slots)
             logits, new = forward(params, lora_rows, tokens, positions, kv, block_tables, None, draft_step=True)
@@ -284,3 +292,8 @@ class StepFunctions:
         self.copy_page = jax.jit(copy_page, donate_argnums=(0,))
         self.read_pages = jax.jit(read_pages)
         self.write_pages = jax.jit(write_pages, donate_argnums=(0,))
+
+
+def _of_lanes(tables: RowParams, lane_ids: Array) -> RowParams:
+    """The rows' parameters: each field's row of each of `lane_ids`."""
+    return jax.tree.map(lambda table: table[lane_ids], tables)

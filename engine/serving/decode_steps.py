@@ -76,20 +76,36 @@ class DecodeSteps:
         """Runs one decode step for every decoding row. When the rows are the same as the step in
         flight's, the next step is dispatched on that step's sampled tokens (still on the device)
         before its results are taken. Otherwise the flight is settled first and the step starts
-        from host tokens."""
+        from host tokens. Counts the step and its host time (all but the wait in `take`)."""
+        started = time.perf_counter_ns()
+        waited = self._step()
+        self._intake.stepped(time.perf_counter_ns() - started - waited)
+
+    def _step(self) -> int:
+        """`step`'s work; returns the nanoseconds spent taking a step's tokens."""
         flight, self._flight = self._flight, None
         if flight is not None and self._chains(flight):
             self._flight = _Flight(flight.rows, self._runner.generate(self._step_rows(flight.rows, 1), flight.step))
-            self._take_tokens(flight.rows, self._runner.take(flight.step))
-            return
+            drawn, waited = self._take(flight.step)
+            self._take_tokens(flight.rows, drawn)
+            return waited
+        waited = 0
         if flight is not None:
-            self._take_tokens(flight.rows, self._runner.take(flight.step), flight.drafted)
+            drawn, waited = self._take(flight.step)
+            self._take_tokens(flight.rows, drawn, flight.drafted)
         self._grow_pages()
         rows = list(self._lanes.decoding)
         if rows:
             drafts = self._drafts(rows)
             step = self._runner.generate(self._step_rows(rows, drafts=drafts))
             self._flight = _Flight(rows, step, sum(len(draft) for draft in drafts))
+        return waited
+
+    def _take(self, step: Pending) -> tuple[Drawn, int]:
+        """The step's tokens on the host, and the nanoseconds that took (mostly waiting for them)."""
+        started = time.perf_counter_ns()
+        drawn = self._runner.take(step)
+        return drawn, time.perf_counter_ns() - started
 
     def _chains(self, flight: _Flight) -> bool:
         """Whether the next step can start from `flight`'s tokens before they reach the host: the

@@ -39,6 +39,8 @@ COUNTERS = (
     "draft_tokens",
     "draft_accepted",
     "encode_requests",
+    "decode_steps",
+    "decode_host_ns",
 )
 
 
@@ -258,6 +260,12 @@ class Intake:
         with self.lock:
             self.counters["draft_tokens"] += proposed
             self.counters["draft_accepted"] += accepted
+
+    def stepped(self, host_ns: int) -> None:
+        """Counts a decode step and the engine thread's time on it outside the wait for tokens."""
+        with self.lock:
+            self.counters["decode_steps"] += 1
+            self.counters["decode_host_ns"] += host_ns
 
     def preempted(self) -> None:
         with self.lock:

@@ -73,6 +73,8 @@ class IntakeFront:
                 refusals=counters["refusals"],
                 draft_tokens=counters["draft_tokens"],
                 draft_tokens_accepted=counters["draft_accepted"],
+                decode_steps=counters["decode_steps"],
+                decode_host_seconds=counters["decode_host_ns"] / 1e9,
                 encode_requests=counters["encode_requests"],
                 time_to_first_token=intake.ttft.snapshot(),
                 inter_token_latency=intake.itl.snapshot(),
