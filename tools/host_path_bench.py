@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
 
 from bench import machine_line, write_section  # noqa: E402
+from device_bench import stream  # noqa: E402
 
 from engine.api import EngineEvent, Finished, GenerationRequest, SamplingParams  # noqa: E402
 from engine.engine import Engine  # noqa: E402
@@ -156,25 +157,6 @@ class ServerFigures:
     loop_us_per_token: float
 
 
-async def _stream(port: int, body: bytes) -> int:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(
-        f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n".encode()
-        + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-        + body
-    )
-    await writer.drain()
-    events = 0
-    tail = b""
-    while chunk := await reader.read(65536):
-        data = tail + chunk
-        events += data.count(b"\ndata: {") + data.startswith(b"data: {")
-        tail = data[-8:]
-        events -= tail.count(b"\ndata: {")
-    writer.close()
-    return events
-
-
 def server_figures(model: Path, streams: int, tokens: int) -> ServerFigures:
     port = free_port()
     command = [str(Path(sys.executable).parent / "pooled"), "serve", "--model", str(model), "--port", str(port)]
@@ -189,12 +171,11 @@ def server_figures(model: Path, streams: int, tokens: int) -> ServerFigures:
         )
         try:
             _wait_ready(port, server)
-            body = json.dumps(
-                {"prompt": PROMPT, "max_tokens": tokens, "temperature": 0, "stream": True, "ignore_eos": True}
-            ).encode()
+            body = {"prompt": PROMPT, "max_tokens": tokens, "temperature": 0, "ignore_eos": True}
 
             async def run(count: int) -> list[int]:
-                return await asyncio.gather(*(_stream(port, body) for _ in range(count)))
+                stamps = await asyncio.gather(*(stream(f"http://127.0.0.1:{port}", body) for _ in range(count)))
+                return [len(events) for events in stamps]
 
             asyncio.run(run(streams))  # warm: every shape the measured run needs
             cpu_before = thread_cpu_s(server.pid, server.pid)

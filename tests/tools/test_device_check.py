@@ -1,6 +1,6 @@
 """tools/device_check.sh, the accelerator check, in its dry mode on the CPU: every step's commands
-still run (the parity tests collected, the bench planned), so the script is ready when a GPU or
-TPU is lent."""
+still run (the parity tests collected, a tiny random checkpoint built, the bench planned), so the
+script is ready when a GPU or TPU is lent."""
 
 import os
 import subprocess
@@ -27,6 +27,7 @@ def test_the_device_check_runs_dry_on_the_cpu(tmp_path: Path) -> None:
     collected = next(line for line in log.splitlines() if line.endswith(" collected") or " tests collected" in line)
     assert int(collected.split()[0]) > 20, collected  # the parity files exist and import
     assert "pooled serve parses" in log
-    assert "bench plan: pooled on" in log and "[device-cpu]" in log
+    assert "random tiny llama" in log and (tmp_path / "random-tiny" / "tokenizer.json").is_file()
+    assert "device bench plan:" in log and "[device-tiny]" in log
     assert (tmp_path / "BENCHMARKS.md").read_text() == (REPO / "docs" / "BENCHMARKS.md").read_text()
     assert log.rstrip().endswith("== done")
