@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -246,9 +247,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256, help="tokens a request")
     parser.add_argument("--write", default=str(REPO / "docs" / "BENCHMARKS.md"), help="page to write ('' = print)")
     args = parser.parse_args()
-    command = (
-        "make bench" if os.environ.get("MAKELEVEL") else "python tools/host_path_bench.py " + " ".join(sys.argv[1:])
-    )
+    command = "make bench" if os.environ.get("MAKELEVEL") else shlex.join(["python", *sys.argv])
     with tempfile.TemporaryDirectory(prefix="pooled-proxy-") as folder:
         model_dir = Path(folder) / "model"
         prompt = build_proxy_model(model_dir)
