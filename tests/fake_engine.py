@@ -86,8 +86,8 @@ class FakeEngine:
             state="serving", decode_lanes=self.decode_lanes, requests_running=0, requests_waiting=0, kv_pages_total=64,
             kv_pages_used=0, kv_cache_usage=0.0, prefix_cache_queries=0, prefix_cache_hits=0, prefix_cache_disk_hits=0,
             prompt_tokens=sum(len(r.prompt_ids) for r in self.submitted), generation_tokens=0, preemptions=0,
-            refusals=0, draft_tokens=0, draft_tokens_accepted=0, decode_steps=0, decode_host_seconds=0.0, encode_requests=0, time_to_first_token=empty,
-            inter_token_latency=empty, e2e_latency=empty,
+            refusals=0, draft_tokens=0, draft_tokens_accepted=0, decode_steps=0, decode_host_seconds=0.0,
+            encode_requests=0, time_to_first_token=empty, inter_token_latency=empty, e2e_latency=empty,
             compiles_after_startup=0, buckets=(Bucket("decode", 1, 1, 8),), pending_buckets=0,
         )  # fmt: skip
 
