@@ -91,8 +91,11 @@ class DeviceRunner:
         self._shapes = CompiledShapes(config, self.max_context)
         self.draft_tokens = self._shapes.draft_tokens
         self._compile_while_serving = config.compile_while_serving
+        # A jitted identity places a host table as a step's argument would be placed: replicated
+        # over the model's mesh, which in a process group spans processes (jax.device_put of a
+        # host array to devices of other processes is refused).
         self._tables = LaneTables(
-            self.lanes, self._shapes.width, c.vocab_size, lambda table: jax.device_put(table, self._replicated)
+            self.lanes, self._shapes.width, c.vocab_size, jax.jit(lambda table: table, out_shardings=self._replicated)
         )
         self.mask_words = self._tables.mask_words
         self.adapter_slots, self.adapter_rank = config.max_loras, config.max_lora_rank
