@@ -6,8 +6,8 @@ the sinks, and the HTTP side's streaming — is what is measured, every session,
     python tools/host_path_bench.py --write ''          # printed only
 
 The model is a Llama of 2 layers, 64 wide, with SmolLM2's tokenizer and 49,152-token vocabulary
-and random weights, built here in a second (its decode step's device work is the head's matmul and
-the sampling). Measured:
+and random weights (tools/random_checkpoint.py's tiny shape; its decode step's device work is the
+head's matmul and the sampling). Measured:
 
 - the engine alone, in this process: decode steps/s at 1 and 64 rows (greedy, `ignore_eos`, drafts
   off), and the host's time per step as the engine counts it (`EngineStats.decode_host_seconds`:
@@ -34,12 +34,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-from safetensors.numpy import save_file
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
 
+import random_checkpoint  # noqa: E402
 from bench import machine_line, write_section  # noqa: E402
 from device_bench import stream  # noqa: E402
 
@@ -57,51 +55,11 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def build_proxy_model(directory: Path) -> list[int]:
-    """The 2-layer, 64-wide Llama with SmolLM2's tokenizer (random weights, fixed seed), written to
-    `directory`; returns the prompt's ids."""
+    """random_checkpoint's tiny Llama (2 layers, 64 wide, float32) with SmolLM2's tokenizer in place
+    of the byte-level one (the same 49,152 ids), written to `directory`; returns the prompt's ids."""
     tokenizer = Tokenizer.from_gguf_file(default_model_path())
-    vocab, hidden, inner, layers = tokenizer.vocab_size, 64, 128, 2
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "vocab_size": vocab,
-        "hidden_size": hidden,
-        "intermediate_size": inner,
-        "num_hidden_layers": layers,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 8192,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0,
-        "tie_word_embeddings": True,
-        "hidden_act": "silu",
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "torch_dtype": "float32",
-    }
-    rng = np.random.default_rng(0)
-
-    def normal(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
-
-    tensors = {"model.embed_tokens.weight": normal(vocab, hidden), "model.norm.weight": np.ones(hidden, np.float32)}
-    head_dim = hidden // 4
-    for layer in range(layers):
-        prefix = f"model.layers.{layer}."
-        tensors |= {
-            prefix + "self_attn.q_proj.weight": normal(4 * head_dim, hidden),
-            prefix + "self_attn.k_proj.weight": normal(2 * head_dim, hidden),
-            prefix + "self_attn.v_proj.weight": normal(2 * head_dim, hidden),
-            prefix + "self_attn.o_proj.weight": normal(hidden, 4 * head_dim),
-            prefix + "mlp.gate_proj.weight": normal(inner, hidden),
-            prefix + "mlp.up_proj.weight": normal(inner, hidden),
-            prefix + "mlp.down_proj.weight": normal(hidden, inner),
-            prefix + "input_layernorm.weight": np.ones(hidden, np.float32),
-            prefix + "post_attention_layernorm.weight": np.ones(hidden, np.float32),
-        }
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
-    (directory / "config.json").write_text(json.dumps(config, indent=1))
+    assert tokenizer.vocab_size == random_checkpoint.VOCAB
+    random_checkpoint.write(directory, "tiny", "float32")
     (directory / "tokenizer.json").write_text(tokenizer.to_json())
     (directory / "tokenizer_config.json").write_text(
         json.dumps({"bos_token": tokenizer.bos_token, "eos_token": tokenizer.eos_token})

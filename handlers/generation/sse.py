@@ -63,18 +63,17 @@ async def with_keepalive(
                 first = queue.get_nowait()
             parts: list[str] = []
             item = first
-            while True:
-                if isinstance(item, _End):
-                    if parts:
-                        yield "".join(parts)
-                    if item.error is not None:
-                        raise item.error
-                    return
+            while not isinstance(item, _End):
                 parts.append(item)
                 if queue.empty():
                     break
                 item = queue.get_nowait()
-            yield "".join(parts)
+            if parts:
+                yield "".join(parts)
+            if isinstance(item, _End):
+                if item.error is not None:
+                    raise item.error
+                return
     finally:
         pumping.cancel()
         with contextlib.suppress(BaseException):  # its outcome no longer matters, only that it ended
