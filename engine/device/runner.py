@@ -48,7 +48,7 @@ from engine.lora.peft_adapter import LoraAdapter
 from engine.model.checkpoint.loader import DTYPES, LoadedModel
 from engine.model.layers.kv_cache import init_paged_caches
 from engine.model.layers.lora import LoraStack, stack_adapters
-from engine.model.layers.paged_attention import PREFILL_ATTENTION_BLOCK_TOKENS
+from engine.model.layers.paged_attention import ATTENTION_BLOCK_TOKENS
 from engine.serving.kv_pages import NULL_PAGE
 from engine.stats import Bucket, HeldArrays
 
@@ -166,7 +166,7 @@ class DeviceRunner:
         """
         if bucket.kind == "prefill":
             shape = (bucket.rows, bucket.tokens)
-            start = PREFILL_ATTENTION_BLOCK_TOKENS + 1 if self.max_context > PREFILL_ATTENTION_BLOCK_TOKENS + 1 else 1
+            start = ATTENTION_BLOCK_TOKENS + 1 if self.max_context > ATTENTION_BLOCK_TOKENS + 1 else 1
             tokens, positions = np.zeros(shape, np.int32), np.full(shape, start, np.int32)
             table, last = np.zeros((bucket.rows, bucket.pages), np.int32), np.zeros(bucket.rows, np.int32)
             slots = np.zeros(bucket.rows, np.int32)

@@ -1,9 +1,9 @@
 """Paged attention against plain causal attention over each row's whole context, from float32
 and bfloat16 pools.
 
-The block size of attention's page loop depends on the step's shape (wide decode steps, narrow
-ones, prefill); whichever it is, each row must attend exactly as dense attention does. The same
-holds for what `paged_attention` dispatches to (the native kernel for one-token steps on CPU).
+Each row must attend as dense attention does, through XLA's loop over blocks of positions and
+through what `paged_attention` dispatches to (the native kernels on CPU); and bit for bit the same
+however its prompt was split and whatever rows share its step.
 """
 
 import functools
@@ -17,12 +17,7 @@ import pytest
 
 from engine.model.kernels import available as kernels_available
 from engine.model.layers.kv_cache import PagedLayerCache, empty_pool, to_pool
-from engine.model.layers.paged_attention import (
-    WIDE_DECODE_ROWS,
-    attention_block_tokens,
-    paged_attention,
-    xla_paged_attention,
-)
+from engine.model.layers.paged_attention import ATTENTION_BLOCK_TOKENS, paged_attention, xla_paged_attention
 
 K, G, H, PAGE = 2, 2, 8, 4  # kv heads, queries per kv head, head dim, tokens per page
 
@@ -77,14 +72,14 @@ def _attends_as_dense_attention(
 
 
 # 70 step tokens: two tiles of the native prefill kernel's queries and two blocks of own keys.
-@pytest.mark.parametrize(("rows", "step_tokens"), [(1, 1), (WIDE_DECODE_ROWS, 1), (1, 5), (2, 5), (2, 70)])
+@pytest.mark.parametrize(("rows", "step_tokens"), [(1, 1), (16, 1), (1, 5), (2, 5), (2, 70)])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("attention", [paged_attention, xla_paged_attention], ids=["dispatched", "xla"])
 def test_each_row_attends_as_dense_attention(
     rows: int, step_tokens: int, dtype: jnp.dtype, attention: Callable[..., jax.Array]
 ) -> None:
     rng = np.random.default_rng(rows * 10 + step_tokens)
-    block = attention_block_tokens(rows, step_tokens)
+    block = ATTENTION_BLOCK_TOKENS
     # Contexts from empty to past two blocks, so rows take different numbers of loop turns; the
     # first row sees two blocks whole (a prefill step skips their masking when every row does).
     in_pool = rng.integers(0, 2 * block + 3, rows)
@@ -110,11 +105,6 @@ def test_decode_steps_attend_as_dense_attention_at_the_kernels_shapes(
     _attends_as_dense_attention(paged_attention, in_pool, 1, dtype, rng, (3, group, head_dim, page))
 
 
-def test_wide_decode_steps_gather_smaller_blocks() -> None:
-    assert attention_block_tokens(WIDE_DECODE_ROWS, 1) < attention_block_tokens(1, 1)
-    assert attention_block_tokens(1, 16) > attention_block_tokens(1, 1)
-
-
 @pytest.mark.parametrize("attention", [paged_attention, xla_paged_attention], ids=["dispatched", "xla"])
 def test_padding_tokens_change_nothing_for_real_ones(attention: Callable[..., jax.Array]) -> None:
     """The engine pads a short prompt chunk with tokens at a position past every real one."""
@@ -135,33 +125,83 @@ def test_padding_tokens_change_nothing_for_real_ones(attention: Callable[..., ja
     np.testing.assert_allclose(np.asarray(got[0, :real]), expected, rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
-def test_a_prompt_attends_the_same_however_it_is_split(dtype: jnp.dtype) -> None:
-    """A prompt prefilled whole and prefilled from a split point (the keys before it read back from
-    the pool, as after a prefix-cache hit or an earlier chunk) gives bit-identical attention: what
-    the prefix cache holds must not change a seeded request's tokens. Splits off the kernel's
-    64-key blocks and off pages included."""
-    rng = np.random.default_rng(3)
-    tokens, page, kv_heads, group, head_dim = 150, 16, 3, 3, 64
-    pages = -(-tokens // page)
-    tables = jnp.asarray([[*range(1, pages + 1), 0]], jnp.int32)
-    q = jnp.asarray(rng.standard_normal((1, tokens, kv_heads, group, head_dim)), jnp.float32)
-    k, v = (jnp.asarray(rng.standard_normal((1, tokens, kv_heads, head_dim)), jnp.float32) for _ in range(2))
-    positions = jnp.arange(tokens, dtype=jnp.int32)[None]
-    empty = PagedLayerCache(*(empty_pool(kv_heads, pages + 1, page, head_dim, dtype) for _ in range(2)))
-    attend = jax.jit(paged_attention)
-    whole = np.asarray(attend(q, k, v, positions, empty, tables))
-    for split in (16, 24, 64, 100, 128, 144, 147):
+class _Prompt:
+    """One prompt's queries, keys and values (150 tokens, 3 KV heads of 3 queries, head size 64,
+    pages of 16), and its pools: empty, or holding its first `split` positions."""
+
+    TOKENS, PAGE, KV_HEADS, GROUP, HEAD_DIM = 150, 16, 3, 3, 64
+
+    def __init__(self, dtype: jnp.dtype) -> None:
+        rng = np.random.default_rng(3)
+        pages = -(-self.TOKENS // self.PAGE)
+        self.tables = jnp.asarray([[*range(1, pages + 1), 0]], jnp.int32)
+        shape = (1, self.TOKENS, self.KV_HEADS)
+        self.q = jnp.asarray(rng.standard_normal((*shape, self.GROUP, self.HEAD_DIM)), jnp.float32)
+        self.k, self.v = (jnp.asarray(rng.standard_normal((*shape, self.HEAD_DIM)), jnp.float32) for _ in range(2))
+        self.positions = jnp.arange(self.TOKENS, dtype=jnp.int32)[None]
+        self.empty = PagedLayerCache(
+            *(empty_pool(self.KV_HEADS, pages + 1, self.PAGE, self.HEAD_DIM, dtype) for _ in range(2))
+        )
+
+    def cached(self, split: int) -> PagedLayerCache:
         slots = np.arange(split)
-        page_ids = np.asarray(tables[0])[slots // page]
-        cached = PagedLayerCache(
+        page_ids = np.asarray(self.tables[0])[slots // self.PAGE]
+        return PagedLayerCache(
             *(
-                pool.at[:, page_ids, slots % page].set(to_pool(new[0, :split].transpose(1, 0, 2), pool))
-                for pool, new in ((empty.k, k), (empty.v, v))
+                pool.at[:, page_ids, slots % self.PAGE].set(to_pool(new[0, :split].transpose(1, 0, 2), pool))
+                for pool, new in ((self.empty.k, self.k), (self.empty.v, self.v))
             )
         )
-        tail = attend(q[:, split:], k[:, split:], v[:, split:], positions[:, split:], cached, tables)
+
+    def from_(self, split: int) -> tuple[jax.Array, ...]:
+        """The step from position `split` on: queries, keys, values, positions."""
+        return self.q[:, split:], self.k[:, split:], self.v[:, split:], self.positions[:, split:]
+
+
+@pytest.mark.parametrize("attention", [paged_attention, xla_paged_attention], ids=["dispatched", "xla"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+def test_a_prompt_attends_the_same_however_it_is_split(attention: Callable[..., jax.Array], dtype: jnp.dtype) -> None:
+    """A prompt prefilled whole and prefilled from a split point (the keys before it read back from
+    the pool, as after a prefix-cache hit or an earlier chunk) gives bit-identical attention: what
+    the prefix cache holds must not change a seeded request's tokens. Splits off the kernels'
+    blocks and off pages included. A one-token tail (XLA's path only: on CPU a one-token step takes
+    the decode kernel, and the engine pads a prompt's chunks to 8 tokens at least) leaves XLA's
+    matmuls one query a KV head's group."""
+    prompt = _Prompt(dtype)
+    attend = jax.jit(attention)
+    whole = np.asarray(attend(*prompt.from_(0), prompt.empty, prompt.tables))
+    one_token = (149,) if attention is xla_paged_attention else ()
+    for split in (16, 24, 64, 100, 128, 144, 147, *one_token):
+        tail = attend(*prompt.from_(split), prompt.cached(split), prompt.tables)
         assert np.array_equal(np.asarray(tail), whole[:, split:]), split
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("group", [3, 1])
+def test_xla_attention_gives_a_token_the_same_numbers_in_any_step(dtype: jnp.dtype, group: int) -> None:
+    """XLA's path (the GPU's) attends a token bit for bit alike as one of a prompt's tokens and as a
+    decode step's row, alone or beside other rows with other contexts: its blocks are absolute
+    positions and its sums do not depend on the step's shape. One query a KV head (group 1) too."""
+    prompt = _Prompt(dtype)
+    q = prompt.q[:, :, :, :group]
+    attend = jax.jit(xla_paged_attention)
+    whole = np.asarray(attend(q, prompt.k, prompt.v, prompt.positions, prompt.empty, prompt.tables))
+    last = prompt.TOKENS - 1
+    cached = prompt.cached(last)
+    q1, k1, v1, p1 = (x[:, last:] for x in (q, prompt.k, prompt.v, prompt.positions))
+    alone = np.asarray(attend(q1, k1, v1, p1, cached, prompt.tables))
+    assert np.array_equal(alone[:, 0], whole[:, last])
+    # Beside 4 other rows at other positions over the same pages (their numbers do not matter here).
+    rng = np.random.default_rng(5)
+    rows = 5
+    others = jnp.asarray(rng.standard_normal((rows, 1, prompt.KV_HEADS, group, prompt.HEAD_DIM)), jnp.float32)
+    batch_q = others.at[2].set(q1[0])
+    batch_k = jnp.broadcast_to(k1, (rows, *k1.shape[1:]))
+    batch_v = jnp.broadcast_to(v1, (rows, *v1.shape[1:]))
+    batch_positions = jnp.asarray([[3], [77], [last], [140], [0]], jnp.int32)
+    batch_tables = jnp.broadcast_to(prompt.tables, (rows, prompt.tables.shape[1]))
+    beside = np.asarray(attend(batch_q, batch_k, batch_v, batch_positions, cached, batch_tables))
+    assert np.array_equal(beside[2, 0], whole[0, last])
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])

@@ -13,25 +13,11 @@ from engine.model.layers.kv_cache import PagedLayerCache, pool_values, to_pool, 
 
 Array = jax.Array
 
-# Keys gathered from the page pool per turn of XLA's attention loop. The loop runs only over the
-# blocks a step's rows have filled, so a step costs what its context holds, whatever the block
-# table's width. Smaller blocks gather fewer padding keys for short rows and keep a turn's
-# gathered keys small; larger ones take fewer turns, each with a fixed overhead. So decode steps of
-# many rows take smaller blocks than those of a few rows, and prefill steps, with hundreds of
-# queries per row (a turn's fixed cost weighs less than its mask and rescaling passes), the
-# largest. The sizes were measured on the default model (docs/BENCHMARKS.md).
-DECODE_ATTENTION_BLOCK_TOKENS = 128
-WIDE_DECODE_ATTENTION_BLOCK_TOKENS = 64
-WIDE_DECODE_ROWS = 16
-PREFILL_ATTENTION_BLOCK_TOKENS = 512
-
-
-def attention_block_tokens(rows: int, step_tokens: int) -> int:
-    """Keys per attention loop turn for a step of `rows` rows of `step_tokens` tokens each."""
-    if step_tokens > 1:
-        return PREFILL_ATTENTION_BLOCK_TOKENS
-    return WIDE_DECODE_ATTENTION_BLOCK_TOKENS if rows >= WIDE_DECODE_ROWS else DECODE_ATTENTION_BLOCK_TOKENS
-
+# Keys per turn of XLA's attention loop: blocks of absolute positions, [0, 128), [128, 256), ...,
+# the same for every step's shape, so that a key is added to a query's softmax at the same turn and
+# beside the same keys whether it was in the pool or among the step's own (a prompt split anywhere,
+# a decode step beside any other rows). The loop runs only over the blocks a step's rows have filled.
+ATTENTION_BLOCK_TOKENS = 128
 
 # The native attention kernels serve CPU steps: one-token steps (engine/model/kernels/paged_attention.cc)
 # read each row's keys straight from its pages, where XLA gathers them into blocks first and runs
@@ -123,47 +109,71 @@ def xla_paged_attention(
     own keys and values k, v [B,T,K,H]; returns [B, T, K*G*H] float32.
 
     The pool holds every position before each row's first step position (earlier chunks, cached
-    prefixes, earlier decode steps); the step's own tokens are not in it yet. The softmax runs
-    online (flash-attention style): the step's own keys first, then one block of pages per loop
-    turn, for as many blocks as the longest row has filled.
+    prefixes, earlier decode steps); the step's own tokens follow at consecutive positions (then
+    padding). The softmax runs online (flash-attention style) over blocks of ATTENTION_BLOCK_TOKENS
+    absolute positions, as far as the step's last real position, each block's keys read from the
+    pool or, for the step's own positions, from k and v in the pool's stored form: a query's
+    numbers are the same however its prompt was split, as the native CPU kernels' are.
     """
-    B, T, K = q.shape[:3]
-    H = q.shape[-1]
+    B, T, K, G, H = q.shape
     page_size = cache.k.shape[2]
-    block_pages = max(1, attention_block_tokens(B, T) // page_size)
+    block_pages = max(1, ATTENTION_BLOCK_TOKENS // page_size)
     block_tokens = block_pages * page_size
     columns = -(-block_tables.shape[1] // block_pages) * block_pages
     tables = jnp.pad(block_tables, ((0, 0), (0, columns - block_tables.shape[1])))
     in_pool = positions[:, 0]  # [B] positions below this are read from the pages
     dtype = value_dtype(cache.k)
     queries = head_major.queries(q, dtype)
+    if queries.shape[1] == 1:  # XLA's one-row product adds in another order than its matmuls
+        queries = jnp.concatenate([queries, queries], axis=1)
+    own_k = pool_values(to_pool(k, cache.k))  # [B,T,K,H]: the step's keys as the pool will hold them
+    own_v = pool_values(to_pool(v, cache.v))
+    rows = jnp.arange(B)[:, None]
 
-    own_visible = positions[:, None, :] <= positions[:, :, None]
-    own = head_major.scores(queries, head_major.kv_heads(k, dtype), own_visible)
-    peak = jnp.max(own, axis=-1)
-    probs = jnp.exp(own - peak[..., None])
-    state = (peak, jnp.sum(probs, axis=-1), head_major.weighted(probs, head_major.kv_heads(v, dtype)))
+    def block_of(pool: Array, own: Array, pages: Array, key_positions: Array) -> Array:
+        """A block's keys or values [K*B, block_tokens, H]: the pool's, the step's own where they fall."""
+        pooled = pool_values(pool[:, pages]).reshape(K, B, block_tokens, H)
+        offset = key_positions[None, :] - in_pool[:, None]  # [B, block_tokens]
+        mine = (offset >= 0) & (offset < T)
+        own_here = own[rows, jnp.clip(offset, 0, T - 1)].transpose(2, 0, 1, 3)  # [K, B, block_tokens, H]
+        return jnp.where(mine[None, :, :, None], own_here, pooled).reshape(K * B, block_tokens, H)
 
     def block(index: Array, state: tuple[Array, Array, Array]) -> tuple[Array, Array, Array]:
         peak, total, acc = state
         pages = jax.lax.dynamic_slice_in_dim(tables, index * block_pages, block_pages, axis=1)
-        keys = pool_values(cache.k[:, pages]).reshape(K * B, block_tokens, H)
-        values = pool_values(cache.v[:, pages]).reshape(K * B, block_tokens, H)
         key_positions = index * block_tokens + jnp.arange(block_tokens)
-        visible = jnp.broadcast_to((key_positions[None, :] < in_pool[:, None])[:, None], (B, T, block_tokens))
+        keys = block_of(cache.k, own_k, pages, key_positions)
+        values = block_of(cache.v, own_v, pages, key_positions)
+        visible = key_positions[None, None, :] <= positions[:, :, None]  # [B, T, block_tokens]
         if T == 1:  # a branch costs a decode step more than masking its few scores
             scores = head_major.scores(queries, keys, visible)
-        else:  # blocks every row sees whole (all but a long prompt's last) skip the masking pass
-            whole = (index + 1) * block_tokens <= jnp.min(in_pool)
+        else:  # blocks every query sees whole (all but the last few of a long prompt) skip the masking pass
+            whole = (index + 1) * block_tokens <= jnp.min(in_pool) + 1
             scores = jax.lax.cond(
                 whole, lambda: head_major.scores(queries, keys, None), lambda: head_major.scores(queries, keys, visible)
             )
         new_peak = jnp.maximum(peak, jnp.max(scores, axis=-1))
         correction = jnp.exp(peak - new_peak)
         probs = jnp.exp(scores - new_peak[..., None])
-        total = total * correction + jnp.sum(probs, axis=-1)
+        total = total * correction + _halving_sum(probs)
         return new_peak, total, acc * correction[..., None] + head_major.weighted(probs, values)
 
-    blocks = (jnp.max(in_pool) + block_tokens - 1) // block_tokens
+    f32 = jnp.float32
+    state = (
+        jnp.full(queries.shape[:2], -jnp.inf, f32),
+        jnp.zeros(queries.shape[:2], f32),
+        jnp.zeros((*queries.shape[:2], H), f32),
+    )
+    blocks = (jnp.max(in_pool) + T + block_tokens - 1) // block_tokens
     _, total, acc = jax.lax.fori_loop(0, blocks, block, state)
-    return head_major.step_major(acc / total[..., None], B, T)
+    return head_major.step_major((acc / total[..., None])[:, : G * T], B, T)
+
+
+def _halving_sum(x: Array) -> Array:
+    """The sum over the last axis by halves (elementwise adds): one order for every shape, where
+    XLA's reductions order a row's sum by how many rows there are."""
+    while x.shape[-1] > 1:
+        half = x.shape[-1] // 2
+        paired = x[..., :half] + x[..., half : 2 * half]
+        x = jnp.concatenate([paired, x[..., 2 * half :]], axis=-1) if x.shape[-1] % 2 else paired
+    return x[..., 0]
