@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from engine.lora.peft_adapter import LoraAdapter
 
 MAX_TOKENS_CAP = 32768
+MAX_SCORED_IDS = 64  # SamplingParams.scored_ids; a table column per id on the device
 
 EngineState = Literal["serving", "draining", "dead"]
 
@@ -44,6 +45,9 @@ class SamplingParams:
     seed: int | None = None
     # None: no logprobs; k >= 0: logprob of each chosen token plus its top-k alternatives.
     logprobs: int | None = None
+    # With logprobs: token ids whose logprobs each drawn token also reports, in this order, however
+    # unlikely (a decision's option labels); at most MAX_SCORED_IDS.
+    scored_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
 
 
@@ -97,6 +101,7 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: tuple[tuple[int, float], ...]  # (token id, logprob) best first, len == SamplingParams.logprobs
+    scored: tuple[float, ...] = ()  # the logprobs of SamplingParams.scored_ids, in their order
 
 
 @dataclass(frozen=True)

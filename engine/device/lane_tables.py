@@ -21,6 +21,7 @@ from typing import cast
 import jax
 import numpy as np
 
+from engine.api import MAX_SCORED_IDS
 from engine.device.runner_api import DecodeRow, InsertedRow
 from engine.device.step import RowParams
 from engine.serving.kv_pages import NULL_PAGE
@@ -65,6 +66,8 @@ class LaneTables:
         p.allowed[lane] = -1
         p.seed[lane] = row.seed
         p.logprobs[lane] = sampling.logprobs is not None
+        p.scored_ids[lane] = -1
+        p.scored_ids[lane, : len(sampling.scored_ids)] = sampling.scored_ids
         self._stale.update(_TABLES)
 
     def add_page(self, lane: int, index: int, page: int) -> None:
@@ -117,4 +120,5 @@ def _empty_row_params(lanes: int, mask_words: int) -> RowParams:
         seed=zeros(np.uint32),
         counter=zeros(np.int32),
         logprobs=zeros(np.bool_),
+        scored_ids=np.full((lanes, MAX_SCORED_IDS), -1, np.int32),
     )

@@ -326,6 +326,7 @@ class DeviceRunner:
                 np.asarray(sampled.logprob).reshape(-1, width),
                 np.asarray(sampled.top_ids).reshape(-1, width, top),
                 np.asarray(sampled.top_logprobs).reshape(-1, width, top),
+                np.asarray(sampled.scored).reshape(-1, width, sampled.scored.shape[-1]),
             ),
         )
 

@@ -83,12 +83,12 @@ class InsertedRow:
 @dataclass(frozen=True)
 class Drawn:
     """Sampled tokens on the host, [rows, step tokens]: a row takes its first `taken` (one, plus
-    the draft tokens its draws agreed with). With logprobs, each token's logprob and its best
-    alternatives (ids and logprobs, best first), indexed alike."""
+    the draft tokens its draws agreed with). With logprobs, each token's logprob, its best
+    alternatives (ids and logprobs, best first) and the logprobs of its row's scored ids, indexed alike."""
 
     tokens: np.ndarray
     taken: np.ndarray
-    logprobs: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+    logprobs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None
 
 
 class Runner(Protocol):

@@ -39,6 +39,7 @@ class SamplerInputs:
     seed: Array  # u32[B]
     counter: Array  # i32[B] tokens this row has drawn so far: folds into the key, so draws never repeat
     logprobs: Array  # bool[B] the row reports logprobs
+    scored_ids: Array  # i32[B, MAX_SCORED_IDS] ids whose logprobs the row reports (-1: none)
     seen: Array  # bool[B, V] tokens in the prompt or output (repetition penalty)
     output_counts: Array  # i32[B, V] occurrences in the output (presence/frequency penalties)
 
@@ -50,6 +51,7 @@ class Sampled:
     logprob: Array  # f32[B] of the chosen token
     top_ids: Array  # i32[B, MAX_TOP_LOGPROBS] best first
     top_logprobs: Array  # f32[B, MAX_TOP_LOGPROBS]
+    scored: Array  # f32[B, MAX_SCORED_IDS] the logprobs of the row's scored_ids
 
 
 def allowed_mask(bitmask: Array, vocab_size: int) -> Array:
@@ -149,16 +151,17 @@ def _drawn(logits: Array, s: SamplerInputs) -> Array:
     return jnp.minimum(jnp.sum(cumulative < u[:, None], axis=-1), logits.shape[1] - 1).astype(jnp.int32)
 
 
-def _logprobs(logits: Array, token: Array) -> tuple[Array, Array, Array]:
+def _logprobs(logits: Array, token: Array, scored_ids: Array) -> tuple[Array, Array, Array, Array]:
     logprobs = jax.nn.log_softmax(logits, axis=-1)
     chosen = jnp.take_along_axis(logprobs, token[:, None], axis=-1)[:, 0]
     top_logprobs, top_ids = jax.lax.top_k(logprobs, min(MAX_TOP_LOGPROBS, logits.shape[1]))
-    return chosen, top_ids.astype(jnp.int32), top_logprobs
+    scored = jnp.take_along_axis(logprobs, jnp.maximum(scored_ids, 0), axis=-1)
+    return chosen, top_ids.astype(jnp.int32), top_logprobs, scored
 
 
-def _no_logprobs(logits: Array, token: Array) -> tuple[Array, Array, Array]:
+def _no_logprobs(logits: Array, token: Array, scored_ids: ArrayLike) -> tuple[Array, Array, Array, Array]:
     rows, top = logits.shape[0], min(MAX_TOP_LOGPROBS, logits.shape[1])
-    return jnp.zeros(rows), jnp.zeros((rows, top), jnp.int32), jnp.zeros((rows, top))
+    return jnp.zeros(rows), jnp.zeros((rows, top), jnp.int32), jnp.zeros((rows, top)), jnp.zeros(jnp.shape(scored_ids))
 
 
 def plain(
@@ -177,11 +180,11 @@ def plain(
     )
 
 
-def greedy(logits: Array, bias_ids: ArrayLike, bias_values: ArrayLike) -> Sampled:
+def greedy(logits: Array, bias_ids: ArrayLike, bias_values: ArrayLike, scored_ids: ArrayLike) -> Sampled:
     """What `sample` returns for rows that are all `plain`, in one pass over the logits and without
     the penalty state: a step of greedy rows need not gather that state ([B, V] twice)."""
     token = first_best(_biased(logits, bias_ids, bias_values))
-    return Sampled(token, *_no_logprobs(logits, token))
+    return Sampled(token, *_no_logprobs(logits, token, scored_ids))
 
 
 @jax.jit
@@ -189,5 +192,5 @@ def sample(logits: Array, inputs: SamplerInputs) -> Sampled:
     """Chooses one token per row from float32 logits [B, V]; logprobs are zeros unless a row asks."""
     token = _draw(_penalised(logits, inputs), inputs)
     # A log_softmax and a top-k over the vocabulary per row, so only when some row reports them.
-    chosen, top_ids, top_logprobs = jax.lax.cond(jnp.any(inputs.logprobs), _logprobs, _no_logprobs, logits, token)
-    return Sampled(token, chosen, top_ids, top_logprobs)
+    reported = jax.lax.cond(jnp.any(inputs.logprobs), _logprobs, _no_logprobs, logits, token, inputs.scored_ids)
+    return Sampled(token, *reported)

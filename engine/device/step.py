@@ -88,6 +88,7 @@ class RowParams:
     seed: LaneTable
     counter: LaneTable
     logprobs: LaneTable
+    scored_ids: LaneTable
 
 
 class StepFunctions:
@@ -116,7 +117,7 @@ class StepFunctions:
                 return sample(logits, SamplerInputs(**vars(rows), seen=seen, output_counts=counts))
 
             def greedy_only(logits: Array, _lanes: LaneState, _lane_ids: Array, rows: RowParams) -> Sampled:
-                return greedy(logits, rows.bias_ids, rows.bias_values)
+                return greedy(logits, rows.bias_ids, rows.bias_values, rows.scored_ids)
 
             # The penalty state is gathered inside the branch that needs it: as an operand of the
             # branch, XLA would gather it for every step.

@@ -8,7 +8,7 @@ cap) and turn a `RequestRefused` into their API's error, renaming its `field`.
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.api import MAX_TOKENS_CAP, GenerationRequest, RequestRefused
+from engine.api import MAX_SCORED_IDS, MAX_TOKENS_CAP, GenerationRequest, RequestRefused
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,13 @@ def admit(request: GenerationRequest, max_context: int, decode_lanes: int) -> Ad
             f"n={request.n} is more than the {decode_lanes} sequences this server decodes at once (its decode lanes).",
             "n",
         )
+    scored = request.sampling.scored_ids
+    if len(scored) > MAX_SCORED_IDS:
+        raise RequestRefused(
+            "invalid_scored_ids", f"{len(scored)} token ids to score; at most {MAX_SCORED_IDS} are allowed.", "scored_ids"
+        )
+    if scored and request.sampling.logprobs is None:
+        raise RequestRefused("invalid_scored_ids", "Token ids to score need logprobs.", "scored_ids")
     if request.max_tokens is not None and request.max_tokens < 1:
         raise RequestRefused(
             "invalid_max_tokens", f"max_tokens is {request.max_tokens}; it must be at least 1.", "max_tokens"

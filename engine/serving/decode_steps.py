@@ -240,9 +240,10 @@ class DecodeSteps:
         row.last_token_at = entry.progress_at = now
         top_n = entry.request.sampling.logprobs
         if drawn.logprobs is not None and top_n is not None:
-            chosen, top_ids, top_values = drawn.logprobs
+            chosen, top_ids, top_values, scored = drawn.logprobs
             top = tuple((int(t), float(v)) for t, v in zip(top_ids[at][:top_n], top_values[at][:top_n], strict=True))
-            logprobs.append(TokenLogprob(token, float(chosen[at]), top))
+            scored_count = len(entry.request.sampling.scored_ids)
+            logprobs.append(TokenLogprob(token, float(chosen[at]), top, tuple(scored[at][:scored_count].tolist())))
         if row.constraint is not None:
             row.constraint.accept(token)
             if row.constraint.is_finished():

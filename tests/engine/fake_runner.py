@@ -22,7 +22,7 @@ from typing import Literal
 
 import numpy as np
 
-from engine.api import SamplingParams
+from engine.api import MAX_SCORED_IDS, SamplingParams
 from engine.device.runner_api import (
     PREFILL_ROWS,
     DecodeRow,
@@ -255,4 +255,9 @@ class FakeRunner:
             return Drawn(chosen, counts, None)
         logprobs = -chosen / VOCAB
         top_ids = np.stack([chosen, (chosen + 1) % VOCAB], axis=2)
-        return Drawn(chosen, counts, (logprobs, top_ids, np.stack([logprobs, logprobs - 1], axis=2)))
+        # A scored id's fake logprob is -id / VOCAB, at every token of the row.
+        scored = np.zeros((*chosen.shape, MAX_SCORED_IDS))
+        for i, row in enumerate(rows):
+            ids = self._lanes[row.lane].sampling.scored_ids
+            scored[i, :, : len(ids)] = -np.asarray(ids) / VOCAB
+        return Drawn(chosen, counts, (logprobs, top_ids, np.stack([logprobs, logprobs - 1], axis=2), scored))

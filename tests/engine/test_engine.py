@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -138,6 +140,20 @@ def test_stop_ids_constraint_logprobs_and_clamping(engine: Engine, model: Loaded
     )
     assert constrained.finished[0].reason == "stop" and len(constrained.tokens[0]) == 4
     assert set(constrained.tokens[0]) <= {40, 41}
+
+
+def test_scored_ids_report_the_models_logprobs_at_those_ids(engine: Engine, model: LoadedModel) -> None:
+    """A request's scored ids (a decision's option labels) report the model's own next-token
+    logprobs at those ids after the prompt, in the request's order, likely or not."""
+    tokens = prompt(14, 11)
+    cache = model.init_kv_cache(batch=1, length=CONTEXT)
+    logits, _ = model.forward(jnp.asarray([tokens], jnp.int32), jnp.arange(len(tokens), dtype=jnp.int32)[None], cache)
+    expected = np.asarray(jax.nn.log_softmax(logits[0, -1]))
+    ids = (int(np.argmin(expected)), int(np.argmax(expected)), 5)
+    scored = generate(engine, greedy_request(tokens, 1, logprobs=0, scored_ids=ids))
+    np.testing.assert_allclose(scored.logprobs[0][0].scored, expected[list(ids)], atol=1e-4)
+    with pytest.raises(RequestRefused, match="need logprobs"):
+        engine.submit(greedy_request(tokens, 1, scored_ids=ids), lambda event: None)
 
 
 def test_penalties_change_the_output(engine: Engine) -> None:

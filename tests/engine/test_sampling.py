@@ -29,6 +29,7 @@ def inputs(rows: int = ROWS, /, **overrides: Any) -> SamplerInputs:
         "seed": np.arange(rows, dtype=np.uint32),
         "counter": np.zeros(rows, np.int32),
         "logprobs": np.ones(rows, bool),
+        "scored_ids": np.full((rows, 4), -1, np.int32),
         "seen": np.zeros((rows, V), bool),
         "output_counts": np.zeros((rows, V), np.int32),
     }
@@ -180,7 +181,7 @@ def test_greedy_rows_with_a_bias_take_the_short_path_to_the_same_tokens() -> Non
     bias = {"bias_ids": np.stack([best, best + 1, best + 2], axis=-1) % V, "bias_values": [-100.0, 3.0, 0.0]}
     settled = inputs(temperature=0.0, logprobs=False, **bias)
     assert is_plain(settled)
-    short = greedy(x, jnp.asarray(settled.bias_ids), jnp.asarray(settled.bias_values))
+    short = greedy(x, jnp.asarray(settled.bias_ids), jnp.asarray(settled.bias_values), jnp.asarray(settled.scored_ids))
     np.testing.assert_array_equal(np.asarray(short.token), np.asarray(sample(x, settled).token))
     assert (np.asarray(short.token) != best).all()  # the bias counted
     assert not np.asarray(short.logprob).any() and not np.asarray(short.top_ids).any()
@@ -205,3 +206,17 @@ def test_first_best_is_argmax_ties_and_banned_rows_included(vocab: int) -> None:
     logits[4, :3] = 7.0  # equal bests in one chunk
     got = np.asarray(sampling.first_best(jnp.asarray(logits)))
     np.testing.assert_array_equal(got, np.argmax(logits, axis=-1))
+
+
+def test_scored_ids_report_their_logprobs_however_unlikely() -> None:
+    """A row's scored ids get their log_softmax values in the row's order (a decision's labels),
+    the least likely token of the vocabulary included; without logprobs they are zeros."""
+    x = logits()
+    expected = np.asarray(jax.nn.log_softmax(x, axis=-1))
+    unlikely = np.argsort(expected, axis=-1)[:, :2]  # each row's two least likely tokens
+    ids = np.full((ROWS, 4), -1, np.int32)
+    ids[:, 0], ids[:, 1], ids[:, 2] = unlikely[:, 0], 7, unlikely[:, 1]
+    scored = np.asarray(sample(x, inputs(scored_ids=ids)).scored)
+    np.testing.assert_allclose(scored[:, :3], np.take_along_axis(expected, ids[:, :3], axis=-1), atol=1e-5)
+    silent = sample(x, inputs(scored_ids=ids, logprobs=False))
+    assert not np.asarray(silent.scored).any()
