@@ -44,7 +44,9 @@ def admit(request: GenerationRequest, max_context: int, decode_lanes: int) -> Ad
     scored = request.sampling.scored_ids
     if len(scored) > MAX_SCORED_IDS:
         raise RequestRefused(
-            "invalid_scored_ids", f"{len(scored)} token ids to score; at most {MAX_SCORED_IDS} are allowed.", "scored_ids"
+            "invalid_scored_ids",
+            f"{len(scored)} token ids to score; at most {MAX_SCORED_IDS} are allowed.",
+            "scored_ids",
         )
     if scored and request.sampling.logprobs is None:
         raise RequestRefused("invalid_scored_ids", "Token ids to score need logprobs.", "scored_ids")
