@@ -1051,6 +1051,25 @@ class ChatTopLogprob(BaseModel):
     bytes: list[StrictInt] | None
 
 
+class ChoiceAnswer(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["choice"]
+    choice: str
+    """
+    The most probable option.
+    """
+    probabilities: dict[str, StrictFloat]
+    """
+    Every option's probability (they sum to 1).
+    """
+    confidence: StrictFloat
+    """
+    (p_max − 1/n) / (1 − 1/n), 0 at uniform and 1 at certainty (1 for a single option).
+    """
+
+
 class Completion(BaseModel):
     """
     The answer of a request without `stream`.
@@ -1753,6 +1772,70 @@ class CreateResponseRequest(BaseModel):
     """
 
 
+class DecisionQuestion(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    type: str
+    """
+    `choice` (one of named options), `score` (a level of a rubric) or `noul` (true or false).
+    """
+    instructions: str | dict[str, Any] | list[Any] | None = None
+    """
+    The question (a string, or JSON given as compact text); empty or absent leaves it out.
+    """
+    criteria: dict[str, Any] | list[Any] | None = None
+    """
+    `choice`: an object of option name to description (null: the name says it), 1 to 26 options; `score`: an array of 2 to 26 level descriptions, lowest first; `noul`: absent, null or an object with `true` and `false` descriptions.
+    """
+
+
+class DecisionRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    model: str | None = None
+    state: str | dict[str, Any] | list[Any] | StrictFloat | StrictBool
+    """
+    The content to decide about: a string, or any other JSON value, given to the model as compact JSON text.
+    """
+    questions: dict[str, DecisionQuestion]
+    """
+    The questions, answered under the same ids (at least one).
+    """
+    calibration: str | None = None
+    """
+    `raw` asks for the plain label probabilities; pooled applies no fitted temperatures, so every answer is raw.
+    """
+
+
+class DecisionResponse(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    model: str
+    answers: dict[str, ChoiceAnswer | ScoreAnswer | NoulAnswer]
+    usage: DecisionUsage
+    latency_ms: StrictFloat
+    """
+    Milliseconds from the request's arrival to its answer.
+    """
+
+
+class DecisionUsage(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    input_tokens: StrictInt
+    """
+    The prompt tokens of every question together.
+    """
+    output_tokens: StrictInt
+    """
+    Always 0 (nothing is generated).
+    """
+
+
 class DetokenizeRequest(BaseModel):
     model_config = ConfigDict(
         extra="allow",
@@ -2268,6 +2351,17 @@ class ModelRemoved(BaseModel):
     object: Literal["model.removed"]
     id: str
     freed_bytes: Annotated[StrictInt, Field(ge=0)]
+
+
+class NoulAnswer(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["noul"]
+    noul: StrictFloat
+    """
+    The probability that the statement is true.
+    """
 
 
 class OpenAIError(BaseModel):
@@ -3558,6 +3652,29 @@ class ResponseUsage(BaseModel):
     output_tokens: Annotated[StrictInt, Field(ge=0)]
     output_tokens_details: ResponseOutputTokensDetails
     total_tokens: Annotated[StrictInt, Field(ge=0)]
+
+
+class ScoreAnswer(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["score"]
+    score: StrictFloat
+    """
+    The expected level index, Σ i·p_i.
+    """
+    legend: dict[str, str]
+    """
+    Each level's description, keyed by its index.
+    """
+    probabilities: dict[str, StrictFloat]
+    """
+    Each level's probability, keyed by its index.
+    """
+    confidence: StrictFloat
+    """
+    max(0, 1 − E|i − mode| / D), D the mean distance of the levels from their middle.
+    """
 
 
 class StreamOptions(BaseModel):

@@ -28,6 +28,8 @@ OPERATION_HANDLERS: dict[str, str] = {
     "createRerankUnversioned": "create_rerank_unversioned",
     "createRerankV2": "create_rerank_v2",
     "tokenize": "tokenize",
+    "decide": "decide",
+    "decideAlias": "decide_alias",
     "detokenize": "detokenize",
     "tokenizeRoot": "tokenize_root",
     "detokenizeRoot": "detokenize_root",
@@ -276,6 +278,36 @@ async def tokenize(
     """Tokenize a prompt or chat messages."""
     result = await handlers.tokenize(request, body=body)
     return _respond(result, (models.TokenizeResponse,))
+
+
+@router.api_route(
+    "/v1/systemone",
+    methods=["POST"],
+    operation_id="decide",
+    include_in_schema=False,
+)
+async def decide(
+    request: Request,
+    body: Annotated[models.DecisionRequest, Body()],
+) -> Response:
+    """Answer typed questions about a state (System One decisions)."""
+    result = await handlers.decide(request, body=body)
+    return _respond(result, (models.DecisionResponse,))
+
+
+@router.api_route(
+    "/v1/decide",
+    methods=["POST"],
+    operation_id="decideAlias",
+    include_in_schema=False,
+)
+async def decide_alias(
+    request: Request,
+    body: Annotated[models.DecisionRequest, Body()],
+) -> Response:
+    """Answer typed questions about a state (System One decisions)."""
+    result = await handlers.decide_alias(request, body=body)
+    return _respond(result, (models.DecisionResponse,))
 
 
 @router.api_route(

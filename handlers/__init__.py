@@ -7,6 +7,7 @@ one is an error at generation and at import, never at request time.
 from handlers.anthropic_messages import count_message_tokens, create_message
 from handlers.banner import get_banner
 from handlers.config import get_config, get_config_origins, list_config_fields, update_config
+from handlers.decisions import decide, decide_alias
 from handlers.docs import get_api_root, get_docs, get_docs_asset, get_openapi_document
 from handlers.embeddings import create_embedding
 from handlers.health import get_health
@@ -35,6 +36,8 @@ __all__ = [
     "create_rerank_v2",
     "create_response",
     "delete_response",
+    "decide",
+    "decide_alias",
     "detokenize",
     "detokenize_root",
     "get_api_root",

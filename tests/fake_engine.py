@@ -122,7 +122,8 @@ class FakeEngine:
                 logprobs = None
                 if request.sampling.logprobs is not None:
                     top = tuple((token + k, -0.5 - k) for k in range(request.sampling.logprobs))
-                    logprobs = (TokenLogprob(token, -0.25, top),)
+                    scored = tuple(-1.0 - k for k, _ in enumerate(request.sampling.scored_ids))
+                    logprobs = (TokenLogprob(token, -0.25, top, scored),)
                 sink(Tokens(row, (token,), logprobs))
                 count += 1
             usage = Usage(len(request.prompt_ids), 0, count)
