@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from engine.lora.peft_adapter import LoraAdapter
 
 MAX_TOKENS_CAP = 32768
+# Most alternatives a token may report (OpenAI's top_logprobs limit); static for the compile.
+MAX_TOP_LOGPROBS = 20
 MAX_SCORED_IDS = 64  # SamplingParams.scored_ids; a table column per id on the device
 
 EngineState = Literal["serving", "draining", "dead"]
@@ -94,6 +96,9 @@ class GenerationRequest:
     stall_timeout: float | None = None
     adapter: str | None = None  # the name of a loaded LoRA adapter (engine/lora/adapter_table.py), or none
     output_cap: OutputCap | None = None
+    # None: none; k >= 0: each prompt token's logprob (from the positions before it) and its top-k
+    # alternatives, in `Prefilled` events. Such a prompt is prefilled whole, not from the prefix cache.
+    prompt_logprobs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,9 @@ class Prefilled:
 
     done: int
     total: int
+    # With `GenerationRequest.prompt_logprobs`: the chunk's prompt tokens that follow an earlier
+    # position, each with its logprob there (the prompt's first token has none).
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 EngineEvent = Tokens | Finished | Failed | Prefilled

@@ -3,7 +3,9 @@ and a step's host inputs padded to one of them, so that no request ever compiles
 
 A step's shape is its rows and its tokens per row. Row counts grow geometrically up to the lanes
 (`bucket_growth`); prefill chunks double from SMALLEST_PREFILL_CHUNK up to `prefill_chunk`, and
-up to PREFILL_ROWS prompts prefill together in chunks of at most `batched_chunk`; steps with
+up to PREFILL_ROWS prompts prefill together in chunks of at most `batched_chunk`; a prompt whose
+logprobs are asked for prefills alone in chunks of `prefill_chunk`, through the head at every
+position (scored prefill); steps with
 drafts take the row counts up to the first that holds `draft_rows`. Attention loops over the
 pages a step's rows have filled, so one block-table width (the whole context) serves every length.
 
@@ -69,6 +71,7 @@ class CompiledShapes:
         self._planned = {
             ("prefill", 1): self.chunks,
             ("prefill", PREFILL_ROWS): [b for b in self.chunks if b <= self._batched_limit],
+            ("prefill_scored", 0): self.chunks[-1:],
             ("first_tokens", 0): self.rows,
             ("decode", 0): self.rows,
             ("verify", 0): self.verify_rows,
@@ -87,7 +90,7 @@ class CompiledShapes:
 
     def ready_sizes(self, kind: str, rows: int = 1) -> list[int]:
         """The ready sizes of a kind, ascending: row counts, or for prefill (one row or
-        PREFILL_ROWS) chunk lengths."""
+        PREFILL_ROWS) and scored prefill (one row) chunk lengths."""
         return self._ready[kind, rows if kind == "prefill" else 0]
 
     def _refresh(self) -> None:
@@ -95,14 +98,16 @@ class CompiledShapes:
         self._ready = {key: [s for s in sizes if (*key, s) not in waiting] for key, sizes in self._planned.items()}
 
     def plan(self) -> list[Bucket]:
-        """Every shape to compile: one prefill shape per chunk size (and per batched chunk size),
-        one first-token and one decode shape per row bucket, one verify shape per row bucket of
-        steps with drafts, and one each for the lane reset, the page copy, the adapter load and
-        the page transfers."""
+        """Every shape to compile: one prefill shape per chunk size (and per batched chunk size), one
+        scored prefill shape, the longest chunk (a prompt whose logprobs are asked for is padded to
+        it: one compile for every size, as scoring serves evaluations rather than chats), one first-token
+        and one decode shape per row bucket, one verify shape per row bucket of steps with drafts,
+        and one each for the lane reset, the page copy, the adapter load and the page transfers."""
         width = self.width
         plan = [Bucket("prefill", 1, tokens, width) for tokens in self.chunks]
         batched = [tokens for tokens in self.chunks if tokens <= self._batched_limit]
         plan += [Bucket("prefill", PREFILL_ROWS, tokens, width) for tokens in batched]
+        plan += [Bucket("prefill_scored", 1, self.chunks[-1], width)]
         plan += [Bucket("first_tokens", b, 1, 0) for b in self.rows]
         plan += [Bucket("decode", b, 1, width) for b in self.rows]
         plan += [Bucket("verify", b, self.draft_tokens + 1, width) for b in self.verify_rows]
@@ -149,12 +154,14 @@ class CompiledShapes:
         self._refresh()
 
     def prefill_inputs(
-        self, chunks: Sequence[PrefillChunk]
+        self, chunks: Sequence[PrefillChunk], kind: str = "prefill"
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """A prefill step's tokens, positions, block tables, last-token indices and adapter slots,
-        padded to the smallest ready chunk size that holds the longest chunk (one row, or PREFILL_ROWS)."""
+        padded to the smallest ready chunk size of `kind` that holds the longest chunk (one row, or
+        PREFILL_ROWS)."""
         rows = 1 if len(chunks) == 1 else PREFILL_ROWS
-        size = next(b for b in self.ready_sizes("prefill", rows) if b >= max(len(chunk.tokens) for chunk in chunks))
+        longest = max(len(chunk.tokens) for chunk in chunks)
+        size = next(b for b in self.ready_sizes(kind, rows) if b >= longest)
         # Padding rows sit at position 0 of the null page: attention reads nothing for them, while
         # the loop over pages runs as far as the row that starts latest.
         tokens = np.zeros((rows, size), np.int32)
@@ -192,7 +199,7 @@ class CompiledShapes:
 
 def _size(bucket: Bucket) -> int:
     """What a bucket's kind pads: a prefill's chunk length, any other step's rows."""
-    return bucket.tokens if bucket.kind == "prefill" else bucket.rows
+    return bucket.tokens if bucket.kind in ("prefill", "prefill_scored") else bucket.rows
 
 
 def page_group(pages: Sequence[int]) -> np.ndarray:

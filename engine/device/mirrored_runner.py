@@ -55,7 +55,16 @@ from engine.device.process_group import (
     agree,
 )
 from engine.device.runner import DeviceRunner, failure_kind
-from engine.device.runner_api import DecodeRow, Drawn, InsertedRow, Pending, PrefillChunk, PromptLogits, Report
+from engine.device.runner_api import (
+    DecodeRow,
+    Drawn,
+    InsertedRow,
+    Pending,
+    PrefillChunk,
+    PromptLogits,
+    PromptScores,
+    Report,
+)
 from engine.lora.peft_adapter import LoraAdapter
 from engine.model.checkpoint.loader import LoadedModel
 from engine.stats import Bucket, HeldArrays
@@ -180,6 +189,11 @@ class LeaderRunner:
             self._queued.append(Call("forget", (self._prompt_logits,)))
         number = self._prompt_logits = self._number()
         return PromptLogits(_Handle(number, self._call(Call("prefill", (list(chunks),), number))))
+
+    def prompt_scores(self, logits: PromptLogits) -> PromptScores:
+        """The leader's own: every process computed the same scores."""
+        with self._group_errors(), self._watched():
+            return self._local.prompt_scores(PromptLogits(_handle(logits).local))
 
     def first_tokens(self, logits: PromptLogits, index: int, rows: Sequence[DecodeRow]) -> Drawn:
         handle, sent = _handle(logits), self._sent_rows(rows)

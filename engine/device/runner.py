@@ -39,10 +39,12 @@ from engine.device.runner_api import (
     Pending,
     PrefillChunk,
     PromptLogits,
+    PromptScores,
     Report,
 )
 from engine.device.sampling import Sampled
 from engine.device.step import LaneState, RowParams, StepFunctions
+from engine.device.step import PromptScores as DeviceScores
 from engine.engine_config import EngineConfig
 from engine.lora.peft_adapter import LoraAdapter
 from engine.model.checkpoint.loader import DTYPES, LoadedModel
@@ -106,6 +108,7 @@ class DeviceRunner:
             self._lora = jax.device_put(empty, self._replicated)
         self._buckets: tuple[Bucket, ...] = ()
         self._compiles: CompileWatch | None = None
+        self._scored: tuple[jax.Array, DeviceScores] | None = None  # the last scored prefill's logits and scores
         pool = self._kv[0].k
         self._page_shape = (c.num_layers, 2, pool.shape[0], config.page_size, pool.shape[3])
         self._page_dtype = np.dtype(pool.dtype)
@@ -164,15 +167,17 @@ class DeviceRunner:
         CPU backend the first run of a loop body or of a branch costs more than later runs, and
         that belongs here, not in a request.
         """
-        if bucket.kind == "prefill":
+        if bucket.kind in ("prefill", "prefill_scored"):
             shape = (bucket.rows, bucket.tokens)
             start = ATTENTION_BLOCK_TOKENS + 1 if self.max_context > ATTENTION_BLOCK_TOKENS + 1 else 1
             tokens, positions = np.zeros(shape, np.int32), np.full(shape, start, np.int32)
             table, last = np.zeros((bucket.rows, bucket.pages), np.int32), np.zeros(bucket.rows, np.int32)
             slots = np.zeros(bucket.rows, np.int32)
-            written, _ = self.steps.prefill(
-                self._param_leaves, self._lora, self._kv, tokens, positions, table, last, slots
-            )
+            inputs = (self._param_leaves, self._lora, self._kv, tokens, positions, table, last, slots)
+            if bucket.kind == "prefill":
+                written, _ = self.steps.prefill(*inputs)
+            else:
+                written, _, _ = self.steps.prefill_scored(*inputs, np.zeros(shape, np.int32))
             self._kv = self.steps.write(self._kv, written)
         elif bucket.kind == "first_tokens":
             lane_ids = np.full(bucket.rows, self.lanes, np.int32)
@@ -225,12 +230,31 @@ class DeviceRunner:
     # --- prompts ----------------------------------------------------------------------------
 
     def prefill(self, chunks: Sequence[PrefillChunk]) -> PromptLogits:
+        if chunks[0].targets:
+            return self._prefill_scored(chunks)
         tokens, positions, table, last, slots = self._shapes.prefill_inputs(chunks)
         written, logits = self.steps.prefill(
             self._param_leaves, self._lora, self._kv, tokens, positions, table, last, slots
         )
         self._kv = self.steps.write(self._kv, written)
         return PromptLogits(logits)
+
+    def _prefill_scored(self, chunks: Sequence[PrefillChunk]) -> PromptLogits:
+        assert len(chunks) == 1, "a scored chunk prefilled beside others"
+        tokens, positions, table, last, slots = self._shapes.prefill_inputs(chunks, "prefill_scored")
+        targets = np.full(tokens.shape, -1, np.int32)
+        targets[0, : len(chunks[0].targets)] = chunks[0].targets
+        written, logits, scores = self.steps.prefill_scored(
+            self._param_leaves, self._lora, self._kv, tokens, positions, table, last, slots, targets
+        )
+        self._kv = self.steps.write(self._kv, written)
+        self._scored = (logits, scores)
+        return PromptLogits(logits)
+
+    def prompt_scores(self, logits: PromptLogits) -> PromptScores:
+        assert self._scored is not None and self._scored[0] is logits, "not the last scored prefill's logits"
+        scores = self._scored[1]
+        return PromptScores(np.asarray(scores.logprobs), np.asarray(scores.top_ids), np.asarray(scores.top_logprobs))
 
     def insert(self, lane: int, row: InsertedRow) -> None:
         self._tables.insert(lane, row)

@@ -47,6 +47,9 @@ class PrefillChunk:
     start: int
     pages: Sequence[int]
     adapter: int = 0  # the prompt's LoRA adapter slot (0: none)
+    # The token each position predicts (the prompt's next; -1: none), to score the chunk's prompt
+    # (`prompt_scores`); empty: not scored. A scored chunk is prefilled alone.
+    targets: Sequence[int] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,16 @@ class Drawn:
     tokens: np.ndarray
     taken: np.ndarray
     logprobs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None
+
+
+@dataclass(frozen=True)
+class PromptScores:
+    """A scored prefill chunk's numbers on the host, a row per position: the logprob of the
+    position's target and the best MAX_TOP_LOGPROBS alternatives (ids and logprobs, best first)."""
+
+    logprobs: np.ndarray
+    top_ids: np.ndarray
+    top_logprobs: np.ndarray
 
 
 class Runner(Protocol):
@@ -149,6 +162,10 @@ class Runner(Protocol):
         """Writes the chunks' keys and values into their pages; one chunk, or up to PREFILL_ROWS of
         at most `batched_chunk` tokens each. Every position before a chunk's start is already in
         its pages. The result holds each chunk's logits at its last token, for `first_tokens`."""
+        ...
+
+    def prompt_scores(self, logits: PromptLogits) -> PromptScores:
+        """The scores of a prefill step of one chunk with `targets`, on the host."""
         ...
 
     def insert(self, lane: int, row: InsertedRow) -> None:

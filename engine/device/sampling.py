@@ -15,10 +15,10 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from engine.api import MAX_TOP_LOGPROBS
+
 Array = jax.Array
 _BANNED = -jnp.inf
-# Most alternatives a row may ask for per token (OpenAI's top_logprobs limit); static for the compile.
-MAX_TOP_LOGPROBS = 20
 
 
 @jax.tree_util.register_dataclass

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import PyTreeDef
 
+from engine.api import MAX_TOP_LOGPROBS
 from engine.device.sampling import Sampled, SamplerInputs, greedy, plain, sample
 from engine.model.layers.kv_cache import NewKV, PagedLayerCache, to_pool
 from engine.model.layers.lora import LoraBatch, LoraStack, LoraWeights
@@ -59,6 +60,16 @@ class LaneState:
 
     seen: Array  # bool[lanes + 1, V]: tokens of the prompt or output
     output_counts: Array  # i32[lanes + 1, V]
+
+
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class PromptScores:
+    """A scored prefill chunk's numbers on the device (engine/device/runner_api.py's, there on the host)."""
+
+    logprobs: Array  # f32[T]
+    top_ids: Array  # i32[T, MAX_TOP_LOGPROBS]
+    top_logprobs: Array  # f32[T, MAX_TOP_LOGPROBS]
 
 
 # A per-lane table: on the host (LaneTables keeps its own) or on the device (what a step gets).
@@ -160,6 +171,28 @@ class StepFunctions:
             logits, new = forward(params, adapters(lora, slots), tokens, positions, kv, block_tables, last)
             padded = jnp.zeros((prefill_rows, logits.shape[-1]), logits.dtype).at[: logits.shape[0]].set(logits[:, 0])
             return _written(new, positions, block_tables, page_size), padded
+
+        def prefill_scored(
+            params: list[Array],
+            lora: LoraStack | None,
+            kv: KVPages,
+            tokens: Array,
+            positions: Array,
+            block_tables: Array,
+            last: Array,
+            slots: Array,
+            targets: Array,
+        ) -> tuple[Written, Array, PromptScores]:
+            """`prefill` of one chunk that also scores it: every position's logits go through the
+            head, and at each the log-softmax's value at `targets` [1, T] (the token that follows
+            in the prompt; -1: none) and its MAX_TOP_LOGPROBS best, as a decode step reports them."""
+            logits, new = forward(params, adapters(lora, slots), tokens, positions, kv, block_tables, None)
+            padded = jnp.zeros((prefill_rows, logits.shape[-1]), logits.dtype).at[0].set(logits[0, last[0]])
+            logprobs = jax.nn.log_softmax(logits[0].astype(jnp.float32), axis=-1)
+            chosen = jnp.take_along_axis(logprobs, jnp.maximum(targets[0], 0)[:, None], axis=-1)[:, 0]
+            top_logprobs, top_ids = jax.lax.top_k(logprobs, min(MAX_TOP_LOGPROBS, logprobs.shape[-1]))
+            scores = PromptScores(chosen, top_ids.astype(jnp.int32), top_logprobs)
+            return _written(new, positions, block_tables, page_size), padded, scores
 
         def first_tokens(
             lanes: LaneState, logits: Array, source: Array, lane_ids: Array, tables: RowParams
@@ -268,6 +301,7 @@ class StepFunctions:
             )
 
         self.prefill = jax.jit(prefill)
+        self.prefill_scored = jax.jit(prefill_scored)
 
         def set_slot(stack: LoraStack, first: Array, slot: LoraStack) -> LoraStack:
             """`stack` with the columns from `first` replaced by `slot`'s (one slot of the same rank)."""

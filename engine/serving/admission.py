@@ -8,7 +8,7 @@ cap) and turn a `RequestRefused` into their API's error, renaming its `field`.
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.api import MAX_SCORED_IDS, MAX_TOKENS_CAP, GenerationRequest, RequestRefused
+from engine.api import MAX_SCORED_IDS, MAX_TOKENS_CAP, MAX_TOP_LOGPROBS, GenerationRequest, RequestRefused
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,12 @@ def admit(request: GenerationRequest, max_context: int, decode_lanes: int) -> Ad
         )
     if scored and request.sampling.logprobs is None:
         raise RequestRefused("invalid_scored_ids", "Token ids to score need logprobs.", "scored_ids")
+    if request.prompt_logprobs is not None and not 0 <= request.prompt_logprobs <= MAX_TOP_LOGPROBS:
+        raise RequestRefused(
+            "invalid_prompt_logprobs",
+            f"prompt_logprobs is {request.prompt_logprobs}; it must be 0 to {MAX_TOP_LOGPROBS}.",
+            "prompt_logprobs",
+        )
     if request.max_tokens is not None and request.max_tokens < 1:
         raise RequestRefused(
             "invalid_max_tokens", f"max_tokens is {request.max_tokens}; it must be at least 1.", "max_tokens"

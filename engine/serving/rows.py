@@ -31,6 +31,7 @@ class Request:
     cached_prompt_tokens: int = 0
     first_token_at: float | None = None
     rows_unfinished: int = 0
+    prompt_scored: bool = False  # its prompt's logprobs were sent (a recompute sends them no more)
     # The last time the request moved (submission, admission, a prefill chunk, a token): a stall
     # past the request's stall_timeout ends it.
     progress_at: float = field(init=False)
@@ -79,3 +80,4 @@ class Prefill:
     tokens: list[int]
     pages: list[int]
     next_position: int
+    scored: bool = False  # its chunks report the prompt's logprobs (prefilled alone, none from the cache)

@@ -33,7 +33,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 
-from engine.api import Failed, Prefilled
+from engine.api import Failed, Prefilled, TokenLogprob
 from engine.device.runner_api import PREFILL_ROWS, EncodeRunner, InsertedRow, PrefillChunk, PromptLogits, Runner
 from engine.encoders.encoding import Encoding
 from engine.lora.adapter_table import AdapterJob, AdapterTable
@@ -143,8 +143,9 @@ class Scheduler:
         waiting = self._lanes.waiting
         while len(self._prefills) < PREFILL_ROWS and waiting and self._lanes.fit(waiting[0]):
             unit = waiting[0]
-            tokens = unit[0].tokens
-            pages = self._pool.lookup(self._prefix.prompt_hashes(unit[0], tokens[:-1]))
+            tokens, entry = unit[0].tokens, unit[0].request
+            scored = entry.request.prompt_logprobs is not None and not entry.prompt_scored
+            pages = [] if scored else self._pool.lookup(self._prefix.prompt_hashes(unit[0], tokens[:-1]))
             needed = math.ceil(len(tokens) / self._page_size) - len(pages)
             fresh = [p for p in (self._pool.allocate() for _ in range(needed)) if p is not None]
             if len(fresh) < needed:
@@ -152,34 +153,53 @@ class Scheduler:
                 return
             waiting.popleft()
             cached = len(pages) * self._page_size
-            entry, now = unit[0].request, time.monotonic()
+            now = time.monotonic()
             entry.progress_at = now
             self._intake.admitted(entry, len(unit), len(tokens), cached, now)
             self._lanes.seat(unit)
-            self._prefills.append(Prefill(unit, tokens, pages + fresh, cached))
+            self._prefills.append(Prefill(unit, tokens, pages + fresh, cached, scored))
 
     def _prefill_step(self) -> None:
         """Prefills the next chunk of the oldest prompt or, when several have no more than a short
         chunk left, of up to PREFILL_ROWS of them at once. Each chunk holds at least the prompt's
         last token, which no cached page holds; a finished prompt starts decoding."""
         batched = self._runner.batched_chunk
-        short = [p for p in self._prefills if len(p.tokens) - p.next_position <= batched]
+        short = [p for p in self._prefills if not p.scored and len(p.tokens) - p.next_position <= batched]
         batch = short[:PREFILL_ROWS] if len(short) > 1 else self._prefills[:1]
         limit = batched if len(batch) > 1 else self._prefill_chunk
         chunks = []
         for prefill in batch:
-            chunk = prefill.tokens[prefill.next_position : prefill.next_position + limit]
-            chunks.append(PrefillChunk(chunk, prefill.next_position, prefill.pages, _slot(prefill.rows[0])))
+            start = prefill.next_position
+            chunk = prefill.tokens[start : start + limit]
+            # A scored chunk's positions each predict the prompt's next token; the last prompt
+            # position predicts the answer's first, which is no prompt token.
+            targets = [*prefill.tokens[start + 1 : start + len(chunk) + 1], -1][: len(chunk)] if prefill.scored else []
+            chunks.append(PrefillChunk(chunk, start, prefill.pages, _slot(prefill.rows[0]), targets))
             prefill.next_position += len(chunk)
         logits = self._runner.prefill(chunks)
         now = time.monotonic()
         for i, prefill in enumerate(batch):
             entry = prefill.rows[0].request
             entry.progress_at = now
-            self._lanes.send(entry, Prefilled(prefill.next_position, len(prefill.tokens)))
+            logprobs = self._prompt_logprobs(entry, chunks[i], logits) if prefill.scored else ()
+            self._lanes.send(entry, Prefilled(prefill.next_position, len(prefill.tokens), logprobs))
             if prefill.next_position == len(prefill.tokens):
                 self._prefills.remove(prefill)
                 self._start_decoding(prefill, logits, i)
+
+    def _prompt_logprobs(self, entry: Request, chunk: PrefillChunk, logits: PromptLogits) -> tuple[TokenLogprob, ...]:
+        """The chunk's scored prompt tokens with their logprobs and the request's top alternatives."""
+        scores, top = self._runner.prompt_scores(logits), entry.request.prompt_logprobs or 0
+        entry.prompt_scored = chunk.targets[-1] < 0  # the prompt's last chunk
+        return tuple(
+            TokenLogprob(
+                target,
+                float(scores.logprobs[i]),
+                tuple(zip(scores.top_ids[i, :top].tolist(), scores.top_logprobs[i, :top].tolist(), strict=True)),
+            )
+            for i, target in enumerate(chunk.targets)
+            if target >= 0
+        )
 
     def _start_decoding(self, prefill: Prefill, logits: PromptLogits, index: int) -> None:
         """Gives each row the shared prompt pages (rows after the first copy a partial last page)

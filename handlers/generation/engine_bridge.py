@@ -38,6 +38,7 @@ from engine.api import (
     Prefilled,
     QueueFull,
     RequestRefused,
+    TokenLogprob,
     Tokens,
 )
 from handlers.api_error import ApiError
@@ -87,6 +88,8 @@ class Generation:
         self._queue = queue
         self._unfinished = rows
         self._silence_limit_s = stall_timeout_s + ENGINE_GRACE_S
+        # The prompt's scored tokens (GenerationRequest.prompt_logprobs), all in by its first token.
+        self.prompt_logprobs: list[TokenLogprob] = []
 
     @property
     def done(self) -> bool:
@@ -96,6 +99,7 @@ class Generation:
         while self._unfinished:
             event = await self._next_event()
             if isinstance(event, Prefilled):
+                self.prompt_logprobs.extend(event.logprobs)
                 continue
             if isinstance(event, Failed):
                 self._unfinished = 0

@@ -1,8 +1,9 @@
 """A (legacy) Completions request → one engine request per prompt, on the raw prompt (no template).
 
 Documented limits: `suffix` (fill-in-the-middle) is a 400; `best_of` other than 1 or `n` is a 400
-(pooled does not rank candidates); `echo` with `logprobs` is a 400 (the engine returns no prompt
-logprobs).
+(pooled does not rank candidates). `echo` with `logprobs` reports the prompt's tokens too (the
+engine scores the prompt while it prefills it): the first token's logprob and alternatives are
+null, as in OpenAI's legacy API, which evaluation harnesses read for loglikelihoods.
 """
 
 from __future__ import annotations
@@ -43,10 +44,6 @@ def plan_completion(
     n = body.n or 1
     if body.best_of not in (None, 0, 1, n):
         raise ApiError(400, "'best_of' must be 1 or equal to 'n': pooled does not rank candidates.", param="best_of")
-    if body.echo and body.logprobs is not None:
-        raise ApiError(
-            400, "'echo' with 'logprobs' is not supported: the engine returns no prompt logprobs.", param="echo"
-        )
     prompts = _prompt_ids(body.prompt, tokenizer)
     sampling = sampling_params(
         openai_sampling_fields(body, body.logprobs),
@@ -60,6 +57,7 @@ def plan_completion(
             max_tokens=requested,
             n=n,
             adapter=adapter,
+            prompt_logprobs=body.logprobs if body.echo else None,
         )
         for ids in prompts
     ]

@@ -41,6 +41,23 @@ class CompletionRun:
                 yield prompt_index * self.plan.n + event.row, event
             self.usage.add_rows(rows)
 
+    def answer_logprobs(self, index: int, entries: Sequence[TokenLogprob], first: bool) -> models.CompletionLogprobs:
+        """Choice `index`'s logprobs of `entries`; with `echo`, its `first` entries come after the
+        prompt's, whose first token has none (null, as in OpenAI's legacy API)."""
+        if not (first and self.plan.echo):
+            return self.logprobs(entries, 0)
+        prompt_index = index // self.plan.n
+        ids = self.plan.requests[prompt_index].prompt_ids
+        head = self.tokenizer.decode([ids[0]])
+        prompt = self.logprobs(self._generations[prompt_index].prompt_logprobs, len(head))
+        answer = self.logprobs(entries, len(self.plan.prompt_texts[prompt_index]))
+        return models.CompletionLogprobs(
+            tokens=[head, *prompt.tokens, *answer.tokens],
+            token_logprobs=[None, *prompt.token_logprobs, *answer.token_logprobs],
+            top_logprobs=[None, *prompt.top_logprobs, *answer.top_logprobs],
+            text_offset=[0, *prompt.text_offset, *answer.text_offset],
+        )
+
     def logprobs(self, entries: Sequence[TokenLogprob], offset: int) -> models.CompletionLogprobs:
         """Logprobs of `entries`, whose text starts at character `offset` of the choice's text."""
         tokens = [self.tokenizer.decode([entry.token_id]) for entry in entries]
@@ -76,7 +93,7 @@ async def completion(run: CompletionRun, model_id: str) -> models.Completion:
             models.CompletionChoice(
                 index=index,
                 text=answer.content,
-                logprobs=run.logprobs(answer.logprobs, 0) if run.plan.logprobs else None,
+                logprobs=run.answer_logprobs(index, answer.logprobs, True) if run.plan.logprobs else None,
                 finish_reason=finishes[index],
             )
             for index, answer in enumerate(answers)
@@ -99,11 +116,14 @@ async def completion_stream(run: CompletionRun, model_id: str) -> AsyncGenerator
 
     try:
         async for index, event in run.events():
+            first = index not in text_lengths
             offset = text_lengths.get(index, 0)
             text_lengths[index] = offset + len(event.piece.content)
-            logprobs = (
-                run.logprobs(event.piece.logprobs, offset) if run.plan.logprobs and event.piece.logprobs else None
-            )
+            logprobs = None
+            if run.plan.logprobs and (event.piece.logprobs or (first and run.plan.echo)):
+                logprobs = run.answer_logprobs(index, event.piece.logprobs, first)
+                if not first:
+                    logprobs.text_offset = [offset + at for at in logprobs.text_offset]
             if event.piece.content or logprobs:
                 choice = models.CompletionChunkChoice(
                     index=index, text=event.piece.content, logprobs=logprobs, finish_reason=None

@@ -6,7 +6,16 @@ from collections.abc import Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from engine.api import EngineEvent, Failed, Finished, GenerationRequest, Prefilled, SamplingParams, Tokens
+from engine.api import (
+    EngineEvent,
+    Failed,
+    Finished,
+    GenerationRequest,
+    Prefilled,
+    SamplingParams,
+    TokenLogprob,
+    Tokens,
+)
 from engine.engine import Engine
 from engine.model.checkpoint.loader import LoadedModel
 from engine.model.layers.lora import LoraBatch
@@ -24,6 +33,7 @@ class Collected:
         self.finished: dict[int, Finished] = {}
         self.failed: Failed | None = None
         self.prefilled: list[int] = []  # each prefill chunk's end, in order
+        self.prompt_logprobs: list[TokenLogprob] = []  # from the Prefilled events, in order
         self.late_events = 0  # events for a row after its Finished: a sink must never see any
         self.done = threading.Event()
         self.request_id = 0
@@ -32,6 +42,7 @@ class Collected:
     def __call__(self, event: EngineEvent) -> None:
         if isinstance(event, Prefilled):
             self.prefilled.append(event.done)
+            self.prompt_logprobs.extend(event.logprobs)
             return
         if not isinstance(event, Failed) and event.row in self.finished:
             self.late_events += 1

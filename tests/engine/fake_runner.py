@@ -22,7 +22,7 @@ from typing import Literal
 
 import numpy as np
 
-from engine.api import MAX_SCORED_IDS, SamplingParams
+from engine.api import MAX_SCORED_IDS, MAX_TOP_LOGPROBS, SamplingParams
 from engine.device.runner_api import (
     PREFILL_ROWS,
     DecodeRow,
@@ -31,6 +31,7 @@ from engine.device.runner_api import (
     Pending,
     PrefillChunk,
     PromptLogits,
+    PromptScores,
     Report,
 )
 from engine.engine_config import EngineConfig
@@ -107,6 +108,7 @@ class FakeRunner:
         self.log: list[tuple[str, int]] = []  # (kind, rows): "prefill", "first", "decode", "chained", "verify"
         self.prefilled_tokens = 0
         self._kv: list[list[int | None]] = [[None] * config.page_size for _ in range(pages)]
+        self._targets: list[int] = []  # the last prefill's first chunk's (prompt_scores)
         self._lanes = [_Lane() for _ in range(config.decode_lanes + 1)]
 
     # --- start-up and stats -----------------------------------------------------------------
@@ -147,12 +149,19 @@ class FakeRunner:
             len(chunks) <= PREFILL_ROWS and all(len(c.tokens) <= self.batched_chunk for c in chunks)
         )
         contexts = []
+        self._targets = list(chunks[0].targets)
         for chunk in chunks:
             for offset, token in enumerate(chunk.tokens):
                 self._write(chunk.pages, chunk.start + offset, token)
             self.prefilled_tokens += len(chunk.tokens)
             contexts.append(self._read(chunk.pages, chunk.start + len(chunk.tokens)))
         return PromptLogits(contexts)
+
+    def prompt_scores(self, logits: PromptLogits) -> PromptScores:
+        """A scored position's fake logprob is -target / VOCAB; its alternatives the target and the ids after it."""
+        targets = np.asarray(self._targets)
+        top_ids = (targets[:, None] + np.arange(MAX_TOP_LOGPROBS)[None]) % VOCAB
+        return PromptScores(-targets / VOCAB, top_ids, -top_ids / VOCAB)
 
     def insert(self, lane: int, row: InsertedRow) -> None:
         assert 0 <= lane < self.lanes, "a row in the spare lane"

@@ -156,6 +156,26 @@ def test_scored_ids_report_the_models_logprobs_at_those_ids(engine: Engine, mode
         engine.submit(greedy_request(tokens, 1, scored_ids=ids), lambda event: None)
 
 
+def test_prompt_logprobs_are_the_models_at_each_prompt_position(engine: Engine, model: LoadedModel) -> None:
+    """A prompt of three chunks (8 tokens each at most) reports each token after the first with the
+    model's logprob of it from the positions before, and its top alternatives — also when the
+    same prompt is in the prefix cache already (then it is prefilled whole again)."""
+    tokens = prompt(15, 21)
+    cache = model.init_kv_cache(batch=1, length=CONTEXT)
+    logits, _ = model.forward(jnp.asarray([tokens], jnp.int32), jnp.arange(len(tokens), dtype=jnp.int32)[None], cache)
+    expected = np.asarray(jax.nn.log_softmax(logits[0], axis=-1))
+    generate(engine, greedy_request(tokens, 1))  # the prompt's pages now in the prefix cache
+    scored = generate(engine, dataclasses.replace(greedy_request(tokens, 2), prompt_logprobs=3))
+    entries = scored.prompt_logprobs
+    assert [entry.token_id for entry in entries] == tokens[1:]
+    np.testing.assert_allclose([entry.logprob for entry in entries], expected[np.arange(20), tokens[1:]], atol=1e-4)
+    for position, entry in enumerate(entries):
+        best = np.argsort(-expected[position])[:3]
+        assert [token for token, _ in entry.top] == best.tolist()
+        np.testing.assert_allclose([value for _, value in entry.top], expected[position, best], atol=1e-4)
+    assert len(scored.tokens[0]) == 2 and not generate(engine, greedy_request(tokens, 1)).prompt_logprobs
+
+
 def test_penalties_change_the_output(engine: Engine) -> None:
     tokens = prompt(12, 9)
     plain = generate(engine, greedy_request(tokens, 12)).tokens[0]
