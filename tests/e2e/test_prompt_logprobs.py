@@ -4,6 +4,11 @@ model."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -52,3 +57,73 @@ def test_token_id_prompts_and_streams_score_their_prompts_alike(server: str) -> 
         chunks = [line for line in reply.iter_lines() if line.startswith("data: {")]
     first = httpx.Response(200, content=chunks[0][len("data: ") :]).json()["choices"][0]["logprobs"]
     assert first["token_logprobs"][: len(ids)] == pytest.approx(by_text["token_logprobs"][: len(ids)], abs=1e-6)
+
+
+# Two local tasks in lm-evaluation-harness's YAML: one scored by loglikelihood (multiple choice;
+# the harness puts a space between the question and each choice), one generated.
+MC_TASK = """task: pooled_mc
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{answer}}}}"
+metric_list:
+  - metric: acc
+"""
+GEN_TASK = """task: pooled_gen
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: generate_until
+doc_to_text: "{{{{question}}}}"
+doc_to_target: "{{{{answer}}}}"
+generation_kwargs:
+  until: ["\\n"]
+  max_gen_toks: 8
+  do_sample: false
+metric_list:
+  - metric: exact_match
+    aggregation: mean
+    higher_is_better: true
+"""
+MC_DOCS = [
+    {"question": CONTEXT, "choices": ["Paris", "Rome", "Berlin"], "answer": 0},
+    {"question": "Two plus two equals", "choices": ["four", "seven"], "answer": 0},
+]
+
+
+def test_lm_evaluation_harness_scores_and_generates_offline(server: str, tmp_path: Path) -> None:
+    """lm-evaluation-harness's `local-completions` model, its tokenizer read from the server's
+    routes (`tokenizer_backend=remote`), runs a loglikelihood task and a generate task with no
+    network; each choice's loglikelihood is the sum of the server's echoed logprobs of its tokens."""
+    (tmp_path / "mc.jsonl").write_text("\n".join(json.dumps(doc) for doc in MC_DOCS))
+    (tmp_path / "gen.jsonl").write_text(
+        json.dumps({"question": "Q: What is the capital of France?\nA:", "answer": " Paris"})
+    )
+    (tmp_path / "pooled_mc.yaml").write_text(MC_TASK.format(data=tmp_path / "mc.jsonl"))
+    (tmp_path / "pooled_gen.yaml").write_text(GEN_TASK.format(data=tmp_path / "gen.jsonl"))
+    model_args = f"base_url={server}/v1/completions,model=smollm2,tokenizer_backend=remote,num_concurrent=1"
+    command = [str(Path(sys.executable).parent / "lm_eval"), "--model", "local-completions", "--model_args", model_args]
+    command += ["--tasks", "pooled_mc,pooled_gen", "--include_path", str(tmp_path), "--log_samples"]
+    command += ["--output_path", str(tmp_path / "out")]
+    offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=600, env=os.environ | offline)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+
+    samples = {path.name.split("_2")[0]: path for path in (tmp_path / "out").rglob("samples_*.jsonl")}
+    scored = [json.loads(line) for line in samples["samples_pooled_mc"].read_text().splitlines()]
+    first = next(sample for sample in scored if sample["doc"]["question"] == CONTEXT)
+    for choice, (loglikelihood, _greedy) in zip(MC_DOCS[0]["choices"], first["filtered_resps"], strict=True):
+        echoed = completion(
+            server, {"prompt": f"{CONTEXT} {choice}", "echo": True, "logprobs": 1, "max_tokens": 1, "temperature": 0}
+        )["choices"][0]["logprobs"]
+        context_tokens = len(httpx.post(f"{server}/tokenize", json={"prompt": CONTEXT}).json()["tokens"])
+        assert float(loglikelihood) == pytest.approx(sum(echoed["token_logprobs"][context_tokens:-1]), abs=1e-3)
+    generated = json.loads(samples["samples_pooled_gen"].read_text().splitlines()[0])
+    assert generated["filtered_resps"][0].strip()
