@@ -28,6 +28,7 @@ from engine.api import (
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.model.checkpoint.loader import LoadedModel, load_model
+from tests.engine.conftest import Golden
 from tests.engine.engine_harness import GREEDY, Collected, generate, greedy_request, prompt, reference_greedy, start
 
 CONTEXT = 64  # the tiny model's trained length
@@ -174,6 +175,17 @@ def test_prompt_logprobs_are_the_models_at_each_prompt_position(engine: Engine, 
         assert [token for token, _ in entry.top] == best.tolist()
         np.testing.assert_allclose([value for _, value in entry.top], expected[position, best], atol=1e-4)
     assert len(scored.tokens[0]) == 2 and not generate(engine, greedy_request(tokens, 1)).prompt_logprobs
+
+
+def test_prompt_logprobs_match_transformers(engine: Engine, golden: Callable[[str], Golden]) -> None:
+    """The golden prompts' logprobs against transformers' float32 log-softmax at each position
+    (tests/goldens/tiny, the same checkpoint): within 1e-3, as an evaluation harness reads them."""
+    reference = golden("llama_tied")
+    for tokens, logits in zip(np.asarray(reference["tokens"]).tolist(), reference["logits"], strict=True):
+        expected = np.asarray(jax.nn.log_softmax(jnp.asarray(logits), axis=-1))
+        entries = generate(engine, dataclasses.replace(greedy_request(tokens, 1), prompt_logprobs=0)).prompt_logprobs
+        got = [entry.logprob for entry in entries]
+        np.testing.assert_allclose(got, expected[np.arange(len(tokens) - 1), tokens[1:]], atol=1e-3)
 
 
 def test_penalties_change_the_output(engine: Engine) -> None:
