@@ -107,6 +107,7 @@ class TokenLogprob:
     logprob: float
     top: tuple[tuple[int, float], ...]  # (token id, logprob) best first, len == SamplingParams.logprobs
     scored: tuple[float, ...] = ()  # the logprobs of SamplingParams.scored_ids, in their order
+    rank: int | None = None  # a prompt token's rank among the vocabulary (1: the likeliest)
 
 
 @dataclass(frozen=True)

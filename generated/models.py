@@ -633,6 +633,10 @@ class ChatCompletion(BaseModel):
     """
     choices: list[ChatCompletionChoice]
     usage: CompletionUsage
+    prompt_logprobs: list[dict[str, PromptTokenLogprob] | None] | None = None
+    """
+    Extension (vLLM). One entry per prompt token, the first null (it follows nothing): the token and the most likely tokens at its position, by token id.
+    """
 
 
 class ChatCompletionChoice(BaseModel):
@@ -825,6 +829,10 @@ class ChatCompletionRequest(BaseModel):
     top_logprobs: Annotated[StrictInt | None, Field(ge=0, le=20)] = None
     """
     With `logprobs`, also return this many most likely tokens at each position.
+    """
+    prompt_logprobs: Annotated[StrictInt | None, Field(ge=0, le=20)] = None
+    """
+    Extension (vLLM). Also return each prompt token's log probability and this many most likely tokens at its position (`prompt_logprobs` in the answer, not in streams). Computed on the device while the prompt prefills; a prompt asking for them is prefilled whole, not read from the prefix cache.
     """
     logit_bias: dict[str, LogitBiasAdditionalProperty] | None = None
     tools: list[ChatTool] | None = None
@@ -1097,6 +1105,10 @@ class CompletionChoice(BaseModel):
     text: str
     logprobs: CompletionLogprobs | None
     finish_reason: Literal["stop", "length", "content_filter"]
+    prompt_logprobs: list[dict[str, PromptTokenLogprob] | None] | None = None
+    """
+    Extension (vLLM). One entry per prompt token, the first null (it follows nothing): the token and the most likely tokens at its position, by token id.
+    """
 
 
 class CompletionChunk(BaseModel):
@@ -1199,7 +1211,11 @@ class CompletionRequest(BaseModel):
     seed: StrictInt | None = None
     logprobs: Annotated[StrictInt | None, Field(ge=0, le=5)] = None
     """
-    Return the log probabilities of this many most likely tokens at each position (in streams too, on each chunk). Not with `echo` (400): the engine returns no prompt logprobs.
+    Return the log probabilities of this many most likely tokens at each position (in streams too, on each chunk). With `echo`, the prompt's tokens too (the first has none: null).
+    """
+    prompt_logprobs: Annotated[StrictInt | None, Field(ge=0, le=20)] = None
+    """
+    Extension (vLLM). Also return each prompt token's log probability and this many most likely tokens at its position (`prompt_logprobs` in the answer, not in streams). Computed on the device while the prompt prefills; a prompt asking for them is prefilled whole, not read from the prefix cache.
     """
     echo: StrictBool | None = None
     """
@@ -2482,6 +2498,18 @@ class OpenApiDocument(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
+
+
+class PromptTokenLogprob(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    logprob: StrictFloat
+    rank: Annotated[StrictInt, Field(ge=1)]
+    """
+    The token's place among the vocabulary at that position (1 the likeliest).
+    """
+    decoded_token: str
 
 
 class PromptTokensDetails(BaseModel):

@@ -254,7 +254,9 @@ class DeviceRunner:
     def prompt_scores(self, logits: PromptLogits) -> PromptScores:
         assert self._scored is not None and self._scored[0] is logits, "not the last scored prefill's logits"
         scores = self._scored[1]
-        return PromptScores(np.asarray(scores.logprobs), np.asarray(scores.top_ids), np.asarray(scores.top_logprobs))
+        return PromptScores(
+            *(np.asarray(field) for field in (scores.logprobs, scores.ranks, scores.top_ids, scores.top_logprobs))
+        )
 
     def insert(self, lane: int, row: InsertedRow) -> None:
         self._tables.insert(lane, row)

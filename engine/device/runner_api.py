@@ -97,9 +97,11 @@ class Drawn:
 @dataclass(frozen=True)
 class PromptScores:
     """A scored prefill chunk's numbers on the host, a row per position: the logprob of the
-    position's target and the best MAX_TOP_LOGPROBS alternatives (ids and logprobs, best first)."""
+    position's target, its rank (1: the likeliest token) and the best MAX_TOP_LOGPROBS
+    alternatives (ids and logprobs, best first)."""
 
     logprobs: np.ndarray
+    ranks: np.ndarray
     top_ids: np.ndarray
     top_logprobs: np.ndarray
 

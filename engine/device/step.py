@@ -68,6 +68,7 @@ class PromptScores:
     """A scored prefill chunk's numbers on the device (engine/device/runner_api.py's, there on the host)."""
 
     logprobs: Array  # f32[T]
+    ranks: Array  # i32[T]
     top_ids: Array  # i32[T, MAX_TOP_LOGPROBS]
     top_logprobs: Array  # f32[T, MAX_TOP_LOGPROBS]
 
@@ -185,13 +186,14 @@ class StepFunctions:
         ) -> tuple[Written, Array, PromptScores]:
             """`prefill` of one chunk that also scores it: every position's logits go through the
             head, and at each the log-softmax's value at `targets` [1, T] (the token that follows
-            in the prompt; -1: none) and its MAX_TOP_LOGPROBS best, as a decode step reports them."""
+            in the prompt; -1: none), the target's rank (1: the likeliest) and the MAX_TOP_LOGPROBS best."""
             logits, new = forward(params, adapters(lora, slots), tokens, positions, kv, block_tables, None)
             padded = jnp.zeros((prefill_rows, logits.shape[-1]), logits.dtype).at[0].set(logits[0, last[0]])
             logprobs = jax.nn.log_softmax(logits[0].astype(jnp.float32), axis=-1)
             chosen = jnp.take_along_axis(logprobs, jnp.maximum(targets[0], 0)[:, None], axis=-1)[:, 0]
             top_logprobs, top_ids = jax.lax.top_k(logprobs, min(MAX_TOP_LOGPROBS, logprobs.shape[-1]))
-            scores = PromptScores(chosen, top_ids.astype(jnp.int32), top_logprobs)
+            ranks = 1 + jnp.sum(logprobs > chosen[:, None], axis=-1, dtype=jnp.int32)
+            scores = PromptScores(chosen, ranks, top_ids.astype(jnp.int32), top_logprobs)
             return _written(new, positions, block_tables, page_size), padded, scores
 
         def first_tokens(

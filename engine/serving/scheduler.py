@@ -196,6 +196,7 @@ class Scheduler:
                 target,
                 float(scores.logprobs[i]),
                 tuple(zip(scores.top_ids[i, :top].tolist(), scores.top_logprobs[i, :top].tolist(), strict=True)),
+                rank=int(scores.ranks[i]),
             )
             for i, target in enumerate(chunk.targets)
             if target >= 0

@@ -55,6 +55,7 @@ def plan_chat(
         n=body.n or 1,
         constraint=tools.constraint(tokenizer, prompt.tool_format) or _response_format(body.response_format, tokenizer),
         adapter=adapter,
+        prompt_logprobs=body.prompt_logprobs,
     )
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return ChatPlan(generation, prompt, stops, tools, logprobs, include_usage)

@@ -18,6 +18,7 @@ from handlers.context import GenerationLimits, ModelService
 from handlers.generation.adapter_choice import answering_model
 from handlers.generation.engine_bridge import CHAT_API, Generation, start_generation
 from handlers.generation.identity import AnswerIdentity
+from handlers.generation.prompt_logprobs import prompt_logprobs
 from handlers.generation.row_stream import FinishReason, UsageCount, row_events
 from handlers.generation.sse import data_line
 from handlers.generation.text_output import Piece, RowText, chat_row_text
@@ -68,7 +69,7 @@ async def chat_completion(
                 finishes[event.row] = _finish(event.finish, rows[event.row])
     usage.add_rows(rows)
     identity = AnswerIdentity.new("chatcmpl-", answering_model(model, plan.generation.adapter))
-    return models.ChatCompletion(
+    completion = models.ChatCompletion(
         id=identity.id,
         object="chat.completion",
         created=identity.created,
@@ -84,6 +85,10 @@ async def chat_completion(
         ],
         usage=usage_model(usage),
     )
+    top = plan.generation.prompt_logprobs
+    if top is not None:
+        completion.prompt_logprobs = prompt_logprobs(generation.prompt_logprobs, top, tokenizer)
+    return completion
 
 
 def _message(answer: Piece) -> models.ChatCompletionMessage:

@@ -27,6 +27,8 @@ class CompletionPlan:
     stops: tuple[str, ...]
     echo: bool
     logprobs: bool
+    logprobs_top: int  # the alternatives a token reports (`logprobs`)
+    prompt_logprobs: int | None  # vLLM's: each prompt token's alternatives in `prompt_logprobs`
     include_usage: bool
 
     @property
@@ -57,7 +59,7 @@ def plan_completion(
             max_tokens=requested,
             n=n,
             adapter=adapter,
-            prompt_logprobs=body.logprobs if body.echo else None,
+            prompt_logprobs=_prompt_top(body),
         )
         for ids in prompts
     ]
@@ -67,8 +69,16 @@ def plan_completion(
         stops=stop_strings(body.stop),
         echo=bool(body.echo),
         logprobs=body.logprobs is not None,
+        logprobs_top=body.logprobs or 0,
+        prompt_logprobs=body.prompt_logprobs,
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
     )
+
+
+def _prompt_top(body: models.CompletionRequest) -> int | None:
+    """The alternatives the prompt's tokens need: for `echo` with `logprobs`, and for vLLM's `prompt_logprobs`."""
+    asked = [top for top in (body.logprobs if body.echo else None, body.prompt_logprobs) if top is not None]
+    return max(asked, default=None)
 
 
 def _prompt_ids(prompt: str | list[str] | list[int] | list[list[int]], tokenizer: Tokenizer) -> list[list[int]]:

@@ -6,12 +6,14 @@ The prompts' requests run at once in the engine; a stream sends their chunks pro
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
+from dataclasses import replace
 
 from engine.api import TokenLogprob
 from generated import models
 from handlers.api_error import ApiError, openai_error_body
 from handlers.generation.engine_bridge import Generation
 from handlers.generation.identity import AnswerIdentity
+from handlers.generation.prompt_logprobs import PromptLogprobs, prompt_logprobs
 from handlers.generation.row_stream import FinishReason, RowEvent, UsageCount, row_events
 from handlers.generation.sse import data_line
 from handlers.generation.text_output import Piece, RowText
@@ -49,7 +51,9 @@ class CompletionRun:
         prompt_index = index // self.plan.n
         ids = self.plan.requests[prompt_index].prompt_ids
         head = self.tokenizer.decode([ids[0]])
-        prompt = self.logprobs(self._generations[prompt_index].prompt_logprobs, len(head))
+        top = self.plan.logprobs_top
+        scored = [replace(entry, top=entry.top[:top]) for entry in self._generations[prompt_index].prompt_logprobs]
+        prompt = self.logprobs(scored, len(head))
         answer = self.logprobs(entries, len(self.plan.prompt_texts[prompt_index]))
         return models.CompletionLogprobs(
             tokens=[head, *prompt.tokens, *answer.tokens],
@@ -57,6 +61,13 @@ class CompletionRun:
             top_logprobs=[None, *prompt.top_logprobs, *answer.top_logprobs],
             text_offset=[0, *prompt.text_offset, *answer.text_offset],
         )
+
+    def prompt_logprobs(self, index: int) -> PromptLogprobs | None:
+        """vLLM's `prompt_logprobs` of choice `index`'s prompt, when the request asked for them."""
+        top = self.plan.prompt_logprobs
+        if top is None:
+            return None
+        return prompt_logprobs(self._generations[index // self.plan.n].prompt_logprobs, top, self.tokenizer)
 
     def logprobs(self, entries: Sequence[TokenLogprob], offset: int) -> models.CompletionLogprobs:
         """Logprobs of `entries`, whose text starts at character `offset` of the choice's text."""
@@ -89,17 +100,18 @@ async def completion(run: CompletionRun, model_id: str) -> models.Completion:
         object="text_completion",
         created=identity.created,
         model=identity.model,
-        choices=[
-            models.CompletionChoice(
-                index=index,
-                text=answer.content,
-                logprobs=run.answer_logprobs(index, answer.logprobs, True) if run.plan.logprobs else None,
-                finish_reason=finishes[index],
-            )
-            for index, answer in enumerate(answers)
-        ],
+        choices=[_choice(run, index, answer, finishes[index]) for index, answer in enumerate(answers)],
         usage=usage_model(run.usage),
     )
+
+
+def _choice(run: CompletionRun, index: int, answer: Piece, finish: FinishReason) -> models.CompletionChoice:
+    logprobs = run.answer_logprobs(index, answer.logprobs, True) if run.plan.logprobs else None
+    choice = models.CompletionChoice(index=index, text=answer.content, logprobs=logprobs, finish_reason=finish)
+    scored = run.prompt_logprobs(index)
+    if scored is not None:
+        choice.prompt_logprobs = scored
+    return choice
 
 
 async def completion_stream(run: CompletionRun, model_id: str) -> AsyncGenerator[str, None]:

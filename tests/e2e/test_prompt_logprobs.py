@@ -127,3 +127,27 @@ def test_lm_evaluation_harness_scores_and_generates_offline(server: str, tmp_pat
         assert float(loglikelihood) == pytest.approx(sum(echoed["token_logprobs"][context_tokens:-1]), abs=1e-3)
     generated = json.loads(samples["samples_pooled_gen"].read_text().splitlines()[0])
     assert generated["filtered_resps"][0].strip()
+
+
+def test_vllms_prompt_logprobs_on_completions_and_chat(server: str) -> None:
+    """vLLM's `prompt_logprobs`: one entry per prompt token, the first null, each the token (with
+    its rank) and the most likely tokens at its position by id; chat scores its rendered prompt."""
+    body = {"prompt": CONTEXT + CONTINUATION, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 2}
+    scored = completion(server, body)["choices"][0]["prompt_logprobs"]
+    ids = httpx.post(f"{server}/v1/tokenize", json={"prompt": CONTEXT + CONTINUATION}).json()["tokens"]
+    echoed = completion(server, {**body, "echo": True, "logprobs": 1})["choices"][0]["logprobs"]["token_logprobs"]
+    assert len(scored) == len(ids) and scored[0] is None
+    for position, (token, entry) in enumerate(zip(ids[1:], scored[1:], strict=True), start=1):
+        assert entry[str(token)]["logprob"] == pytest.approx(echoed[position], abs=1e-6)
+        ranks = sorted(value["rank"] for value in entry.values())
+        assert 1 in ranks and len(entry) <= 3 and entry[str(token)]["rank"] >= 1
+
+    messages = [{"role": "user", "content": "Hi"}]
+    chat = httpx.post(
+        f"{server}/v1/chat/completions",
+        json={"messages": messages, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 0},
+        timeout=60,
+    ).json()
+    rendered = httpx.post(f"{server}/v1/tokenize", json={"messages": messages}).json()["tokens"]
+    assert len(chat["prompt_logprobs"]) == len(rendered) and chat["prompt_logprobs"][0] is None
+    assert all(len(entry) == 1 for entry in chat["prompt_logprobs"][1:])

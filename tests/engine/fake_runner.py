@@ -161,7 +161,7 @@ class FakeRunner:
         """A scored position's fake logprob is -target / VOCAB; its alternatives the target and the ids after it."""
         targets = np.asarray(self._targets)
         top_ids = (targets[:, None] + np.arange(MAX_TOP_LOGPROBS)[None]) % VOCAB
-        return PromptScores(-targets / VOCAB, top_ids, -top_ids / VOCAB)
+        return PromptScores(-targets / VOCAB, np.ones(len(targets), np.int32), top_ids, -top_ids / VOCAB)
 
     def insert(self, lane: int, row: InsertedRow) -> None:
         assert 0 <= lane < self.lanes, "a row in the spare lane"

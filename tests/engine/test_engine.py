@@ -171,6 +171,7 @@ def test_prompt_logprobs_are_the_models_at_each_prompt_position(engine: Engine, 
     assert [entry.token_id for entry in entries] == tokens[1:]
     np.testing.assert_allclose([entry.logprob for entry in entries], expected[np.arange(20), tokens[1:]], atol=1e-4)
     for position, entry in enumerate(entries):
+        assert entry.rank == 1 + int(np.sum(expected[position] > expected[position, entry.token_id]))
         best = np.argsort(-expected[position])[:3]
         assert [token for token, _ in entry.top] == best.tolist()
         np.testing.assert_allclose([value for _, value in entry.top], expected[position, best], atol=1e-4)
