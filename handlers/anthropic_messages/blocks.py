@@ -1,19 +1,19 @@
 """Text pieces → Anthropic content blocks, as the block events a stream sends.
 
 Reasoning goes into a `thinking` block, answer text into a `text` block, each call into its own
-`tool_use` block (its whole input in one `input_json_delta`); a new kind of piece closes the open
-block. A `thinking` block ends with a `signature_delta`. The non-streamed answer's `content` is
+`tool_use` block (its input in `input_json_delta`s as the model writes it); a new kind of piece
+closes the open block. A `thinking` block ends with a `signature_delta`. The non-streamed answer's `content` is
 built from the very same events, so a stream and a plain answer are equal by construction.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Any, Literal
 
 from generated import models
 from handlers.generation.text_output import Piece
-from handlers.generation.tool_calls import ToolCall
+from handlers.generation.tool_calls import CallFragment
 
 # pooled signs nothing: a client sends this (or an empty signature) back and it is accepted as is.
 THINKING_SIGNATURE = "pooled-unsigned"
@@ -32,8 +32,16 @@ Delta = (
 )
 
 
-def tool_use_id(call: ToolCall) -> str:
-    return "toolu_" + call.id.removeprefix("call_")
+def tool_use_id(call_id: str) -> str:
+    return "toolu_" + call_id.removeprefix("call_")
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 class ContentBlocks:
@@ -42,6 +50,7 @@ class ContentBlocks:
     def __init__(self) -> None:
         self.blocks: list[Block] = []
         self._open: Literal["text", "thinking"] | None = None
+        self._tool_json = ""  # the open tool_use block's input so far
 
     def add(self, piece: Piece) -> list[BlockEvent]:
         events: list[BlockEvent] = []
@@ -49,14 +58,31 @@ class ContentBlocks:
             events += self._write("thinking", piece.reasoning)
         if piece.content:
             events += self._write("text", piece.content)
-        for call in piece.tool_calls:
+        for fragment in piece.call_fragments:
+            events += self._call_fragment(fragment)
+        return events
+
+    def _call_fragment(self, fragment: CallFragment) -> list[BlockEvent]:
+        """A call's `tool_use` block opens with its first fragment, takes each fragment's arguments
+        as an `input_json_delta` and stops with its last; the block's `input` is the whole JSON
+        (an empty object where a streamed call's arguments never completed)."""
+        events: list[BlockEvent] = []
+        if fragment.opens:
             events += self._close()
+            block_id = tool_use_id(fragment.id)
             events += self._start(
-                models.AnthropicToolUseBlock(type="tool_use", id=tool_use_id(call), name=call.name, input={})
+                models.AnthropicToolUseBlock(type="tool_use", id=block_id, name=fragment.name, input={})
             )
+            self._tool_json = ""
+        if fragment.arguments:
+            self._tool_json += fragment.arguments
             events.append(
-                self._delta(models.AnthropicInputJsonDelta(type="input_json_delta", partial_json=call.arguments))
+                self._delta(models.AnthropicInputJsonDelta(type="input_json_delta", partial_json=fragment.arguments))
             )
+        if fragment.closes:
+            block = self.blocks[-1]
+            assert isinstance(block, models.AnthropicToolUseBlock)
+            block.input = _json_object(self._tool_json)
             events += self._stop()
         return events
 
@@ -115,8 +141,6 @@ class ContentBlocks:
             block.thinking += delta.thinking
         elif isinstance(delta, models.AnthropicSignatureDelta) and isinstance(block, models.AnthropicThinkingBlock):
             block.signature += delta.signature
-        elif isinstance(delta, models.AnthropicInputJsonDelta) and isinstance(block, models.AnthropicToolUseBlock):
-            block.input = json.loads(delta.partial_json)
         return models.AnthropicContentBlockDeltaEvent(
             type="content_block_delta", index=len(self.blocks) - 1, delta=delta
         )

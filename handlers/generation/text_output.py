@@ -16,7 +16,7 @@ from engine.api import TokenLogprob
 from handlers.generation.prompt import ChatPrompt
 from handlers.generation.reasoning import ReasoningSplitter, Split
 from handlers.generation.stop_strings import StopStringMatcher
-from handlers.generation.tool_calls import Parsed, ToolCall, ToolCallParser
+from handlers.generation.tool_calls import CallFragment, Parsed, ToolCall, ToolCallParser
 from text import IncrementalDetokenizer, Tokenizer
 
 
@@ -24,16 +24,18 @@ from text import IncrementalDetokenizer, Tokenizer
 class Piece:
     reasoning: str = ""
     content: str = ""
-    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)  # the calls this piece completed
+    call_fragments: list[CallFragment] = field(default_factory=list)  # calls as they stream
     logprobs: list[TokenLogprob] = field(default_factory=list)  # of the tokens this piece consumed
 
     def __bool__(self) -> bool:
-        return bool(self.reasoning or self.content or self.tool_calls or self.logprobs)
+        return bool(self.reasoning or self.content or self.call_fragments or self.logprobs)
 
     def extend(self, other: Piece) -> None:
         self.reasoning += other.reasoning
         self.content += other.content
         self.tool_calls += other.tool_calls
+        self.call_fragments += other.call_fragments
         self.logprobs += other.logprobs
 
 
@@ -110,7 +112,7 @@ class RowText:
 
     def _calls(self, parsed: Parsed) -> Piece:
         self.tool_calls += len(parsed.calls)
-        return Piece(content=parsed.content, tool_calls=parsed.calls)
+        return Piece(content=parsed.content, tool_calls=parsed.calls, call_fragments=parsed.fragments)
 
 
 def chat_row_text(tokenizer: Tokenizer, prompt: ChatPrompt, stops: Sequence[str], parses_calls: bool) -> RowText:

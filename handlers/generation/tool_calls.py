@@ -1,10 +1,15 @@
 """Tool calls in the model's own syntax, parsed incrementally: one parser per format, in a registry.
 
-A parser takes the answer text piece by piece and returns what is plain content and which calls
-completed. A call is emitted whole, once its closing syntax arrived and its JSON parsed, so a
-streamed answer's call deltas concatenate to exactly the non-streamed answer's calls; anything
-that does not parse as a call (malformed JSON, an unterminated call) stays in the content as
-text. Whitespace around calls is dropped, on both paths alike.
+A parser takes the answer text piece by piece and returns what is plain content, the calls that
+completed, and the fragments of calls as they grow (`CallFragment`, what a stream sends). A Hermes
+call whose JSON opens `{"name": "…", "arguments": {` streams its arguments as the model writes
+them: the call opens once its name is read, each piece adds the arguments' text so far, and the
+call is complete when its object closes; its `arguments` are that text, as the model wrote it, so
+the fragments concatenate to the final call's arguments on the streamed and the whole path alike.
+Such a call stands even if what follows its arguments is malformed or missing. Any other call
+(another key order, arguments as a string, Llama's JSON calls, which are held to the answer's
+end) is read whole once its closing syntax arrived and is sent in one fragment; one that does not
+parse stays in the content as text. Whitespace around calls is dropped, on both paths alike.
 
 Each format also says how to wrap a call for the grammar that forces one (`tool_choice` required
 or a named function), so the forced call is in the syntax the parser reads.
@@ -13,6 +18,7 @@ or a named function), so the forced call is in the syntax the parser reads.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,10 +35,29 @@ class ToolCall:
     arguments: str  # a JSON object, as text
 
 
+@dataclass(frozen=True)
+class CallFragment:
+    """A piece of a call as it streams: the first opens it (its id and name known), each adds
+    `arguments` text, and the one that `closes` it completes the call."""
+
+    index: int
+    id: str
+    name: str
+    arguments: str
+    opens: bool
+    closes: bool
+
+
 @dataclass
 class Parsed:
     content: str = ""
     calls: list[ToolCall] = field(default_factory=list)
+    fragments: list[CallFragment] = field(default_factory=list)
+
+    def add_call(self, call: ToolCall) -> None:
+        """A call read whole: complete, and sent in one fragment."""
+        self.calls.append(call)
+        self.fragments.append(CallFragment(call.index, call.id, call.name, call.arguments, True, True))
 
 
 class ToolCallParser(Protocol):
@@ -109,7 +134,7 @@ class HermesParser:
 
     def __init__(self) -> None:
         self._buffer = ""
-        self._in_call = False
+        self._call: _StreamedCall | None = None  # the call being read, once `OPEN` came
         self._calls = 0
         self._content = _ContentWithoutEdgeSpace()
 
@@ -117,25 +142,22 @@ class HermesParser:
         self._buffer += text
         parsed = Parsed()
         while True:
-            if self._in_call:
+            if self._call is not None:
                 end = self._buffer.find(self.CLOSE)
-                if end < 0:
+                if end < 0:  # what may be the closing tag's start is not read as arguments yet
+                    self._call.read(
+                        self._buffer[: len(self._buffer) - partial_tail(self._buffer, (self.CLOSE,))], parsed
+                    )
                     return parsed
+                self._call.read(self._buffer[:end], parsed)
                 body, self._buffer = self._buffer[:end], self._buffer[end + len(self.CLOSE) :]
-                self._in_call = False
-                call = call_from_json(body, self._calls)
-                if call is None:
-                    parsed.content += self._content.add(self.OPEN + body + self.CLOSE)
-                else:
-                    self._calls += 1
-                    self._content.call_made()
-                    parsed.calls.append(call)
+                self._end_call(body, parsed)
             else:
                 start = self._buffer.find(self.OPEN)
                 if start >= 0:
                     parsed.content += self._content.add(self._buffer[:start])
                     self._buffer = self._buffer[start + len(self.OPEN) :]
-                    self._in_call = True
+                    self._call = _StreamedCall(self._calls)
                     continue
                 keep = partial_tail(self._buffer, (self.OPEN,))
                 parsed.content += self._content.add(self._buffer[: len(self._buffer) - keep])
@@ -143,10 +165,101 @@ class HermesParser:
                 return parsed
 
     def finish(self) -> Parsed:
-        unfinished = (self.OPEN if self._in_call else "") + self._buffer
-        self._buffer, self._in_call = "", False
-        content = self._content.add(unfinished) if unfinished else ""
-        return Parsed(content=content + self._content.end(self._calls > 0))
+        parsed = Parsed()
+        if self._call is not None and self._call.opened:
+            self._end_call(self._buffer, parsed)
+            self._buffer = ""
+        unfinished = (self.OPEN if self._call is not None else "") + self._buffer
+        self._buffer, self._call = "", None
+        parsed.content += self._content.add(unfinished) if unfinished else ""
+        parsed.content += self._content.end(self._calls > 0)
+        return parsed
+
+    def _end_call(self, body: str, parsed: Parsed) -> None:
+        """The call's body is complete (its closing tag, or the answer's end once it streams)."""
+        streamed, self._call = self._call, None
+        assert streamed is not None
+        if streamed.opened:
+            parsed.calls.append(streamed.finish(parsed))
+        else:
+            call = call_from_json(body, self._calls)
+            if call is None:
+                parsed.content += self._content.add(self.OPEN + body + self.CLOSE)
+                return
+            parsed.add_call(call)
+        self._calls += 1
+        self._content.call_made()
+
+
+# `{"name": "…", "arguments": {` (or "parameters") at the start of a call's body: from here on its
+# arguments stream.
+_STREAMED_CALL_HEAD = re.compile(
+    r'\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)'
+)
+
+
+class _StreamedCall:
+    """One Hermes call's body as it arrives: its name once the head is read, then its arguments
+    object's text up to the brace that closes it (strings and escapes skipped)."""
+
+    def __init__(self, index: int) -> None:
+        self._index = index
+        self._id = new_call_id()
+        self._name: str | None = None
+        self._scanned = 0  # how much of the body the arguments scan has read
+        self._depth = 0
+        self._in_string = self._escaped = False
+        self._closed = False
+        self._arguments = ""
+
+    @property
+    def opened(self) -> bool:
+        return self._name is not None
+
+    def read(self, body: str, parsed: Parsed) -> None:
+        """The body so far: opens the call once its head is there, then adds the new arguments text."""
+        opens = self._name is None
+        if opens:
+            head = _STREAMED_CALL_HEAD.match(body)
+            if head is None:
+                return
+            self._name = json.loads(head.group(1))
+            self._scanned = head.end()
+        assert self._name is not None
+        added = self._scan(body)
+        self._arguments += added
+        if opens or added:
+            parsed.fragments.append(CallFragment(self._index, self._id, self._name, added, opens, False))
+
+    def finish(self, parsed: Parsed) -> ToolCall:
+        """The complete call: its arguments as streamed (all of them, if the object never closed)."""
+        assert self._name is not None
+        parsed.fragments.append(CallFragment(self._index, self._id, self._name, "", False, True))
+        return ToolCall(self._index, self._id, self._name, self._arguments)
+
+    def _scan(self, body: str) -> str:
+        """The arguments text in body[_scanned:] up to the object's closing brace."""
+        begin = self._scanned
+        position = begin
+        while position < len(body) and not self._closed:
+            char = body[position]
+            position += 1
+            if self._in_string:
+                if self._escaped:
+                    self._escaped = False
+                elif char == "\\":
+                    self._escaped = True
+                elif char == '"':
+                    self._in_string = False
+            elif char == '"':
+                self._in_string = True
+            elif char == "{":
+                self._depth += 1
+            elif char == "}":
+                self._depth -= 1
+                self._closed = self._depth == 0
+        self._scanned = position
+        return body[begin:position]
 
 
 def hermes_forced_calls(call_rule: str, parallel: bool) -> str:
@@ -177,7 +290,12 @@ class JsonCallParser:
         if not held:
             return Parsed()
         calls = _json_calls(held)
-        return Parsed(calls=calls) if calls else Parsed(content=held)
+        if not calls:
+            return Parsed(content=held)
+        parsed = Parsed()
+        for call in calls:
+            parsed.add_call(call)
+        return parsed
 
 
 def _json_calls(text: str) -> list[ToolCall]:

@@ -22,6 +22,7 @@ from handlers.generation.prompt_logprobs import prompt_logprobs
 from handlers.generation.row_stream import FinishReason, UsageCount, row_events
 from handlers.generation.sse import data_line
 from handlers.generation.text_output import Piece, RowText, chat_row_text
+from handlers.generation.tool_calls import CallFragment
 from handlers.openai_chat.request import ChatPlan
 from handlers.openai_usage import usage_model
 from text import Tokenizer
@@ -91,6 +92,20 @@ async def chat_completion(
     return completion
 
 
+def _call_delta(fragment: CallFragment) -> models.ChatCompletionChunkToolCall:
+    """A call's fragment as a chunk's tool call: its id, type and name on the first, then arguments text."""
+    if not fragment.opens:
+        return models.ChatCompletionChunkToolCall(
+            index=fragment.index, function=models.ChatCompletionChunkFunctionCall(arguments=fragment.arguments)
+        )
+    return models.ChatCompletionChunkToolCall(
+        index=fragment.index,
+        id=fragment.id,
+        type="function",
+        function=models.ChatCompletionChunkFunctionCall(name=fragment.name, arguments=fragment.arguments),
+    )
+
+
 def _message(answer: Piece) -> models.ChatCompletionMessage:
     message = models.ChatCompletionMessage(
         role="assistant",
@@ -128,8 +143,9 @@ class ChatStream:
             yield self._chunk([self._choice(index, opening)])
         try:
             async for event in row_events(self._generation, rows, usage):
-                if event.piece:
-                    yield self._chunk([self._piece_choice(event.row, event.piece)])
+                choice = self._piece_choice(event.row, event.piece) if event.piece else None
+                if choice is not None and (choice.delta.model_fields_set or choice.logprobs):
+                    yield self._chunk([choice])
                 if event.finish:
                     finish = _finish(event.finish, rows[event.row])
                     yield self._chunk([self._choice(event.row, models.ChatCompletionChunkDelta(), finish)])
@@ -147,16 +163,9 @@ class ChatStream:
             delta.reasoning_content = piece.reasoning
         if piece.content:
             delta.content = piece.content
-        if piece.tool_calls:
-            delta.tool_calls = [
-                models.ChatCompletionChunkToolCall(
-                    index=call.index,
-                    id=call.id,
-                    type="function",
-                    function=models.ChatCompletionChunkFunctionCall(name=call.name, arguments=call.arguments),
-                )
-                for call in piece.tool_calls
-            ]
+        calls = [_call_delta(fragment) for fragment in piece.call_fragments if fragment.opens or fragment.arguments]
+        if calls:
+            delta.tool_calls = calls
         choice = self._choice(row, delta)
         if self._plan.logprobs and piece.logprobs:
             choice.logprobs = chat_logprobs(piece.logprobs, self._tokenizer)

@@ -3,8 +3,9 @@
 The same builder serves both paths: a stream sends its events, a plain answer keeps only the
 finished items, so both carry the same output by construction. Items open and close in the order
 the model writes: a reasoning item, then a message (or, when `tool_choice` forces a custom tool, a
-custom tool call whose input is the answer), then one item per tool call; text after a call opens a
-new message. Events carry no `sequence_number` here; the stream numbers them as it sends them.
+custom tool call whose input is the answer), then one item per tool call, its arguments streamed
+as the model writes them; text after a call opens a new message. Events carry no
+`sequence_number` here; the stream numbers them as it sends them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Literal
 
 from engine.api import TokenLogprob
 from handlers.generation.text_output import Piece
-from handlers.generation.tool_calls import ToolCall, new_call_id
+from handlers.generation.tool_calls import CallFragment, ToolCall, new_call_id
 from handlers.openai_responses.items import Item, new_item_id
 from handlers.openai_responses.tools import CustomTool, ResponseTools, custom_call_item
 
@@ -42,6 +43,8 @@ class OutputBuilder:
         self._shape_logprobs = shape_logprobs
         self._open: _OpenItem | None = None
         self._pending_logprobs: list[dict[str, Any]] = []
+        self._call_index = 0  # the output index of the function call whose fragments arrive
+        self._custom_arguments = ""  # a custom tool's call's arguments so far
         self.items: list[Item] = []
 
     def add(self, piece: Piece) -> list[Event]:
@@ -52,8 +55,8 @@ class OutputBuilder:
             events += self._write("reasoning", piece.reasoning)
         if piece.content:
             events += self._write("custom" if self._forced_custom else "message", piece.content)
-        for call in piece.tool_calls:
-            events += self._call(call)
+        for fragment in piece.call_fragments:
+            events += self._fragment(fragment)
         return events
 
     def finish(self, status: ItemStatus) -> list[Event]:
@@ -147,30 +150,46 @@ class OutputBuilder:
             _item_event("response.output_item.done", open_item.output_index, item),
         ]
 
-    def _call(self, call: ToolCall) -> list[Event]:
+    def _fragment(self, fragment: CallFragment) -> list[Event]:
+        """A function call's item opens with its first fragment and takes each fragment's arguments
+        as a delta; a custom tool's call (its input is a field of the arguments) waits to be whole."""
+        if fragment.name in self._tools.custom:
+            self._custom_arguments += fragment.arguments
+            if not fragment.closes:
+                return []
+            arguments, self._custom_arguments = self._custom_arguments, ""
+            return self._custom_call(ToolCall(fragment.index, fragment.id, fragment.name, arguments))
+        events: list[Event] = []
+        if fragment.opens:
+            events += self._close("completed")
+            item = self._tools.call_item(ToolCall(fragment.index, fragment.id, fragment.name, ""))
+            item["status"] = "in_progress"
+            self._call_index = len(self.items)
+            self.items.append(item)
+            events.append(_item_event("response.output_item.added", self._call_index, item))
+        item = self.items[self._call_index]
+        where = {"item_id": item["id"], "output_index": self._call_index}
+        if fragment.arguments:
+            item["arguments"] += fragment.arguments
+            events.append({"type": "response.function_call_arguments.delta", **where, "delta": fragment.arguments})
+        if fragment.closes:
+            item["status"] = "completed"
+            done = {"name": item["name"], "arguments": item["arguments"]}
+            events.append({"type": "response.function_call_arguments.done", **where, **done})
+            events.append(_item_event("response.output_item.done", self._call_index, item))
+        return events
+
+    def _custom_call(self, call: ToolCall) -> list[Event]:
         events = self._close("completed")
         index = len(self.items)
         item = self._tools.call_item(call)
         self.items.append(item)
         where = {"item_id": item["id"], "output_index": index}
-        if item["type"] == "custom_tool_call":
-            return [
-                *events,
-                _item_event("response.output_item.added", index, {**item, "input": ""}),
-                {"type": "response.custom_tool_call_input.delta", **where, "delta": item["input"]},
-                {"type": "response.custom_tool_call_input.done", **where, "input": item["input"]},
-                _item_event("response.output_item.done", index, item),
-            ]
         return [
             *events,
-            _item_event("response.output_item.added", index, {**item, "arguments": "", "status": "in_progress"}),
-            {"type": "response.function_call_arguments.delta", **where, "delta": item["arguments"]},
-            {
-                "type": "response.function_call_arguments.done",
-                **where,
-                "name": item["name"],
-                "arguments": item["arguments"],
-            },
+            _item_event("response.output_item.added", index, {**item, "input": ""}),
+            {"type": "response.custom_tool_call_input.delta", **where, "delta": item["input"]},
+            {"type": "response.custom_tool_call_input.done", **where, "input": item["input"]},
             _item_event("response.output_item.done", index, item),
         ]
 

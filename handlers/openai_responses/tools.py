@@ -64,8 +64,11 @@ class ResponseTools:
     def call_item(self, call: ToolCall) -> dict[str, Any]:
         """A parsed call as a Responses output item (`function_call`, or `custom_tool_call` for a custom tool)."""
         if call.name in self.custom:
-            arguments = json.loads(call.arguments)
-            text = arguments.get("input")
+            try:
+                arguments = json.loads(call.arguments)
+            except ValueError:  # a call that streamed, its arguments never completed
+                arguments = None
+            text = arguments.get("input") if isinstance(arguments, dict) else None
             input_text = text if isinstance(text, str) else call.arguments
             return custom_call_item(new_item_id("custom_tool_call"), call.id, call.name, input_text)
         item: dict[str, Any] = {

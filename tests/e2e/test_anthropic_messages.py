@@ -98,7 +98,13 @@ def test_streamed_tool_use_and_a_tool_result_turn(claude: Anthropic) -> None:
     with claude.messages.stream(
         model="m", max_tokens=64, messages=[question], tools=[WEATHER], tool_choice=one_call
     ) as stream:
+        parts = [
+            event.delta.partial_json
+            for event in stream
+            if event.type == "content_block_delta" and event.delta.type == "input_json_delta"
+        ]
         first = stream.get_final_message()
+    assert len(parts) > 1 and json.loads("".join(parts)) == next(b.input for b in first.content if b.type == "tool_use")
     assert first.stop_reason == "tool_use"
     call = next(block for block in first.content if block.type == "tool_use")
     jsonschema.validate(call.input, WEATHER_SCHEMA)

@@ -158,13 +158,16 @@ def test_named_tool_call_stream_equals_answer(client: OpenAI) -> None:
     jsonschema.validate(arguments, WEATHER_PARAMETERS)
     calls: dict[int, dict[str, str]] = {}
     finish = None
+    argument_deltas = 0
     for chunk in client.chat.completions.create(**common, stream=True):
         for call in chunk.choices[0].delta.tool_calls or []:
             entry = calls.setdefault(call.index, {"name": "", "arguments": ""})
             entry["name"] += (call.function and call.function.name) or ""
             entry["arguments"] += (call.function and call.function.arguments) or ""
+            argument_deltas += bool(call.function and call.function.arguments)
         finish = chunk.choices[0].finish_reason or finish
     assert finish == "tool_calls"
+    assert argument_deltas > 1  # the arguments stream as the model writes them
     message = whole.choices[0].message
     assert list(calls.values()) == [
         {"name": c.function.name, "arguments": c.function.arguments}  # type: ignore[union-attr]

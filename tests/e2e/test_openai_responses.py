@@ -92,7 +92,10 @@ def test_required_tool_call_arguments_validate(client: openai.OpenAI, stream: bo
     if stream:
         events = list(client.responses.create(**body, stream=True))
         assert "response.function_call_arguments.done" in [event.type for event in events]
+        deltas = [event.delta for event in events if event.type == "response.function_call_arguments.delta"]
         response: Response = events[-1].response
+        streamed = next(item for item in response.output if item.type == "function_call")
+        assert len(deltas) > 1 and "".join(deltas) == streamed.arguments  # as the model writes them
     else:
         response = client.responses.create(**body)
     calls = [item for item in response.output if item.type == "function_call"]

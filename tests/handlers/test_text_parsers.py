@@ -12,7 +12,7 @@ from handlers.api_error import ApiError
 from handlers.generation.reasoning import ReasoningSplitter, Split, prompt_opens_reasoning
 from handlers.generation.stop_strings import StopStringMatcher, stop_strings
 from handlers.generation.text_output import Piece, RowText
-from handlers.generation.tool_calls import HermesParser, JsonCallParser, Parsed, ToolCallParser
+from handlers.generation.tool_calls import CallFragment, HermesParser, JsonCallParser, Parsed, ToolCall, ToolCallParser
 from text import Tokenizer
 
 
@@ -156,3 +156,41 @@ def test_row_text_reasoning_tokens(tokenizer: Tokenizer) -> None:
     row = RowText(tokenizer, reasoning=ReasoningSplitter(True))
     _, total = row_output(row, tokenizer.encode("hmm</think>Yes"))
     assert (total.reasoning, total.content) == ("hmm", "Yes") and row.reasoning_tokens > 0
+
+
+def run_fragments(parser: ToolCallParser, pieces: list[str]) -> tuple[list[CallFragment], list[ToolCall]]:
+    fragments, calls = [], []
+    for step in [*(parser.push(piece) for piece in pieces), parser.finish()]:
+        fragments += step.fragments
+        calls += step.calls
+    return fragments, calls
+
+
+STREAMED_CALLS = (
+    'Let me check.\n<tool_call>\n{"name": "weather", "arguments": {"city": "Par}is", "days": {"n": 3}}}\n</tool_call>'
+    '<tool_call>{"arguments": {"q": 1}, "name": "late"}</tool_call>'
+)
+
+
+def test_hermes_call_arguments_stream_as_the_model_writes_them() -> None:
+    """Cut anywhere, each call's fragments open it with its name, add its arguments' text as it
+    arrives (a brace inside a string does not close them) and close it; they concatenate to the
+    final call's arguments. A call whose name comes after its arguments arrives in one fragment."""
+    for pieces in cuttings(STREAMED_CALLS):
+        fragments, calls = run_fragments(HermesParser(), pieces)
+        assert [(call.name, call.arguments) for call in calls] == [
+            ("weather", '{"city": "Par}is", "days": {"n": 3}}'),
+            ("late", '{"q": 1}'),
+        ], pieces
+        for call in calls:
+            own = [fragment for fragment in fragments if fragment.index == call.index]
+            assert own[0].opens and own[-1].closes and all(f.name == call.name and f.id == call.id for f in own)
+            assert "".join(fragment.arguments for fragment in own) == call.arguments
+    fragments, _ = run_fragments(HermesParser(), list(STREAMED_CALLS))
+    assert len([f for f in fragments if f.index == 0 and f.arguments]) > 1  # streamed, not whole
+
+
+def test_a_streamed_call_stands_when_the_answer_ends_inside_it() -> None:
+    for pieces in cuttings('<tool_call>{"name": "a", "arguments": {"x": 1}'):
+        _, calls = run_fragments(HermesParser(), pieces)
+        assert [(call.name, call.arguments) for call in calls] == [("a", '{"x": 1}')], pieces
