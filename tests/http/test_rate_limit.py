@@ -3,13 +3,20 @@ Retry-After, per API key (per client address without one); other paths never cou
 
 from __future__ import annotations
 
+import anthropic
+import openai
+import pytest
 from fastapi.testclient import TestClient
 
+from engine.model.checkpoint.gguf_file import read_gguf_metadata
 from handlers.context import Counters
 from pooled.configuration.settings import Settings
+from pooled.hosting.model_host import default_model_path
 from pooled.web.app import build_app, server_context
 from pooled.web.rate_limit import RateLimit
 from tests.conftest import BASE_URL, StubModel
+from tests.fake_engine import FakeEngine
+from text import ChatTemplate, Tokenizer
 
 CHAT = "/v1/chat/completions"
 CHAT_BODY = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
@@ -17,9 +24,18 @@ MESSAGES = "/v1/messages"
 MESSAGES_BODY = {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]}
 
 
-def limited_client(rpm: int) -> TestClient:
+def limited_client(rpm: int, model: StubModel | None = None) -> TestClient:
     settings = Settings(rate_limit_rpm=rpm)
-    return TestClient(build_app(settings, server_context(settings, StubModel())), base_url=BASE_URL)
+    return TestClient(build_app(settings, server_context(settings, model or StubModel())), base_url=BASE_URL)
+
+
+def serving_model() -> StubModel:
+    """The default model's tokenizer and chat template over a scripted engine: requests are answered."""
+    metadata = read_gguf_metadata(default_model_path(), prefix="tokenizer.")
+    tokenizer = Tokenizer.from_gguf_metadata(metadata)
+    engine = FakeEngine(lambda request, row: tokenizer.encode("Hi."), tokenizer.vocab_size)
+    template = ChatTemplate(metadata["tokenizer.chat_template"], tokenizer)
+    return StubModel(engine=engine, tokenizer=tokenizer, chat_template=template)
 
 
 def test_past_the_limit_a_request_is_429_with_retry_after_in_each_apis_shape() -> None:
@@ -53,3 +69,19 @@ def test_a_request_counts_for_one_minute_from_its_start() -> None:
     assert limit._admit("c", 20.5) == 40  # the first leaves the window at 60 s
     assert limit._admit("c", 60.0) is None  # it has left
     assert limit._admit("c", 61.0) == 9  # the one at 10 s leaves at 70 s; refusals are not counted
+
+
+def test_the_official_sdks_read_the_refusal_as_their_rate_limit_error() -> None:
+    """What a client sees: the OpenAI SDK's and the Anthropic SDK's own RateLimitError, with the
+    Retry-After they would wait (retries off, so the refusal reaches the caller)."""
+    with limited_client(1, serving_model()) as client:
+        openai_client = openai.OpenAI(base_url=f"{BASE_URL}/v1", api_key="k", http_client=client, max_retries=0)
+        openai_client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=1)
+        with pytest.raises(openai.RateLimitError) as refused:
+            openai_client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=1)
+        assert refused.value.code == "rate_limit_exceeded" and int(refused.value.response.headers["retry-after"]) >= 1
+
+        claude = anthropic.Anthropic(base_url=BASE_URL, api_key="k", http_client=client, max_retries=0)
+        with pytest.raises(anthropic.RateLimitError) as limited:
+            claude.messages.create(model="m", max_tokens=1, messages=[{"role": "user", "content": "Hi"}])
+        assert limited.value.status_code == 429 and int(limited.value.response.headers["retry-after"]) >= 1
