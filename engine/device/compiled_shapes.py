@@ -84,6 +84,11 @@ class CompiledShapes:
         return max(self._ready["prefill", PREFILL_ROWS], default=0)
 
     @property
+    def scored_ready(self) -> bool:
+        """Whether a scored prefill (a prompt whose logprobs are asked for) can run."""
+        return bool(self._ready["prefill_scored", 0])
+
+    @property
     def ready_draft_rows(self) -> int:
         """The most rows of a step with drafts (0: none while no such step is ready)."""
         return self.draft_rows if self._ready["verify", 0] else 0
@@ -120,9 +125,10 @@ class CompiledShapes:
 
     def first(self, plan: Sequence[Bucket]) -> list[Bucket]:
         """What serving needs before anything else: the largest size of each kind (any step fits
-        it) and the helpers; neither batched prefill nor steps with drafts, which are optional
-        (prompts prefill one at a time, rows decode without drafts, until they are ready)."""
-        optional = {("prefill", PREFILL_ROWS), ("verify", 0)}
+        it) and the helpers; neither batched prefill, steps with drafts nor scored prefill, which
+        are optional (prompts prefill one at a time, rows decode without drafts, a prompt whose
+        logprobs are asked for waits, until they are ready)."""
+        optional = {("prefill", PREFILL_ROWS), ("verify", 0), ("prefill_scored", 0)}
         largest: dict[tuple[str, int], Bucket] = {}
         for bucket in plan:
             key = (bucket.kind, bucket.rows if bucket.kind == "prefill" else 0)
@@ -133,15 +139,17 @@ class CompiledShapes:
     def defer(self, plan: Sequence[Bucket], first: Sequence[Bucket]) -> list[Bucket]:
         """Marks the buckets of `plan` not in `first` pending, in the order they pay off: one-row
         decoding and steps with drafts (a single stream's speed), short prompts' chunks, batched
-        prefill (largest first, which turns it on), then the middle row counts. Returns them in
-        that order."""
+        prefill (largest first, which turns it on), scored prefill, then the middle row counts.
+        Returns them in that order."""
         kinds = {"decode": 0, "first_tokens": 0, "verify": 0, "prefill": 1}
 
         def order(bucket: Bucket) -> tuple[int, int]:
             if bucket.kind == "prefill" and bucket.rows == PREFILL_ROWS:
                 return (2, -bucket.tokens)
+            if bucket.kind == "prefill_scored":
+                return (3, 0)
             if bucket.kind in ("decode", "first_tokens", "verify") and bucket.rows > 1:
-                return (3, bucket.rows)
+                return (4, bucket.rows)
             return (kinds.get(bucket.kind, 0), _size(bucket))
 
         self.pending = sorted((b for b in plan if b not in first), key=order)

@@ -139,6 +139,10 @@ class LeaderRunner:
 
     # --- start-up and stats: the building thread, or any thread --------------------------------
 
+    @property
+    def scored_ready(self) -> bool:
+        return self._local.scored_ready
+
     def compile(self, report: Report) -> None:
         self._call(Call("compile", ()), local_args=(report,))
 

@@ -121,6 +121,10 @@ class DeviceRunner:
         return self._shapes.batched_chunk
 
     @property
+    def scored_ready(self) -> bool:
+        return self._shapes.scored_ready
+
+    @property
     def draft_rows(self) -> int:
         return self._shapes.ready_draft_rows
 

@@ -119,6 +119,11 @@ class Runner(Protocol):
         for now or ever); read before each prefill step, as it may grow while serving."""
         ...
 
+    @property
+    def scored_ready(self) -> bool:
+        """Whether a prefill chunk with `targets` can run now (its shape may compile while serving)."""
+        ...
+
     # The bytes of one page's keys and values over every layer, as read_pages returns them.
     page_bytes: int
     # The most draft tokens a row may bring to a step (0: steps take no drafts).

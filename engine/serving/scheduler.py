@@ -163,9 +163,13 @@ class Scheduler:
         """Prefills the next chunk of the oldest prompt or, when several have no more than a short
         chunk left, of up to PREFILL_ROWS of them at once. Each chunk holds at least the prompt's
         last token, which no cached page holds; a finished prompt starts decoding."""
+        runnable = [p for p in self._prefills if not p.scored or self._runner.scored_ready]
+        if not runnable:  # only prompts to score, whose shape compiles while serving: on with it
+            self._runner.idle()
+            return
         batched = self._runner.batched_chunk
-        short = [p for p in self._prefills if not p.scored and len(p.tokens) - p.next_position <= batched]
-        batch = short[:PREFILL_ROWS] if len(short) > 1 else self._prefills[:1]
+        short = [p for p in runnable if not p.scored and len(p.tokens) - p.next_position <= batched]
+        batch = short[:PREFILL_ROWS] if len(short) > 1 else runnable[:1]
         limit = batched if len(batch) > 1 else self._prefill_chunk
         chunks = []
         for prefill in batch:

@@ -92,6 +92,7 @@ class FakeRunner:
         self.page_size = config.page_size
         self.max_context = max_context
         self.batched_chunk = config.prefill_chunk // PREFILL_ROWS
+        self.scored_ready = True
         self.page_bytes = config.page_size * 8  # a page's tokens as int64, -1 for an empty slot
         self.draft_tokens = config.draft_tokens
         self.draft_rows = config.draft_rows if config.draft_tokens > 0 else 0

@@ -27,9 +27,10 @@ def test_serving_starts_from_the_largest_shape_of_each_kind() -> None:
     first = shapes.first(plan)
     kinds = {(b.kind, b.rows, b.tokens) for b in first if b.kind in ("prefill", "decode", "first_tokens", "verify")}
     assert kinds == {("prefill", 1, 512), ("decode", 32, 1), ("first_tokens", 32, 1)}
-    assert {b.kind for b in plan} == {b.kind for b in first} | {"verify"}  # every helper is in the first set
+    assert {b.kind for b in plan} == {b.kind for b in first} | {"verify", "prefill_scored"}  # and every helper
 
     later = shapes.defer(plan, first)
+    assert not shapes.scored_ready  # a prompt to score waits for its shape
     assert sorted(later, key=repr) == sorted(set(plan) - set(first), key=repr)
     # A single stream's steps first: one row, then with drafts.
     assert [(b.kind, b.rows) for b in later[:3]] == [("first_tokens", 1), ("decode", 1), ("verify", 1)]
@@ -44,7 +45,7 @@ def test_serving_starts_from_the_largest_shape_of_each_kind() -> None:
     shapes.mark_ready(later[:3])
     assert shapes.ready_draft_rows == 1
     shapes.mark_ready(later)
-    assert shapes.pending == [] and shapes.ready_sizes("prefill") == shapes.chunks
+    assert shapes.scored_ready and shapes.pending == [] and shapes.ready_sizes("prefill") == shapes.chunks
     assert shapes.ready_sizes("decode") == shapes.rows and shapes.batched_chunk == largest
 
 
@@ -61,6 +62,9 @@ def test_an_engine_answers_alike_while_its_shapes_compile_and_after(
         tokens = prompt(3, 11)
         expected = reference_greedy(model, tokens, 6, CONTEXT)
         assert generate(engine, greedy_request(tokens, 6)).tokens[0] == expected
+        # A prompt to score before its shape is ready: the engine compiles on until it is.
+        scored = generate(engine, replace(greedy_request(tokens, 6), prompt_logprobs=1))
+        assert scored.tokens[0] == expected and len(scored.prompt_logprobs) == len(tokens) - 1
 
         deadline = time.monotonic() + 600
         while engine.stats().pending_buckets and time.monotonic() < deadline:
