@@ -43,6 +43,7 @@ class LaneTables:
         self._on_device: dict[str, jax.Array] = {}
         self._stale = set(_TABLES)  # not yet sent as they are
         self.adapters = np.zeros(spare, np.int32)  # each lane's adapter slot; the spare lane's is 0
+        self._reporting: set[int] = set()  # lanes whose rows report logprobs (usually none)
 
     def insert(self, lane: int, row: InsertedRow) -> None:
         """Gives `lane` the row's block table, sampling parameters, seed and adapter slot."""
@@ -66,6 +67,10 @@ class LaneTables:
         p.allowed[lane] = -1
         p.seed[lane] = row.seed
         p.logprobs[lane] = sampling.logprobs is not None
+        if sampling.logprobs is None:
+            self._reporting.discard(lane)
+        else:
+            self._reporting.add(lane)
         p.scored_ids[lane] = -1
         p.scored_ids[lane, : len(sampling.scored_ids)] = sampling.scored_ids
         self._stale.update(_TABLES)
@@ -98,8 +103,8 @@ class LaneTables:
         return RowParams(**self._on_device, counter=self._params.counter.copy())
 
     def logprobs(self, lane_ids: np.ndarray) -> bool:
-        """Whether any lane of `lane_ids` reports logprobs."""
-        return bool(self._params.logprobs[lane_ids].any())
+        """Whether any lane of `lane_ids` reports logprobs (no array work while no lane does)."""
+        return bool(self._reporting) and bool(self._params.logprobs[lane_ids].any())
 
 
 def _empty_row_params(lanes: int, mask_words: int) -> RowParams:

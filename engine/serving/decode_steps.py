@@ -197,9 +197,12 @@ class DecodeSteps:
     def _take_tokens(self, rows: list[Row], drawn: Drawn, drafted: int = 0) -> None:
         """Hands each row the tokens it takes from the step (one, or more where its draft held), in
         one event; every row's KV is written up to its last token, and a taken draft token's at
-        its position."""
+        its position. The step's tokens are counted (one intake call) before any event is sent,
+        so a request's counters hold its tokens by the time its sink hears of them."""
         name_full_pages, send = self._prefix.name_full_pages, self._lanes.send
         now = time.monotonic()
+        counted: list[tuple[Row, float | None]] = []  # each token taken, for the intake's counters
+        outcomes: list[tuple[Row, list[int], list[TokenLogprob], tuple[FinishReason, int | None] | None]] = []
         for i, row in enumerate(rows):
             if row.lane is None:  # ended (cancel, stall timeout, a stop token) while this token was in flight
                 continue
@@ -208,9 +211,12 @@ class DecodeSteps:
             ending: tuple[FinishReason, int | None] | None = None
             for j in range(int(drawn.taken[i])):
                 name_full_pages(row, len(row.tokens))
-                ending = self._take_token(row, int(drawn.tokens[i, j]), drawn, (i, j), now, taken, logprobs)
+                ending = self._take_token(row, int(drawn.tokens[i, j]), drawn, (i, j), now, taken, logprobs, counted)
                 if ending is not None:
                     break
+            outcomes.append((row, taken, logprobs, ending))
+        self._intake.tokens(counted, now)
+        for row, taken, logprobs, ending in outcomes:
             if taken:
                 send(row.request, Tokens(row.index, tuple(taken), tuple(logprobs) if logprobs else None))
             if ending is not None:
@@ -227,16 +233,18 @@ class DecodeSteps:
         now: float,
         taken: list[int],
         logprobs: list[TokenLogprob],
+        counted: list[tuple[Row, float | None]],
     ) -> tuple[FinishReason, int | None] | None:
-        """Adds a drawn token to the row (and to `taken`, with its logprobs to `logprobs`), unless it
-        is a stop token; returns how the row ends, if it does with this token."""
+        """Adds a drawn token to the row (and to `taken`, with its logprobs to `logprobs`, and with
+        its gap since the row's token before to `counted`), unless it is a stop token; returns how
+        the row ends, if it does with this token."""
         entry = row.request
         if token in entry.stop_ids:
             return "stop", token
         row.tokens.append(token)
         row.generated += 1
         taken.append(token)
-        self._intake.token(row, now)
+        counted.append((row, now - row.last_token_at if row.generated > 1 else None))
         row.last_token_at = entry.progress_at = now
         top_n = entry.request.sampling.logprobs
         if drawn.logprobs is not None and top_n is not None:

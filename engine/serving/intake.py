@@ -15,7 +15,7 @@ until it closes. A full queue is refused with a `Retry-After` estimate (engine/s
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal, NamedTuple
 
 from engine.api import EncodeEvent, EncodeRequest, EngineState, EngineUnavailable, GenerationRequest, QueueFull
@@ -236,16 +236,18 @@ class Intake:
                 self.counters["prefix_queries"] += prompt_tokens
                 self.counters["prefix_hits"] += cached_tokens
 
-    def token(self, row: Row, now: float) -> None:
-        """Counts a row's new token and its latencies."""
-        entry = row.request
+    def tokens(self, taken: Sequence[tuple[Row, float | None]], now: float) -> None:
+        """Counts a step's new tokens and their latencies, under one lock for the whole step: each
+        a row's token and its gap since the row's token before (None: the row's first)."""
         with self.lock:
-            self.counters["generation_tokens"] += 1
-            if entry.first_token_at is None:
-                entry.first_token_at = now
-                self.ttft.observe(now - entry.submitted)
-            elif row.generated > 1:
-                self.itl.observe(now - row.last_token_at)
+            self.counters["generation_tokens"] += len(taken)
+            for row, gap in taken:
+                entry = row.request
+                if entry.first_token_at is None:
+                    entry.first_token_at = now
+                    self.ttft.observe(now - entry.submitted)
+                elif gap is not None:
+                    self.itl.observe(gap)
 
     def lane_freed(self) -> None:
         with self.lock:

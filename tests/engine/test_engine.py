@@ -58,9 +58,14 @@ def assert_idle(engine: Engine) -> None:
 
 def test_greedy_matches_the_contiguous_cache_forward(engine: Engine, model: LoadedModel) -> None:
     tokens = prompt(1, 21)  # three prefill chunks, last page partial
+    before = engine.stats()
     result = generate(engine, greedy_request(tokens, 12))
     assert result.tokens[0] == reference_greedy(model, tokens, 12, CONTEXT)
     assert result.finished[0].reason == "length" and result.finished[0].usage.completion_tokens == 12
+    after = engine.stats()  # 12 tokens counted: the first's time to it, the 11 others' gaps
+    assert after.generation_tokens - before.generation_tokens == 12
+    assert after.time_to_first_token.count - before.time_to_first_token.count == 1
+    assert after.inter_token_latency.count - before.inter_token_latency.count == 11
 
 
 def test_batched_rows_get_exactly_what_they_get_alone(engine: Engine) -> None:
