@@ -635,7 +635,7 @@ class ChatCompletion(BaseModel):
     usage: CompletionUsage
     prompt_logprobs: list[dict[str, PromptTokenLogprob] | None] | None = None
     """
-    Extension (vLLM). One entry per prompt token, the first null (it follows nothing): the token and the most likely tokens at its position, by token id.
+    Extension (vLLM). The prompt's tokens with their logprobs, when `prompt_logprobs` was asked.
     """
 
 
@@ -1107,7 +1107,7 @@ class CompletionChoice(BaseModel):
     finish_reason: Literal["stop", "length", "content_filter"]
     prompt_logprobs: list[dict[str, PromptTokenLogprob] | None] | None = None
     """
-    Extension (vLLM). One entry per prompt token, the first null (it follows nothing): the token and the most likely tokens at its position, by token id.
+    Extension (vLLM). The prompt's tokens with their logprobs, when `prompt_logprobs` was asked.
     """
 
 

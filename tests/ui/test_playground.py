@@ -241,7 +241,8 @@ def test_tools_are_sent_and_the_tool_call_is_shown(page: Any) -> None:
     sync_api.expect(last_answer(page).locator(".figures")).to_contain_text("completion tokens", timeout=60_000)
     body = bodies[0]["body"]
     assert body["tools"] == WEATHER_TOOL and body["tool_choice"] == "required"
-    sync_api.expect(last_answer(page).locator(".tool-call")).to_contain_text("get_weather(")
+    # The first call (a 135M model under `required` may go on calling).
+    sync_api.expect(last_answer(page).locator(".tool-call").first).to_contain_text("get_weather(")
 
 
 def test_a_json_schema_constrains_the_answer(page: Any) -> None:
