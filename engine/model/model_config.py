@@ -5,6 +5,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import CheckpointError
+from engine.model.vision_config import VisionConfig
 
 if TYPE_CHECKING:
     from engine.model.families.traits import FamilyTraits
@@ -37,6 +38,8 @@ class RopeScaling:
         if not d:
             return cls()
         kind = d.get("rope_type", d.get("type", "default"))
+        if kind == "mrope":  # M-RoPE's sections are ModelConfig.mrope_section; its frequencies the default
+            kind = "default"
         if kind not in ROPE_KINDS:
             raise CheckpointError(f"unsupported RoPE scaling {kind!r} (supported: {', '.join(ROPE_KINDS)})")
         if kind == "default":
@@ -98,6 +101,12 @@ class ModelConfig:
     matmul_weights: str = "float"
     # With "gguf": (parameter path, block format) of every matrix, e.g. ("layer_0/attn/v/kernel", "Q6_K").
     block_formats: tuple[tuple[str, str], ...] = ()
+    # M-RoPE (Qwen2-VL): how many of a head's rotary frequencies turn with a token's time, row and
+    # column position (engine/model/layers/rope.py); empty: plain RoPE.
+    mrope_section: tuple[int, ...] = ()
+    # The vision tower of a family that takes images, and the token id an image's embeddings fill.
+    vision: VisionConfig | None = None
+    image_token_id: int | None = None
 
     @classmethod
     def from_hf(cls, d: dict[str, Any], traits: "FamilyTraits") -> "ModelConfig":
@@ -109,8 +118,10 @@ class ModelConfig:
             raise CheckpointError(f"model config lacks required field {missing}") from None
 
     @classmethod
-    def _from_hf(cls, d: dict[str, Any], traits: "FamilyTraits") -> "ModelConfig":
-        model_type = d.get("model_type", "")
+    def _from_hf(cls, top: dict[str, Any], traits: "FamilyTraits") -> "ModelConfig":
+        model_type = top.get("model_type", "")
+        # A vision-language config may nest its decoder's fields (transformers 5 writes them so).
+        d = {**top, **(top.get("text_config") or {})}
         hidden, heads = int(d["hidden_size"]), int(d["num_attention_heads"])
         max_positions = int(d["max_position_embeddings"])
         rope_dict = d.get("rope_scaling") or d.get("rope_parameters") or {}
@@ -147,6 +158,9 @@ class ModelConfig:
             eos_token_ids=tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,)),
             sliding_window=window,
             context_length=min(max_positions, window or max_positions),
+            mrope_section=tuple(int(n) for n in rope_dict.get("mrope_section") or ()),
+            vision=VisionConfig.from_hf(top["vision_config"], traits.vision, hidden) if traits.vision else None,
+            image_token_id=top.get("image_token_id") if traits.vision else None,
         )
 
     def weights_at(self, path: str) -> str:

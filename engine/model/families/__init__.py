@@ -4,10 +4,11 @@ from engine.errors import CheckpointError
 from engine.model.families.base import Family
 from engine.model.families.llama import Llama
 from engine.model.families.qwen2 import Qwen2
+from engine.model.families.qwen2_vl import Qwen2VL, Qwen25VL
 from engine.model.families.qwen3 import Qwen3
 from engine.model.families.qwen3_moe import Qwen3Moe
 
-FAMILIES: tuple[Family, ...] = (Llama(), Qwen2(), Qwen3(), Qwen3Moe())
+FAMILIES: tuple[Family, ...] = (Llama(), Qwen2(), Qwen3(), Qwen3Moe(), Qwen2VL(), Qwen25VL())
 # GGUF `general.architecture` -> family, in the order of FAMILIES.
 GGUF_FAMILIES: dict[str, Family] = {family.gguf_architecture: family for family in FAMILIES}
 

@@ -29,6 +29,8 @@ class FamilyTraits:
     # llama.cpp's converter reorders each head's q and k rows into interleaved rotary pairs for this
     # family; the GGUF reader puts them back in HF's order.
     gguf_interleaved_qk: bool = False
+    # The vision tower's generation ("qwen2_vl", "qwen2_5_vl") of a family that takes images.
+    vision: str | None = None
     # HF config entries that llama.cpp assumes for this family and its GGUF files do not record.
     gguf_config: tuple[tuple[str, Any], ...] = ()
 

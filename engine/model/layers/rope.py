@@ -95,12 +95,25 @@ class Rotation:
     sin: Array
 
 
-def rope_rotation(config: ModelConfig, positions: Array, real: Array | None = None) -> Rotation:
+def rope_rotation(
+    config: ModelConfig, positions: Array, real: Array | None = None, rope_positions: Array | None = None
+) -> Rotation:
     """The rotation of a step at `positions` [B,T] (`real` as for `rope_frequencies`), computed once
-    for every layer."""
+    for every layer.
+
+    `rope_positions` turn tokens by other positions than their places in the sequence (M-RoPE,
+    Qwen2-VL): [B,T] one each, or [B,T,3] a (time, row, column) triple whose parts turn the
+    frequency sections of `config.mrope_section`. A text token's three are equal, so [B,T] serves
+    text (shifted past the images before it)."""
     inv_freq, scale = rope_frequencies(config, positions, real)
     per_row = inv_freq if inv_freq.ndim == 2 else inv_freq[None]
-    angles = positions.astype(jnp.float32)[:, :, None] * per_row[:, None, :]
+    turned = positions if rope_positions is None else rope_positions
+    if turned.ndim == 3:
+        section_of = np.repeat(np.arange(len(config.mrope_section)), config.mrope_section)
+        per_frequency = turned[:, :, section_of].astype(jnp.float32)  # [B,T,R]
+        angles = per_frequency * per_row[:, None, :]
+    else:
+        angles = turned.astype(jnp.float32)[:, :, None] * per_row[:, None, :]
 
     def rotation() -> tuple[Array, Array]:
         return jnp.cos(angles) * scale, jnp.sin(angles) * scale

@@ -6,6 +6,7 @@ from typing import cast
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from engine.model import gguf_weights, int8
 from engine.model.gguf_weights import BlockWeight
@@ -17,6 +18,7 @@ from engine.model.layers.lora import LoraBatch, LoraRows, kept_columns
 from engine.model.layers.mlp import GatedMLP, MoE
 from engine.model.layers.norms import RMSNorm
 from engine.model.layers.rope import Rotation, rope_rotation
+from engine.model.layers.vision import VisionTower, tower_inputs
 from engine.model.model_config import ModelConfig
 
 Array = jax.Array
@@ -82,8 +84,15 @@ class Transformer(nn.Module):
         draft_step: bool = False,
         hidden: bool = False,
         lora: LoraBatch | None = None,
+        media: Array | None = None,
+        rope_positions: Array | None = None,
     ) -> tuple[Array, tuple[CacheOut, ...] | None]:
+        """`media` [B,T,D]: embeddings of image tokens (the rows of other tokens are ignored)."""
         c = self.config
+        if c.vision is not None and self.is_initializing():
+            grid = (1, 2 * c.vision.merge_size, 2 * c.vision.merge_size)
+            blank = np.zeros((int(np.prod(grid)), c.vision.patch_inputs), np.float32)
+            VisionTower(c.vision, self.dtype, name="vision")(tower_inputs(c.vision, [(blank, grid)], blank.shape[0]))
 
         def weights_at(path: str) -> str:
             # The embedding (often also the output head) stays int8 under "int4": it is the matrix most
@@ -92,11 +101,14 @@ class Transformer(nn.Module):
 
         embed = Embedding(c.vocab_size, c.hidden_size, self.dtype, weights_at("embed/embedding"), name="embed")
         x = embed(tokens)
+        if media is not None:
+            assert c.image_token_id is not None, "image embeddings for a model without image tokens"
+            x = jnp.where(jnp.equal(tokens, c.image_token_id)[:, :, None], media.astype(x.dtype), x)
         # Padded prompt tokens sit in the block table's last column, the null page.
         real = None
         if caches and isinstance(caches[0], PagedLayerCache) and block_tables is not None:
             real = positions < (block_tables.shape[1] - 1) * caches[0].k.shape[2]
-        rotation = rope_rotation(c, positions, real)
+        rotation = rope_rotation(c, positions, real, rope_positions)
         new_caches = []
         kept = None if lora is None else kept_columns(lora)
         for i in range(c.num_layers):
