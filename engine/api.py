@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from engine.lora.adapter_table import ServedAdapter
     from engine.lora.peft_adapter import LoraAdapter
+    from engine.vision.images import ImageRules, PreparedImage
 
 MAX_TOKENS_CAP = 32768
 # Most alternatives a token may report (OpenAI's top_logprobs limit); static for the compile.
@@ -99,6 +100,18 @@ class GenerationRequest:
     # None: none; k >= 0: each prompt token's logprob (from the positions before it) and its top-k
     # alternatives, in `Prefilled` events. Such a prompt is prefilled whole, not from the prefix cache.
     prompt_logprobs: int | None = None
+    # The prompt's images in order (a model that takes images: `GenerationEngine.vision`), each
+    # standing in `prompt_ids` as a run of `image.tokens` image token ids.
+    images: tuple[PreparedImage, ...] = ()
+
+
+@dataclass(frozen=True)
+class Vision:
+    """How a model that takes images wants them: its image token and its preprocessing rules
+    (engine/vision/images.py; `rules.max_pixels` already lowered to the server's limit)."""
+
+    image_token_id: int
+    rules: ImageRules
 
 
 @dataclass(frozen=True)
@@ -228,6 +241,11 @@ class GenerationEngine(Protocol):
 
     def stats(self) -> EngineStats:
         """A consistent snapshot of the engine's counters, for /health and /metrics."""
+        ...
+
+    @property
+    def vision(self) -> Vision | None:
+        """How the model takes images; None: it takes none (or the server turned them off)."""
         ...
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import jax
 
-from engine.api import GenerationRequest
+from engine.api import GenerationRequest, Vision
 from engine.device.kv_sizing import kv_dtype, pool_pages
 from engine.device.mirrored_runner import LeaderRunner
 from engine.device.process_group import Build, Lead
@@ -43,6 +43,7 @@ from engine.serving.prefix_disk import PrefixDisk, namespace_digest
 from engine.serving.rows import Sink
 from engine.serving.scheduler import Scheduler
 from engine.stats import Bucket, HeldArrays
+from engine.vision.images import served_rules
 
 
 class Engine(IntakeFront):
@@ -57,11 +58,13 @@ class Engine(IntakeFront):
         report: Report,
         disk_namespace: bytes | None = None,
         encoders: Mapping[str, EncoderRunner] | None = None,
+        vision: Vision | None = None,
     ) -> None:
         """Compiles the runner's shapes (reporting progress), then starts the engine thread.
         `pages` counts the runner's KV pages with the null page. With `config.prefix_disk_dir`,
         the prefix cache keeps pages on disk under `disk_namespace` (what they depend on).
-        `encoders`, by name, run on the same engine thread (engine/encoders/encoding.py)."""
+        `encoders`, by name, run on the same engine thread (engine/encoders/encoding.py). `vision`:
+        how the model takes images (None: it takes none)."""
         pages_per_row = math.ceil(runner.max_context / config.page_size)
         # Every lane may need a private copy of a shared partial page; one row must always fit alone.
         if pages < pages_per_row + config.decode_lanes + 1:
@@ -71,6 +74,7 @@ class Engine(IntakeFront):
             )
         super().__init__(config.decode_lanes, config.max_queue, encoders or {})
         self.max_context = runner.max_context
+        self.vision = vision
         self.eos_token_ids = eos_token_ids | config.stop_token_ids
         self.runner = runner
         self._pool = PagePool(pages, config.page_size)
@@ -122,10 +126,16 @@ class Engine(IntakeFront):
             }
         )
         eos = frozenset(model.config.eos_token_ids)
-        return cls(runner, pages, config, eos, report, namespace, encoders)
+        vision = None
+        if runner.image_token_id is not None and model.config.vision is not None:
+            tower = model.config.vision
+            source = model.source if model.source.is_dir() else model.source.parent
+            rules = served_rules(source, tower.patch_size, tower.merge_size, config.max_image_pixels)
+            vision = Vision(runner.image_token_id, rules)
+        return cls(runner, pages, config, eos, report, namespace, encoders, vision)
 
     def submit(self, request: GenerationRequest, sink: Sink) -> int:
-        admission = admit(request, self.max_context, self.decode_lanes)
+        admission = admit(request, self.max_context, self.decode_lanes, self.runner.image_token_id)
         stop_ids = request.stop_token_ids | (frozenset() if request.sampling.ignore_eos else self.eos_token_ids)
         adapter = None if request.adapter is None else self.adapters.use(request.adapter)
         try:

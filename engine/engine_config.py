@@ -40,3 +40,9 @@ class EngineConfig:
     # the smaller, faster ones while the engine is idle, one at a time, so a request waits for at
     # most one compile; False compiles every shape before serving.
     compile_while_serving: bool = False
+    # Images (a model with a vision tower): off with False. The most pixels an image is resized to
+    # (it bounds the tower's compiled sizes: the largest holds this many pixels' patches), and how
+    # many images' embeddings the engine keeps for an image sent again.
+    vision_enabled: bool = True
+    max_image_pixels: int = 1280 * 28 * 28
+    image_cache_images: int = 64

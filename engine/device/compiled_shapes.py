@@ -54,7 +54,9 @@ def geometric_buckets(smallest: int, largest: int, growth: int) -> list[int]:
 
 
 class CompiledShapes:
-    def __init__(self, config: EngineConfig, max_context: int) -> None:
+    def __init__(self, config: EngineConfig, max_context: int, tower_sizes: Sequence[int] = ()) -> None:
+        """`tower_sizes`: a model that takes images, its vision tower's sizes in patches
+        (engine/device/image_embeddings.py)."""
         pages_per_row = math.ceil(max_context / config.page_size)
         self.width = pages_per_row + 1  # block-table columns: the last is always the null page
         self.padding_position = pages_per_row * config.page_size
@@ -75,6 +77,7 @@ class CompiledShapes:
             ("first_tokens", 0): self.rows,
             ("decode", 0): self.rows,
             ("verify", 0): self.verify_rows,
+            ("vision", 0): list(tower_sizes),
         }
         self._ready = dict(self._planned)
 
@@ -116,6 +119,7 @@ class CompiledShapes:
         plan += [Bucket("first_tokens", b, 1, 0) for b in self.rows]
         plan += [Bucket("decode", b, 1, width) for b in self.rows]
         plan += [Bucket("verify", b, self.draft_tokens + 1, width) for b in self.verify_rows]
+        plan += [Bucket("vision", 1, patches, 0) for patches in self._planned["vision", 0]]
         plan += [Bucket("reset_lane", 1, self._max_context, 0), Bucket("copy_page", 1, self._page_size, 0)]
         if self._adapter_slots:
             plan += [Bucket("load_adapter", 1, self._adapter_rank, 0)]
@@ -206,8 +210,8 @@ class CompiledShapes:
 
 
 def _size(bucket: Bucket) -> int:
-    """What a bucket's kind pads: a prefill's chunk length, any other step's rows."""
-    return bucket.tokens if bucket.kind in ("prefill", "prefill_scored") else bucket.rows
+    """What a bucket's kind pads: a prefill's chunk length, a tower call's patches, any other step's rows."""
+    return bucket.tokens if bucket.kind in ("prefill", "prefill_scored", "vision") else bucket.rows
 
 
 def page_group(pages: Sequence[int]) -> np.ndarray:

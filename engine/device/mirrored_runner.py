@@ -68,6 +68,7 @@ from engine.device.runner_api import (
 from engine.lora.peft_adapter import LoraAdapter
 from engine.model.checkpoint.loader import LoadedModel
 from engine.stats import Bucket, HeldArrays
+from engine.vision.images import PreparedImage
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -87,6 +88,7 @@ MIRRORED = frozenset(
         "load_adapter",
         "first_tokens",
         "generate",
+        "encode_images",
     }
 )
 
@@ -128,6 +130,7 @@ class LeaderRunner:
         self.batched_chunk, self.page_bytes = local.batched_chunk, local.page_bytes
         self.draft_tokens, self.draft_rows = local.draft_tokens, local.draft_rows
         self.adapter_slots, self.adapter_rank = local.adapter_slots, local.adapter_rank
+        self.image_token_id = local.image_token_id
         self.idle_interval: float | None = KEEPALIVE_S
         self._queued: list[Call] = []
         self._numbers = 0
@@ -223,6 +226,12 @@ class LeaderRunner:
 
     def load_adapter(self, slot: int, adapter: LoraAdapter | None) -> None:
         self._call(Call("load_adapter", (slot, adapter)))
+
+    def encode_images(self, images: Sequence[PreparedImage]) -> list[np.ndarray]:
+        """Every process runs the tower (its program spans the group's devices); the leader's
+        embeddings join the prefill chunks that every runner then gets."""
+        embeddings: list[np.ndarray] = self._call(Call("encode_images", (list(images),)))
+        return embeddings
 
     def idle(self) -> None:
         """Sends what is queued, or an empty message: a dead follower is found while idle too."""

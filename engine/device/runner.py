@@ -29,6 +29,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from engine.device.compile_watch import CompileWatch
 from engine.device.compiled_shapes import PAGE_TRANSFER_GROUP, CompiledShapes, page_group
+from engine.device.image_embeddings import ImageEmbeddings, tower_buckets
 from engine.device.kv_sizing import kv_dtype, max_context
 from engine.device.lane_tables import LaneTables
 from engine.device.runner_api import (
@@ -53,6 +54,7 @@ from engine.model.layers.lora import LoraStack, stack_adapters
 from engine.model.layers.paged_attention import ATTENTION_BLOCK_TOKENS
 from engine.serving.kv_pages import NULL_PAGE
 from engine.stats import Bucket, HeldArrays
+from engine.vision.images import PreparedImage
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,9 @@ class DeviceRunner:
         self.page_size = config.page_size
         self.max_context = max_context(model.config, config)
         self._vocab_size = c.vocab_size
-        param_leaves, params_tree = jax.tree.flatten(model.params)
+        # The vision tower's parameters are its own call's; the steps get the decoder's alone.
+        decoder_params = {name: part for name, part in model.params.items() if name != "vision"}
+        param_leaves, params_tree = jax.tree.flatten(decoder_params)
         self._param_leaves: list[jax.Array] = param_leaves
         self.steps = StepFunctions(
             model.family.model(c, DTYPES[model.dtype]), params_tree, config.page_size, PREFILL_ROWS
@@ -90,7 +94,14 @@ class DeviceRunner:
             LaneState(jnp.zeros((spare, c.vocab_size), bool), jnp.zeros((spare, c.vocab_size), jnp.int32)),
             self._replicated,
         )
-        self._shapes = CompiledShapes(config, self.max_context)
+        self._vision = c.vision if config.vision_enabled else None
+        self.image_token_id = c.image_token_id if self._vision is not None else None
+        tower_sizes = [] if self._vision is None else tower_buckets(self._vision, config.max_image_pixels)
+        self._images = None
+        if self._vision is not None:
+            tower_params = model.params["vision"]
+            self._images = ImageEmbeddings(self._vision, DTYPES[model.dtype], tower_params, config.image_cache_images)
+        self._shapes = CompiledShapes(config, self.max_context, tower_sizes)
         self.draft_tokens = self._shapes.draft_tokens
         self._compile_while_serving = config.compile_while_serving
         # A jitted identity places a host table as a step's argument would be placed: replicated
@@ -178,11 +189,15 @@ class DeviceRunner:
             table, last = np.zeros((bucket.rows, bucket.pages), np.int32), np.zeros(bucket.rows, np.int32)
             slots = np.zeros(bucket.rows, np.int32)
             inputs = (self._param_leaves, self._lora, self._kv, tokens, positions, table, last, slots)
+            media = self._chunk_media([], positions)
             if bucket.kind == "prefill":
-                written, _ = self.steps.prefill(*inputs)
+                written, _ = self.steps.prefill(*inputs, *media)
             else:
-                written, _, _ = self.steps.prefill_scored(*inputs, np.zeros(shape, np.int32))
+                written, _, _ = self.steps.prefill_scored(*inputs, np.zeros(shape, np.int32), *media)
             self._kv = self.steps.write(self._kv, written)
+        elif bucket.kind == "vision":
+            assert self._images is not None
+            self._images.run_blank(bucket.tokens)
         elif bucket.kind == "first_tokens":
             lane_ids = np.full(bucket.rows, self.lanes, np.int32)
             logits = jax.device_put(jnp.zeros((PREFILL_ROWS, self._vocab_size), jnp.float32), self._replicated)
@@ -192,13 +207,16 @@ class DeviceRunner:
         elif bucket.kind == "decode":
             lane_ids = np.full(bucket.rows, self.lanes, np.int32)
             tokens = jax.device_put(np.zeros(bucket.rows, np.int32), self._replicated)
-            self._decode(tokens, np.ones(bucket.rows, np.int32), lane_ids, self._tables.params())
+            shifts = self._rope_shifts([], bucket.rows)
+            self._decode(tokens, np.ones(bucket.rows, np.int32), lane_ids, self._tables.params(), *shifts)
         elif bucket.kind == "verify":
             lane_ids = np.full(bucket.rows, self.lanes, np.int32)
             shape = (bucket.rows, bucket.tokens)
             tokens, positions = np.zeros(shape, np.int32), np.ones(shape, np.int32)
             drafts = np.full(bucket.rows, self.draft_tokens, np.int32)
-            self._verify(tokens, positions, drafts, lane_ids, self._tables.params())
+            self._verify(
+                tokens, positions, drafts, lane_ids, self._tables.params(), *self._rope_shifts([], bucket.rows)
+            )
         elif bucket.kind == "reset_lane":
             self._reset_lane(self.lanes, [], [])
         elif bucket.kind == "load_adapter":
@@ -229,16 +247,45 @@ class DeviceRunner:
 
     def held_arrays(self) -> HeldArrays:
         lora = tuple(jax.tree.leaves(self._lora)) if self._lora is not None else ()
-        return HeldArrays(tuple(jax.tree.leaves(self._kv)), (*self._param_leaves, *lora))
+        tower = () if self._images is None else self._images.held_arrays()
+        return HeldArrays(tuple(jax.tree.leaves(self._kv)), (*self._param_leaves, *lora, *tower))
 
     # --- prompts ----------------------------------------------------------------------------
+
+    def encode_images(self, images: Sequence[PreparedImage]) -> list[np.ndarray]:
+        assert self._images is not None, "images for a runner whose model takes none"
+        sizes = self._shapes.ready_sizes("vision")
+        return [self._images.embeddings(image, sizes) for image in images]
+
+    def _chunk_media(self, chunks: Sequence[PrefillChunk], positions: np.ndarray) -> tuple[np.ndarray, ...]:
+        """A model that takes images: the step's image embeddings [B,T,D] and M-RoPE positions
+        [B,T,3] (a text row's are its positions); nothing for a text model."""
+        if self._vision is None:
+            return ()
+        media = np.zeros((*positions.shape, self._vision.out_size), np.float32)
+        rope = np.repeat(positions[:, :, None], 3, axis=2)
+        for i, chunk in enumerate(chunks):
+            length = len(chunk.tokens)
+            if chunk.media is not None:
+                media[i, :length] = chunk.media
+            if chunk.rope is not None:
+                rope[i, :length] = chunk.rope
+        return media, rope
 
     def prefill(self, chunks: Sequence[PrefillChunk]) -> PromptLogits:
         if chunks[0].targets:
             return self._prefill_scored(chunks)
         tokens, positions, table, last, slots = self._shapes.prefill_inputs(chunks)
         written, logits = self.steps.prefill(
-            self._param_leaves, self._lora, self._kv, tokens, positions, table, last, slots
+            self._param_leaves,
+            self._lora,
+            self._kv,
+            tokens,
+            positions,
+            table,
+            last,
+            slots,
+            *self._chunk_media(chunks, positions),
         )
         self._kv = self.steps.write(self._kv, written)
         return PromptLogits(logits)
@@ -249,7 +296,16 @@ class DeviceRunner:
         targets = np.full(tokens.shape, -1, np.int32)
         targets[0, : len(chunks[0].targets)] = chunks[0].targets
         written, logits, scores = self.steps.prefill_scored(
-            self._param_leaves, self._lora, self._kv, tokens, positions, table, last, slots, targets
+            self._param_leaves,
+            self._lora,
+            self._kv,
+            tokens,
+            positions,
+            table,
+            last,
+            slots,
+            targets,
+            *self._chunk_media(chunks, positions),
         )
         self._kv = self.steps.write(self._kv, written)
         self._scored = (logits, scores)
@@ -325,7 +381,17 @@ class DeviceRunner:
         else:
             tokens = _step(chained).sampled.token
         params = self._tables.params()
-        return Pending(_Step(self._decode(tokens, positions, lane_ids, params), self._tables.logprobs(lane_ids)))
+        shifts = self._rope_shifts(rows, len(lane_ids))
+        sampled = self._decode(tokens, positions, lane_ids, params, *shifts)
+        return Pending(_Step(sampled, self._tables.logprobs(lane_ids)))
+
+    def _rope_shifts(self, rows: Sequence[DecodeRow], bucket: int) -> tuple[np.ndarray, ...]:
+        """A model that takes images: each row's M-RoPE shift, padded to the step's rows."""
+        if self._vision is None:
+            return ()
+        shifts = np.zeros(bucket, np.int32)
+        shifts[: len(rows)] = [row.rope_shift for row in rows]
+        return (shifts,)
 
     def _generate_verifying(self, rows: Sequence[DecodeRow]) -> Pending:
         """A step over each row's token and its draft (positions after it), padded to a row
@@ -333,13 +399,21 @@ class DeviceRunner:
         lane_ids = self._tables.lane_ids(rows, self._shapes.ready_sizes("verify"))
         tokens, positions, drafts = self._shapes.verify_inputs(rows, len(lane_ids))
         params = self._tables.params()
-        sampled, taken = self._verify(tokens, positions, drafts, lane_ids, params)
+        sampled, taken = self._verify(
+            tokens, positions, drafts, lane_ids, params, *self._rope_shifts(rows, len(lane_ids))
+        )
         return Pending(_Step(sampled, self._tables.logprobs(lane_ids), self.draft_tokens + 1, taken))
 
     def _verify(
-        self, tokens: np.ndarray, positions: np.ndarray, drafts: np.ndarray, lane_ids: np.ndarray, params: RowParams
+        self,
+        tokens: np.ndarray,
+        positions: np.ndarray,
+        drafts: np.ndarray,
+        lane_ids: np.ndarray,
+        params: RowParams,
+        *shifts: np.ndarray,
     ) -> tuple[Sampled, jax.Array]:
-        sampled, taken = self._run_step(self.steps.verify, tokens, positions, lane_ids, params, drafts)
+        sampled, taken = self._run_step(self.steps.verify, tokens, positions, lane_ids, params, drafts, *shifts)
         return sampled, taken
 
     def take(self, step: Pending) -> Drawn:
@@ -360,10 +434,13 @@ class DeviceRunner:
             ),
         )
 
-    def _decode(self, tokens: jax.Array, positions: np.ndarray, lane_ids: np.ndarray, params: RowParams) -> Sampled:
+    def _decode(
+        self, tokens: jax.Array, positions: np.ndarray, lane_ids: np.ndarray, params: RowParams, *shifts: np.ndarray
+    ) -> Sampled:
         """`tokens` are on the device, placed like a step's sampled tokens: a step started from host
-        tokens and one chained on the last step's run the same compiled program."""
-        (sampled,) = self._run_step(self.steps.decode, tokens, positions, lane_ids, params)
+        tokens and one chained on the last step's run the same compiled program. `shifts`: the
+        rows' M-RoPE shifts, for a model that takes images."""
+        (sampled,) = self._run_step(self.steps.decode, tokens, positions, lane_ids, params, *shifts)
         return sampled
 
     def _run_step(

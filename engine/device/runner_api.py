@@ -26,6 +26,7 @@ import numpy as np
 from engine.api import Constraint, EncoderInput, SamplingParams
 from engine.lora.peft_adapter import LoraAdapter
 from engine.stats import Bucket, HeldArrays
+from engine.vision.images import PreparedImage
 
 # Prompts prefilled together in one step when each has a short chunk left (together at most
 # prefill_chunk tokens): a burst of short prompts costs one pass over the weights per step
@@ -50,6 +51,11 @@ class PrefillChunk:
     # The token each position predicts (the prompt's next; -1: none), to score the chunk's prompt
     # (`prompt_scores`); empty: not scored. A scored chunk is prefilled alone.
     targets: Sequence[int] = ()
+    # A prompt with images (`tokens` below zero are image tokens): each token's embedding row
+    # [len(tokens), D] (zeros but at image tokens) and M-RoPE position [len(tokens), 3]. None: a
+    # text prompt, whose tokens turn at their places.
+    media: np.ndarray | None = None
+    rope: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +74,7 @@ class DecodeRow:
     draws: int
     constraint: Constraint | None
     draft: Sequence[int] = ()
+    rope_shift: int = 0  # M-RoPE: the row turns at its positions plus this (after a prompt with images)
 
 
 @dataclass(frozen=True)
@@ -138,6 +145,13 @@ class Runner(Protocol):
     # LoRA adapter slots, numbered 1.. (0: none; no slots: adapters are not served), and their rank.
     adapter_slots: int
     adapter_rank: int
+    # The model's image token id when it takes images (None: text only).
+    image_token_id: int | None
+
+    def encode_images(self, images: Sequence[PreparedImage]) -> list[np.ndarray]:
+        """Each image's embeddings [image.tokens, D] (float32, host), from the vision tower or, for
+        an image seen lately, from the runner's own cache of them."""
+        ...
 
     @property
     def idle_interval(self) -> float | None:

@@ -116,9 +116,13 @@ class StepFunctions:
             lora: LoraBatch | None,
             *inputs: Array | KVPages | None,
             draft_step: bool = False,
+            media: Array | None = None,
+            rope: Array | None = None,
         ) -> tuple[Array, Any]:
             tree = jax.tree.unflatten(params_tree, params)
-            return model.apply({"params": tree}, *inputs, draft_step=draft_step, lora=lora)
+            return model.apply(
+                {"params": tree}, *inputs, draft_step=draft_step, lora=lora, media=media, rope_positions=rope
+            )
 
         def adapters(stack: LoraStack | None, slots: Array | None) -> LoraBatch | None:
             return None if stack is None or slots is None else LoraBatch(stack, slots)
@@ -164,12 +168,17 @@ class StepFunctions:
             block_tables: Array,
             last: Array,
             slots: Array,
+            media: Array | None = None,
+            rope: Array | None = None,
         ) -> tuple[Written, Array]:
             """The chunks' keys and values, and each row's logits at its chunk index `last` [B] (on a
             prompt's final chunk, its last token: the first output token is sampled from them),
             padded to [prefill_rows, V] so that `first_tokens` sees one shape. `slots` [B]: each
-            row's adapter slot in `lora` (None: the engine has no adapter slots)."""
-            logits, new = forward(params, adapters(lora, slots), tokens, positions, kv, block_tables, last)
+            row's adapter slot in `lora` (None: the engine has no adapter slots). A model that takes
+            images gets `media` [B,T,D], its image tokens' embeddings, and `rope` [B,T,3], every
+            token's M-RoPE position."""
+            lora_rows = adapters(lora, slots)
+            logits, new = forward(params, lora_rows, tokens, positions, kv, block_tables, last, media=media, rope=rope)
             padded = jnp.zeros((prefill_rows, logits.shape[-1]), logits.dtype).at[: logits.shape[0]].set(logits[:, 0])
             return _written(new, positions, block_tables, page_size), padded
 
@@ -183,11 +192,14 @@ class StepFunctions:
             last: Array,
             slots: Array,
             targets: Array,
+            media: Array | None = None,
+            rope: Array | None = None,
         ) -> tuple[Written, Array, PromptScores]:
             """`prefill` of one chunk that also scores it: every position's logits go through the
             head, and at each the log-softmax's value at `targets` [1, T] (the token that follows
             in the prompt; -1: none), the target's rank (1: the likeliest) and the MAX_TOP_LOGPROBS best."""
-            logits, new = forward(params, adapters(lora, slots), tokens, positions, kv, block_tables, None)
+            lora_rows = adapters(lora, slots)
+            logits, new = forward(params, lora_rows, tokens, positions, kv, block_tables, None, media=media, rope=rope)
             padded = jnp.zeros((prefill_rows, logits.shape[-1]), logits.dtype).at[0].set(logits[0, last[0]])
             logprobs = jax.nn.log_softmax(logits[0].astype(jnp.float32), axis=-1)
             chosen = jnp.take_along_axis(logprobs, jnp.maximum(targets[0], 0)[:, None], axis=-1)[:, 0]
@@ -216,11 +228,17 @@ class StepFunctions:
             lane_ids: Array,
             tables: RowParams,
             slots: Array | None,
+            rope_shifts: Array | None = None,
         ) -> tuple[Written, LaneState, Sampled]:
+            """One token a row; a model that takes images turns each at its position plus its row's
+            `rope_shifts` [B] (M-RoPE after a prompt with images)."""
             rows = _of_lanes(tables, lane_ids)
             logits_at = jnp.zeros(tokens.shape[0], jnp.int32)
             lora_rows = adapters(lora, slots)
-            logits, new = forward(params, lora_rows, tokens[:, None], positions[:, None], kv, block_tables, logits_at)
+            rope = None if rope_shifts is None else (positions + rope_shifts)[:, None]
+            logits, new = forward(
+                params, lora_rows, tokens[:, None], positions[:, None], kv, block_tables, logits_at, rope=rope
+            )
             lanes, sampled = sampled_rows(logits[:, 0], lanes, lane_ids, rows)
             return _written(new, positions[:, None], block_tables, page_size), lanes, sampled
 
@@ -236,6 +254,7 @@ class StepFunctions:
             tables: RowParams,
             slots: Array | None,
             drafts: Array,
+            rope_shifts: Array | None = None,
         ) -> tuple[Written, LaneState, Sampled, Array]:
             """A decode step whose rows bring drafts: tokens [B, T] are each row's input token, then
             its `drafts` [B] draft tokens, then padding. Every position draws as decode would there
@@ -250,7 +269,10 @@ class StepFunctions:
             rows = _of_lanes(tables, lane_ids)
             # logits_at None: every position's logits
             lora_rows = adapters(lora, slots)
-            logits, new = forward(params, lora_rows, tokens, positions, kv, block_tables, None, draft_step=True)
+            rope = None if rope_shifts is None else positions + rope_shifts[:, None]
+            logits, new = forward(
+                params, lora_rows, tokens, positions, kv, block_tables, None, draft_step=True, rope=rope
+            )
             offsets = jnp.tile(jnp.arange(T, dtype=rows.counter.dtype), B)
             per_position = jax.tree.map(lambda value: jnp.repeat(value, T, axis=0), rows)
             per_position = dataclasses.replace(per_position, counter=per_position.counter + offsets)

@@ -48,6 +48,10 @@ class EncoderEngine(IntakeFront):
         self._intake.stop()
         self._thread.join()
 
+    @property
+    def vision(self) -> None:
+        return None  # an encoder takes no images
+
     def held_arrays(self) -> HeldArrays:
         return self.encoders[self._name].held_arrays()
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from engine.api import MAX_SCORED_IDS, MAX_TOKENS_CAP, MAX_TOP_LOGPROBS, GenerationRequest, RequestRefused
+from engine.serving.media import image_runs
 
 
 @dataclass(frozen=True)
@@ -20,11 +21,16 @@ class Admission:
     length_finish: Literal["length", "stop"]
 
 
-def admit(request: GenerationRequest, max_context: int, decode_lanes: int) -> Admission:
-    """Raises RequestRefused naming the field at fault."""
+def admit(
+    request: GenerationRequest, max_context: int, decode_lanes: int, image_token_id: int | None = None
+) -> Admission:
+    """Raises RequestRefused naming the field at fault. `image_token_id`: the model's, when it
+    takes images."""
     prompt_tokens = len(request.prompt_ids)
     if prompt_tokens == 0:
         raise RequestRefused("invalid_prompt", "The prompt is empty.", "prompt")
+    if request.images or (image_token_id is not None and image_token_id in request.prompt_ids):
+        _check_images(request, image_token_id)
     room = max_context - prompt_tokens
     if room < 1:
         raise RequestRefused(
@@ -65,3 +71,20 @@ def admit(request: GenerationRequest, max_context: int, decode_lanes: int) -> Ad
     if cap is not None and cap.tokens <= budget:
         return Admission(cap.tokens, cap.finish)
     return Admission(budget, "length")
+
+
+def _check_images(request: GenerationRequest, image_token_id: int | None) -> None:
+    if image_token_id is None:
+        raise RequestRefused("images_not_supported", "This model takes no images.", "images")
+    runs = image_runs(request.prompt_ids, image_token_id)
+    wanted = [image.tokens for image in request.images]
+    if runs != wanted:
+        raise RequestRefused(
+            "invalid_images",
+            f"The prompt's image tokens come in runs of {runs}; its images take {wanted} tokens.",
+            "images",
+        )
+    if request.prompt_logprobs is not None:
+        raise RequestRefused(
+            "invalid_prompt_logprobs", "Prompt logprobs are not served for prompts with images.", "prompt_logprobs"
+        )

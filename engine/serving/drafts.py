@@ -38,7 +38,9 @@ class PromptLookup:
             if len(tokens) > n:
                 start = self._follows.get(tuple(tokens[-n:]))
                 if start is not None:
-                    return tokens[start : start + limit]
+                    draft = tokens[start : start + limit]
+                    # An image's tokens (below zero: engine/serving/media.py) are never drawn.
+                    return next((draft[:i] for i, token in enumerate(draft) if token < 0), draft)
         return ()
 
     def _catch_up(self) -> None:

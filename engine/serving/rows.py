@@ -13,6 +13,7 @@ from engine.api import Constraint, EngineEvent, GenerationRequest
 from engine.lora.adapter_table import AdapterUse
 from engine.serving.admission import Admission
 from engine.serving.drafts import PromptLookup
+from engine.serving.media import PromptMedia, keyed_prompt
 
 Sink = Callable[[EngineEvent], None]
 
@@ -32,6 +33,9 @@ class Request:
     first_token_at: float | None = None
     rows_unfinished: int = 0
     prompt_scored: bool = False  # its prompt's logprobs were sent (a recompute sends them no more)
+    # Its images' embeddings and positions (engine/serving/media.py); its rows' tokens hold each
+    # image's tokens as the image's key.
+    media: PromptMedia | None = None
     # The last time the request moved (submission, admission, a prefill chunk, a token): a stall
     # past the request's stall_timeout ends it.
     progress_at: float = field(init=False)
@@ -43,10 +47,13 @@ class Request:
     def max_tokens(self) -> int:
         return self.admission.max_tokens
 
-    def new_rows(self) -> list["Row"]:
+    def new_rows(self, image_token_id: int | None = None) -> list["Row"]:
         """The request's rows, each with its own seed (derived from the request's seed, if any)
-        and its own grammar state."""
+        and its own grammar state. `image_token_id`: the model's, when it takes images."""
         sampling, prompt, factory = self.request.sampling, list(self.request.prompt_ids), self.request.constraint
+        if self.request.images:
+            assert image_token_id is not None, "images for a model without image tokens"
+            prompt, self.media = keyed_prompt(prompt, image_token_id, self.request.images)
         for index in range(self.request.n):
             seed = int.from_bytes(os.urandom(4)) if sampling.seed is None else hash((sampling.seed, index))
             self.rows.append(Row(self, index, list(prompt), seed & 0xFFFFFFFF, factory() if factory else None))

@@ -33,6 +33,8 @@ import time
 from collections import deque
 from collections.abc import Mapping
 
+import numpy as np
+
 from engine.api import Failed, Prefilled, TokenLogprob
 from engine.device.runner_api import PREFILL_ROWS, EncodeRunner, InsertedRow, PrefillChunk, PromptLogits, Runner
 from engine.encoders.encoding import Encoding
@@ -105,7 +107,7 @@ class Scheduler:
 
     def _iterate(self, inbox: deque[Request], cancels: dict[int, FinishReason], fetched: list[Loaded]) -> None:
         for entry in inbox:
-            unit = entry.new_rows()
+            unit = entry.new_rows(self._runner.image_token_id)
             if not self._prefix.fetch(unit):
                 self._lanes.waiting.append(unit)
         for loaded in fetched:
@@ -178,7 +180,8 @@ class Scheduler:
             # A scored chunk's positions each predict the prompt's next token; the last prompt
             # position predicts the answer's first, which is no prompt token.
             targets = [*prefill.tokens[start + 1 : start + len(chunk) + 1], -1][: len(chunk)] if prefill.scored else []
-            chunks.append(PrefillChunk(chunk, start, prefill.pages, _slot(prefill.rows[0]), targets))
+            media, rope = self._media(prefill.rows[0].request, start, len(chunk))
+            chunks.append(PrefillChunk(chunk, start, prefill.pages, _slot(prefill.rows[0]), targets, media, rope))
             prefill.next_position += len(chunk)
         logits = self._runner.prefill(chunks)
         now = time.monotonic()
@@ -190,6 +193,18 @@ class Scheduler:
             if prefill.next_position == len(prefill.tokens):
                 self._prefills.remove(prefill)
                 self._start_decoding(prefill, logits, i)
+
+    def _media(self, entry: Request, start: int, length: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """A chunk's image embeddings and M-RoPE positions (None, None: a text prompt). The
+        prompt's images go through the vision tower here, on the engine thread, when its first
+        chunk with an image token comes (a resent conversation whose image pages are cached
+        needs none)."""
+        media = entry.media
+        if media is None:
+            return None, None
+        if media.needs_embeddings(start, length):
+            media.embeddings = np.concatenate(self._runner.encode_images(media.images))
+        return media.chunk(start, length)
 
     def _prompt_logprobs(self, entry: Request, chunk: PrefillChunk, logits: PromptLogits) -> tuple[TokenLogprob, ...]:
         """The chunk's scored prompt tokens with their logprobs and the request's top alternatives."""

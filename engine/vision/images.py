@@ -18,11 +18,14 @@ URLs and paths, does).
 No jax here: HTTP handlers count an image's tokens and refuse bad images with this module too.
 """
 
+import dataclasses
 import hashlib
 import io
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -104,6 +107,22 @@ class ImageRules:
         if min(rules.patch_size, rules.temporal_patch_size, rules.merge_size, rules.min_pixels, rules.max_pixels) < 1:
             raise CheckpointError(f"preprocessor_config.json: sizes must be positive, got {rules}")
         return rules
+
+
+def served_rules(model: Path, patch_size: int, merge_size: int, max_pixels: int) -> ImageRules:
+    """A checkpoint's rules (its directory's preprocessor_config.json, else Qwen2-VL's), with
+    `max_pixels` lowered to the server's limit; its sizes must be its vision tower's."""
+    config_file = model / "preprocessor_config.json"
+    try:
+        rules = ImageRules.from_hf(json.loads(config_file.read_text())) if config_file.is_file() else ImageRules()
+    except ValueError as error:
+        raise CheckpointError(f"{config_file} is not valid JSON: {error}") from None
+    if (rules.patch_size, rules.merge_size) != (patch_size, merge_size):
+        raise CheckpointError(
+            f"{config_file} cuts {rules.patch_size}-pixel patches merged {rules.merge_size} by "
+            f"{rules.merge_size}; the vision tower takes {patch_size} and {merge_size}"
+        )
+    return dataclasses.replace(rules, max_pixels=min(rules.max_pixels, max_pixels))
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,7 @@ class FakeRunner:
         self.draft_tokens = config.draft_tokens
         self.draft_rows = config.draft_rows if config.draft_tokens > 0 else 0
         self.adapter_slots, self.adapter_rank = config.max_loras, config.max_lora_rank
+        self.image_token_id: int | None = None  # a text model's
         self.idle_interval: float | None = None
         self.idles = 0  # calls of `idle`
         self.model: Model = next_token
@@ -182,6 +183,9 @@ class FakeRunner:
     def write_pages(self, pages: Sequence[int], contents: Sequence[bytes]) -> None:
         for page, content in zip(pages, contents, strict=True):
             self._kv[page] = [None if t < 0 else int(t) for t in np.frombuffer(content, np.int64)]
+
+    def encode_images(self, images: Sequence[object]) -> list[np.ndarray]:
+        raise AssertionError("the fake runner's model takes no images")
 
     def load_adapter(self, slot: int, adapter: LoraAdapter | None) -> None:
         assert 1 <= slot <= self.adapter_slots, "no such adapter slot"

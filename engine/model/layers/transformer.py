@@ -87,7 +87,8 @@ class Transformer(nn.Module):
         media: Array | None = None,
         rope_positions: Array | None = None,
     ) -> tuple[Array, tuple[CacheOut, ...] | None]:
-        """`media` [B,T,D]: embeddings of image tokens (the rows of other tokens are ignored)."""
+        """`media` [B,T,D]: the embeddings of the image tokens, which `tokens` mark below zero (the
+        rows of other tokens are ignored)."""
         c = self.config
         if c.vision is not None and self.is_initializing():
             grid = (1, 2 * c.vision.merge_size, 2 * c.vision.merge_size)
@@ -100,10 +101,10 @@ class Transformer(nn.Module):
             return "int8" if c.matmul_weights == "int4" else c.weights_at(path)
 
         embed = Embedding(c.vocab_size, c.hidden_size, self.dtype, weights_at("embed/embedding"), name="embed")
-        x = embed(tokens)
-        if media is not None:
-            assert c.image_token_id is not None, "image embeddings for a model without image tokens"
-            x = jnp.where(jnp.equal(tokens, c.image_token_id)[:, :, None], media.astype(x.dtype), x)
+        if media is None:
+            x = embed(tokens)
+        else:  # a token below zero is an image's: its embedding comes from the vision tower
+            x = jnp.where((tokens < 0)[:, :, None], media.astype(self.dtype), embed(jnp.maximum(tokens, 0)))
         # Padded prompt tokens sit in the block table's last column, the null page.
         real = None
         if caches and isinstance(caches[0], PagedLayerCache) and block_tables is not None:
