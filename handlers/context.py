@@ -382,6 +382,7 @@ class GenerationLimits:
     max_output_tokens_finish: str = "length"
     keepalive_interval_s: float = 10.0  # an SSE comment this often while a stream waits
     max_embedding_inputs: int = 2048  # inputs of one embeddings request, documents of one rerank
+    max_images: int = 16  # images in one generation request
 
 
 @dataclass

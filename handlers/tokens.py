@@ -12,6 +12,7 @@ from generated import models
 from handlers.api_error import ApiError
 from handlers.availability import loaded_tokenizer
 from handlers.context import context
+from handlers.generation.images import ImagePart, check_images_served, with_images
 from handlers.generation.prompt import render_chat
 from handlers.openai_chat.request import chat_messages, function_tools
 
@@ -26,15 +27,20 @@ async def tokenize(request: Request, body: models.TokenizeRequest) -> models.Tok
         if query.continue_final_message:
             raise ApiError(400, "'continue_final_message' is not supported.", param="continue_final_message")
         tools = function_tools(query.tools or [], [])
+        images: list[ImagePart] = []
+        messages = chat_messages(query.messages, images)
+        # An image's tokens depend on the model's preprocessing, which its engine knows once loaded.
+        vision = model.engine.vision if model.engine is not None else None
+        check_images_served(images, vision, context(request).limits.max_images)
         prompt = render_chat(
             model.chat_template,
             tokenizer,
-            chat_messages(query.messages),
+            messages,
             tools,
             query.chat_template_kwargs,
             add_generation_prompt=query.add_generation_prompt is not False,
         )
-        tokens = list(prompt.token_ids)
+        tokens = list(with_images(prompt.token_ids, images, vision)[0])
         if query.add_special_tokens and tokenizer.bos_token_id is not None and tokens[:1] != [tokenizer.bos_token_id]:
             tokens.insert(0, tokenizer.bos_token_id)
     answer = models.TokenizeResponse(count=len(tokens), max_model_len=model.ctx or 1, tokens=tokens)

@@ -52,6 +52,7 @@ class FakeEngine:
         self.encoders = dict(encoders or {})
         self.vocab_size = vocab_size
         self.stop_ids = stop_ids
+        self.vision = None  # a text model's
         self.submitted: list[GenerationRequest] = []
         self.admitted: dict[int, Admission] = {}  # by request id
         self.cancelled: set[int] = set()

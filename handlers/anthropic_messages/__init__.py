@@ -28,7 +28,8 @@ async def create_message(
     ready = await serving_for(request, body.model, MESSAGES_API.unavailable)
     server, model, tokenizer, limits = ready.server, ready.model, ready.tokenizer, ready.server.limits
     adapter = chosen_adapter(model, body.model)
-    plan = plan_message(body, model.chat_template, tokenizer, server.volatile_lines, adapter)
+    vision = model.engine.vision if model.engine is not None else None
+    plan = plan_message(body, model.chat_template, tokenizer, server.volatile_lines, adapter, vision, limits.max_images)
     if body.stream:
         (generation,), close = await open_generations(model, [plan.generation], limits, MESSAGES_API)
         stream = MessageStream(plan, generation, answering_model(model, plan.generation.adapter), tokenizer)
@@ -42,5 +43,8 @@ async def count_message_tokens(
     """The prompt's exact length as `create_message` renders it; needs the tokenizer only, not the engine."""
     server = context(request)
     tokenizer = loaded_tokenizer(server.model, MESSAGES_API.unavailable)
-    prompt, _ = messages_prompt(body, server.model.chat_template, tokenizer, server.volatile_lines)
+    vision = server.model.engine.vision if server.model.engine is not None else None
+    prompt, _, _ = messages_prompt(
+        body, server.model.chat_template, tokenizer, server.volatile_lines, vision, server.limits.max_images
+    )
     return models.AnthropicCountTokensResponse(input_tokens=len(prompt.token_ids))

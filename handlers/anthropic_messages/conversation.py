@@ -6,8 +6,9 @@
   messages, possibly the last one) stays a system message where the chat template renders one
   there; otherwise it is sent as a user message, so the template never refuses the conversation.
 - User blocks: `text` (and a text `document`) are text; `tool_result`s become tool messages (before
-  the message's text, as Anthropic orders them), an error result prefixed `Error:`; an image is a
-  400, since the served models take text only.
+  the message's text, as Anthropic orders them), an error result prefixed `Error:`; an `image`
+  (base64; a URL source is a 400) stands where it was among the message's text, for a model that
+  takes images (handlers/generation/images.py).
 - Assistant blocks: `text`, `tool_use` (a call whose arguments are its `input`) and `thinking`
   (the reasoning, which templates that keep it render); `redacted_thinking` has nothing to render.
 - `cache_control` is ignored everywhere: the engine's prefix cache needs no hints.
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 from generated import models
 from handlers.api_error import ApiError
+from handlers.generation.images import IMAGE_PART, ImagePart, image_from_base64, image_from_url
 from handlers.generation.prompt import Message
 from handlers.generation.volatile_lines import without_volatile_lines
 from text import ChatTemplate, TemplateError
@@ -37,6 +39,7 @@ class Conversation:
     messages: list[Message]
     # The text of a last assistant message, which the answer continues (Anthropic's "prefill").
     assistant_prefix: str | None
+    images: list[ImagePart]  # the user messages' images, in order
 
 
 def conversation(
@@ -47,6 +50,7 @@ def conversation(
 ) -> Conversation:
     leading = [_system_text(system, volatile)]
     turns: list[Message] = []
+    images: list[ImagePart] = []
     for index, message in enumerate(messages):
         if message.role == "system":
             text = without_volatile_lines(_text_of(message.content, f"messages.{index}.content"), volatile)
@@ -55,7 +59,7 @@ def conversation(
             else:
                 leading.append(text)
         elif message.role == "user":
-            turns += _user_messages(message.content, index)
+            turns += _user_messages(message.content, index, images)
         else:
             turns.append(_assistant_message(message.content, index))
     prefix = _assistant_prefix(messages[-1]) if messages else None
@@ -65,7 +69,7 @@ def conversation(
         turns = [{**m, "role": "user"} if m["role"] == "system" else m for m in turns]
     system_text = "\n\n".join(text for text in leading if text)
     head: list[Message] = [{"role": "system", "content": system_text}] if system_text else []
-    return Conversation(head + turns, prefix)
+    return Conversation(head + turns, prefix, images)
 
 
 def _system_text(system: SystemParam, volatile: re.Pattern[str]) -> str:
@@ -95,21 +99,37 @@ def _block_text(block: models.AnthropicContentBlockParam | models.AnthropicToolR
     return block.text or ""
 
 
-def _user_messages(content: str | list[models.AnthropicContentBlockParam], index: int) -> list[Message]:
+def _user_messages(
+    content: str | list[models.AnthropicContentBlockParam], index: int, images: list[ImagePart]
+) -> list[Message]:
     if isinstance(content, str):
         return [{"role": "user", "content": content}]
     results: list[Message] = []
-    texts: list[str] = []
+    parts: list[dict[str, str]] = []
     for position, block in enumerate(content):
         param = f"messages.{index}.content.{position}"
         if block.type == "tool_result":
             results.append(
                 {"role": "tool", "tool_call_id": block.tool_use_id or "", "content": _tool_result_text(block, param)}
             )
+        elif block.type == "image":
+            images.append(_image(block, param))
+            parts.append(dict(IMAGE_PART))
         else:
-            texts.append(_block_text(block, param))
-    text = "".join(texts)
+            parts.append({"type": "text", "text": _block_text(block, param)})
+    if any(part["type"] == "image" for part in parts):
+        return [*results, {"role": "user", "content": parts}]
+    text = "".join(part["text"] for part in parts)
     return results + ([{"role": "user", "content": text}] if text or not results else [])
+
+
+def _image(block: models.AnthropicContentBlockParam, param: str) -> ImagePart:
+    source = block.source or {}
+    if source.get("type") == "base64" and isinstance(source.get("data"), str):
+        return image_from_base64(source["data"], f"{param}.source.data")
+    if source.get("type") == "url" and isinstance(source.get("url"), str):
+        return image_from_url(source["url"], f"{param}.source.url")
+    raise ApiError(400, "An image block needs a base64 source (type, media_type, data).", "invalid_image", param)
 
 
 def _tool_result_text(block: models.AnthropicContentBlockParam, param: str) -> str:

@@ -10,10 +10,12 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.api import GenerationRequest
+from engine.api import GenerationRequest, Vision
+from engine.vision.images import PreparedImage
 from generated import models
 from handlers.anthropic_messages.conversation import conversation
 from handlers.api_error import ApiError
+from handlers.generation.images import check_images_served, with_images
 from handlers.generation.prompt import ChatPrompt, FunctionTool, render_chat
 from handlers.generation.reasoning_budget import with_reasoning_budget
 from handlers.generation.sampling_params import SamplingFields, sampling_params
@@ -37,17 +39,26 @@ class MessagesPlan:
 
 
 def messages_prompt(
-    body: PromptBody, template: ChatTemplate | None, tokenizer: Tokenizer, volatile: re.Pattern[str]
-) -> tuple[ChatPrompt, ToolUse]:
+    body: PromptBody,
+    template: ChatTemplate | None,
+    tokenizer: Tokenizer,
+    volatile: re.Pattern[str],
+    vision: Vision | None = None,
+    max_images: int = 0,
+) -> tuple[ChatPrompt, ToolUse, tuple[PreparedImage, ...]]:
+    """The prompt (each image's tokens in it), the tools and the images, prepared for the model."""
     tools = _tool_use(body)
     dialogue = conversation(body.system, body.messages, template, volatile)
+    check_images_served(dialogue.images, vision, max_images)
     prompt = render_chat(template, tokenizer, dialogue.messages, tools.offered, _thinking_switches(body.thinking))
+    token_ids, images = with_images(prompt.token_ids, dialogue.images, vision)
+    prompt = replace(prompt, token_ids=token_ids)
     if dialogue.assistant_prefix:
         prefix_ids = tokenizer.encode(dialogue.assistant_prefix)
         prompt = replace(
             prompt, token_ids=prompt.token_ids + tuple(prefix_ids), text=prompt.text + dialogue.assistant_prefix
         )
-    return prompt, tools
+    return prompt, tools, images
 
 
 def plan_message(
@@ -56,9 +67,11 @@ def plan_message(
     tokenizer: Tokenizer,
     volatile: re.Pattern[str],
     adapter: str | None = None,
+    vision: Vision | None = None,
+    max_images: int = 0,
 ) -> MessagesPlan:
     stops = stop_strings(body.stop_sequences, "stop_sequences")
-    prompt, tools = messages_prompt(body, template, tokenizer, volatile)
+    prompt, tools, images = messages_prompt(body, template, tokenizer, volatile, vision, max_images)
     sampling = sampling_params(
         SamplingFields(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k), tokenizer.vocab_size
     )
@@ -71,6 +84,7 @@ def plan_message(
             tools.constraint(tokenizer, prompt.tool_format), _thinking_budget(body.thinking), tokenizer, prompt
         ),
         adapter=adapter,
+        images=images,
     )
     return MessagesPlan(generation, prompt, stops, tools)
 

@@ -21,7 +21,8 @@ async def create_chat_completion(
     ready = await serving_for(request, body.model, CHAT_API.unavailable)
     model, tokenizer, limits = ready.model, ready.tokenizer, ready.server.limits
     adapter = chosen_adapter(model, body.model, body.lora_adapter)
-    plan = plan_chat(body, model.chat_template, tokenizer, adapter)
+    vision = model.engine.vision if model.engine is not None else None
+    plan = plan_chat(body, model.chat_template, tokenizer, adapter, vision, limits.max_images)
     if body.stream:
         (generation,), close = await open_generations(model, [plan.generation], limits, CHAT_API)
         stream = ChatStream(plan, generation, answering_model(model, plan.generation.adapter), tokenizer)

@@ -6,10 +6,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.api import Constraint, GenerationRequest
+from engine.api import Constraint, GenerationRequest, Vision
 from generated import models
 from handlers.api_error import ApiError
 from handlers.generation.constraints import ANY_JSON_OBJECT, constraint_factory, json_schema_grammar
+from handlers.generation.images import IMAGE_PART, ImagePart, check_images_served, image_from_url, with_images
 from handlers.generation.prompt import ChatPrompt, FunctionTool, Message, render_chat
 from handlers.generation.sampling_params import openai_sampling_fields, sampling_params
 from handlers.generation.stop_strings import stop_strings
@@ -36,12 +37,19 @@ def plan_chat(
     template: ChatTemplate | None,
     tokenizer: Tokenizer,
     adapter: str | None = None,
+    vision: Vision | None = None,
+    max_images: int = 0,
 ) -> ChatPlan:
+    """`vision`: how the served model takes images (None: it takes none); `max_images` a request's most."""
     stops = stop_strings(body.stop)
     tools = _tool_use(body)
     switches: dict[str, Any] = {"enable_thinking": False} if body.reasoning_effort == "none" else {}
     switches |= body.chat_template_kwargs or {}
-    prompt = render_chat(template, tokenizer, chat_messages(body.messages), tools.offered, switches)
+    images: list[ImagePart] = []
+    messages = chat_messages(body.messages, images)
+    check_images_served(images, vision, max_images)
+    prompt = render_chat(template, tokenizer, messages, tools.offered, switches)
+    prompt_ids, prepared = with_images(prompt.token_ids, images, vision)
     logprobs = bool(body.logprobs)
     sampling = sampling_params(
         openai_sampling_fields(body, (body.top_logprobs or 0) if logprobs else None),
@@ -49,25 +57,27 @@ def plan_chat(
     )
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     generation = GenerationRequest(
-        prompt_ids=prompt.token_ids,
+        prompt_ids=prompt_ids,
         sampling=sampling,
         max_tokens=requested,
         n=body.n or 1,
         constraint=tools.constraint(tokenizer, prompt.tool_format) or _response_format(body.response_format, tokenizer),
         adapter=adapter,
         prompt_logprobs=body.prompt_logprobs,
+        images=prepared,
     )
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     return ChatPlan(generation, prompt, stops, tools, logprobs, include_usage)
 
 
-def chat_messages(messages: Sequence[models.ChatMessage]) -> list[Message]:
-    return [_message(message, index) for index, message in enumerate(messages)]
+def chat_messages(messages: Sequence[models.ChatMessage], images: list[ImagePart]) -> list[Message]:
+    """The neutral messages; each image part's bytes are appended to `images`, in order."""
+    return [_message(message, index, images) for index, message in enumerate(messages)]
 
 
-def _message(message: models.ChatMessage, index: int) -> Message:
+def _message(message: models.ChatMessage, index: int, images: list[ImagePart]) -> Message:
     role = {"developer": "system", "function": "tool"}.get(message.role, message.role)
-    neutral: Message = {"role": role, "content": _content_text(message.content, index)}
+    neutral: Message = {"role": role, "content": _content(message.content, index, images)}
     calls = [_call(call) for call in message.tool_calls or []]
     if message.function_call:  # the deprecated single call
         calls.append({"type": "function", "function": dict(message.function_call)})
@@ -83,23 +93,35 @@ def _message(message: models.ChatMessage, index: int) -> Message:
     return neutral
 
 
-def _content_text(content: str | list[models.ChatContentPart] | None, index: int) -> str:
+def _content(
+    content: str | list[models.ChatContentPart] | None, index: int, images: list[ImagePart]
+) -> str | list[dict[str, Any]]:
+    """The message's text; with images, its parts as a chat template reads them (text and image)."""
     if content is None or isinstance(content, str):
         return content or ""
-    texts = []
-    for part in content:
+    parts: list[dict[str, Any]] = []
+    for number, part in enumerate(content):
         if part.type in TEXT_PART_TYPES:
-            texts.append(part.text or "")
+            parts.append({"type": "text", "text": part.text or ""})
         elif part.type == "refusal":
-            texts.append(part.refusal or "")
+            parts.append({"type": "text", "text": part.refusal or ""})
+        elif part.type == "image_url":
+            url = (part.image_url or {}).get("url")
+            param = f"messages.{index}.content.{number}.image_url"
+            if not isinstance(url, str):
+                raise ApiError(400, "An image_url part needs image_url.url.", code="invalid_image_url", param=param)
+            images.append(image_from_url(url, param))
+            parts.append(dict(IMAGE_PART))
         else:
             raise ApiError(
                 400,
-                f"Content parts of type '{part.type}' are not supported: the served model takes text only.",
+                f"Content parts of type '{part.type}' are not supported: pooled takes text and images.",
                 code="unsupported_content",
                 param=f"messages.{index}.content",
             )
-    return "".join(texts)
+    if any(part["type"] == "image" for part in parts):
+        return parts
+    return "".join(part["text"] for part in parts)
 
 
 def _call(call: models.ChatMessageToolCallParam) -> dict[str, Any]:

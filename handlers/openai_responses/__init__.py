@@ -35,7 +35,10 @@ async def prepared_response(
     ready = await serving_for(connection, body.model, RESPONSES_API.unavailable)
     server, model, tokenizer = ready.server, ready.model, ready.tokenizer
     adapter = chosen_adapter(model, body.model)
-    plan = plan_response(body, model.chat_template, tokenizer, server.responses, adapter)
+    vision = model.engine.vision if model.engine is not None else None
+    plan = plan_response(
+        body, model.chat_template, tokenizer, server.responses, adapter, vision, server.limits.max_images
+    )
     store = server.responses if body.store is not False else None
     return ready, ResponseRun(plan, echoed_fields(body, answering_model(model, adapter)), store, tokenizer)
 
@@ -45,7 +48,10 @@ async def count_response_input_tokens(
 ) -> models.ResponseInputTokens:
     server = context(request)
     tokenizer = loaded_tokenizer(server.model, RESPONSES_API.unavailable)
-    rendered = render_input(body, server.model.chat_template, tokenizer, server.responses)
+    vision = server.model.engine.vision if server.model.engine is not None else None
+    rendered = render_input(
+        body, server.model.chat_template, tokenizer, server.responses, vision, server.limits.max_images
+    )
     return models.ResponseInputTokens(object="response.input_tokens", input_tokens=len(rendered.prompt.token_ids))
 
 

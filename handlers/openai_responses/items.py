@@ -18,6 +18,7 @@ from typing import Any
 
 from generated import models
 from handlers.api_error import ApiError
+from handlers.generation.images import IMAGE_PART, ImagePart, image_from_url
 from handlers.generation.prompt import Message
 
 Item = dict[str, Any]
@@ -122,8 +123,9 @@ def _input_part(part: models.ResponseInputContentParam) -> Item:
     return {"type": "input_text", "text": part.text if part.text is not None else part.refusal or ""}
 
 
-def conversation(items: Sequence[Item], instructions: str | None) -> list[Message]:
-    """Stored-shape items (and the request's instructions first) → the neutral messages of the prompt."""
+def conversation(items: Sequence[Item], instructions: str | None, images: list[ImagePart]) -> list[Message]:
+    """Stored-shape items (and the request's instructions first) → the neutral messages of the
+    prompt; each `input_image`'s bytes are appended to `images`, in order."""
     messages: list[Message] = [{"role": "system", "content": instructions}] if instructions else []
     reasoning = ""
     for index, item in enumerate(items):
@@ -132,7 +134,7 @@ def conversation(items: Sequence[Item], instructions: str | None) -> list[Messag
             reasoning += _reasoning_text(item)
         elif kind == "message" and item["role"] != "assistant":
             role = "user" if item["role"] == "user" else "system"
-            messages.append({"role": role, "content": _input_text(item["content"], index)})
+            messages.append({"role": role, "content": _input_content(item["content"], index, images)})
         elif kind == "message":
             text = "".join(part.get("text") or part.get("refusal") or "" for part in item["content"])
             messages.append(_with_reasoning({"role": "assistant", "content": text}, reasoning))
@@ -168,14 +170,29 @@ def _reasoning_text(item: Item) -> str:
 
 
 def _input_text(parts: Sequence[Item], index: int) -> str:
-    texts = []
-    for part in parts:
-        if part["type"] != "input_text":
+    content = _input_content(parts, index, [])
+    if not isinstance(content, str):
+        raise ApiError(400, "A tool's output takes text only.", code="unsupported_content", param=f"input.{index}")
+    return content
+
+
+def _input_content(parts: Sequence[Item], index: int, images: list[ImagePart]) -> str | list[dict[str, Any]]:
+    """A message's text; with images, its parts as a chat template reads them (text and image)."""
+    content: list[dict[str, Any]] = []
+    for number, part in enumerate(parts):
+        if part["type"] == "input_text":
+            content.append({"type": "text", "text": part["text"]})
+        elif part["type"] == "input_image" and isinstance(part.get("image_url"), str):
+            images.append(image_from_url(part["image_url"], f"input.{index}.content.{number}.image_url"))
+            content.append(dict(IMAGE_PART))
+        else:
+            what = "an input_image by file_id" if part["type"] == "input_image" else f"'{part['type']}'"
             raise ApiError(
                 400,
-                f"Content parts of type '{part['type']}' are not supported: the served model takes text only.",
+                f"Content parts of type {what} are not supported: pooled takes text and inline images.",
                 code="unsupported_content",
                 param=f"input.{index}.content",
             )
-        texts.append(part["text"])
-    return "".join(texts)
+    if any(part["type"] == "image" for part in content):
+        return content
+    return "".join(part["text"] for part in content)

@@ -4,13 +4,15 @@ tools, the constraint and the sampling."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.api import Constraint, GenerationRequest
+from engine.api import Constraint, GenerationRequest, Vision
+from engine.vision.images import PreparedImage
 from generated import models
 from handlers.api_error import ApiError
 from handlers.generation.constraints import ANY_JSON_OBJECT, constraint_factory, json_schema_grammar
+from handlers.generation.images import ImagePart, check_images_served, with_images
 from handlers.generation.prompt import ChatPrompt, render_chat
 from handlers.generation.sampling_params import SamplingFields, sampling_params
 from handlers.openai_responses.items import Item, conversation, input_items
@@ -30,6 +32,7 @@ class RenderedInput:
     items: list[Item]  # earlier turns and this input, in the stored shape: what is stored as input items
     tools: ResponseTools
     tool_plan: ToolPlan
+    images: tuple[PreparedImage, ...]  # each standing in the prompt as its tokens
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,12 @@ class ResponsePlan:
 
 
 def render_input(
-    body: PromptBody, template: ChatTemplate | None, tokenizer: Tokenizer, store: ResponseStore
+    body: PromptBody,
+    template: ChatTemplate | None,
+    tokenizer: Tokenizer,
+    store: ResponseStore,
+    vision: Vision | None = None,
+    max_images: int = 0,
 ) -> RenderedInput:
     """The prompt exactly as the model will see it (shared by generation and `input_tokens`)."""
     _refuse_unserved(body)
@@ -49,8 +57,12 @@ def render_input(
     plan = tool_plan(tools, body.tool_choice, body.parallel_tool_calls is not False)
     effort = body.reasoning.effort if body.reasoning else None
     switches: dict[str, Any] = {"enable_thinking": False} if effort == "none" else {}
-    prompt = render_chat(template, tokenizer, conversation(items, body.instructions), plan.use.offered, switches)
-    return RenderedInput(prompt, items, tools, plan)
+    images: list[ImagePart] = []
+    messages = conversation(items, body.instructions, images)
+    check_images_served(images, vision, max_images)
+    prompt = render_chat(template, tokenizer, messages, plan.use.offered, switches)
+    token_ids, prepared = with_images(prompt.token_ids, images, vision)
+    return RenderedInput(replace(prompt, token_ids=token_ids), items, tools, plan, prepared)
 
 
 def plan_response(
@@ -59,10 +71,12 @@ def plan_response(
     tokenizer: Tokenizer,
     store: ResponseStore,
     adapter: str | None = None,
+    vision: Vision | None = None,
+    max_images: int = 0,
 ) -> ResponsePlan:
     if body.background:
         raise ApiError(400, "Background responses are not served; leave 'background' unset.", param="background")
-    rendered = render_input(body, template, tokenizer, store)
+    rendered = render_input(body, template, tokenizer, store, vision, max_images)
     if not rendered.items:
         raise ApiError(400, "Nothing to answer: send 'input' or 'previous_response_id'.", param="input")
     logprobs = body.top_logprobs is not None or INCLUDE_LOGPROBS in (body.include or [])
@@ -80,7 +94,12 @@ def plan_response(
         else plan.use.constraint(tokenizer, rendered.prompt.tool_format) or _text_format(body.text, tokenizer)
     )
     generation = GenerationRequest(
-        rendered.prompt.token_ids, sampling, body.max_output_tokens, constraint=constraint, adapter=adapter
+        rendered.prompt.token_ids,
+        sampling,
+        body.max_output_tokens,
+        constraint=constraint,
+        adapter=adapter,
+        images=rendered.images,
     )
     return ResponsePlan(generation, rendered, logprobs)
 

@@ -98,6 +98,26 @@ class EngineSettings:
         "shape before serving. A process group always compiles every shape first.",
         change="reload",
     )
+    vision_enabled: bool = setting(
+        True,
+        boolean(),
+        "Take images when the model has a vision tower (Qwen2-VL, Qwen2.5-VL): image parts on Chat "
+        "Completions, Responses and Messages. false: the model serves text only and an image is a 400.",
+        change="reload",
+    )
+    max_image_pixels: int = setting(
+        1280 * 28 * 28,
+        integer(minimum=56 * 56),
+        "Most pixels an image is resized to before the vision tower (the model's own limit may be lower); "
+        "it bounds the tower's compiled sizes and an image's tokens (one per 28 x 28 pixels on Qwen2-VL).",
+        change="reload",
+    )
+    image_cache: int = setting(
+        64,
+        integer(minimum=0),
+        "Images whose embeddings the engine keeps (by their bytes), so an image sent again skips the tower.",
+        change="reload",
+    )
     prefix_cache_dir: str = setting(
         "~/.cache/pooled/prefix",
         text(),

@@ -131,6 +131,13 @@ class Settings(EngineSettings):
         "Inputs one /v1/embeddings request (or documents one rerank request) may hold; more is a 400.",
         change="live",
     )
+    max_images: int = setting(
+        16,
+        integer(minimum=1),
+        "Images one generation request (Chat Completions, Responses, Messages) may hold, for a model "
+        "that takes images; more is a 400.",
+        change="live",
+    )
     max_loras: int = setting(
         0,
         integer(minimum=0),

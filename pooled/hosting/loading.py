@@ -85,6 +85,9 @@ def engine_config(settings: Settings, checkpoint: Checkpoint) -> EngineConfig:
         max_loras=settings.max_loras,
         max_lora_rank=settings.max_lora_rank,
         compile_while_serving=settings.compile_while_serving,
+        vision_enabled=settings.vision_enabled,
+        max_image_pixels=settings.max_image_pixels,
+        image_cache_images=settings.image_cache,
     )
 
 

@@ -60,6 +60,7 @@ def generation_limits(settings: Settings) -> GenerationLimits:
         max_output_tokens_finish=settings.max_output_tokens_finish,
         keepalive_interval_s=settings.keepalive_interval,
         max_embedding_inputs=settings.max_embedding_inputs,
+        max_images=settings.max_images,
     )
 
 

@@ -1,0 +1,105 @@
+"""Images in a conversation: each API's image part → bytes, and the rendered prompt → the prompt
+the engine takes (each image's tokens, its prepared patches).
+
+An API's converter puts `{"type": "image"}` in a message's content list where an image stood
+(the part Hugging Face chat templates of vision models render as the model's image tokens: one
+image token for Qwen2-VL's `<|vision_start|><|image_pad|><|vision_end|>`) and collects the image's
+bytes in order. Once the template has rendered, each image token becomes as many as the image
+takes (engine/vision/images.py decides, by the model's own preprocessing rules).
+
+Images come inline only: data URIs (`data:image/png;base64,…`) and base64 blocks. A URL to fetch
+is a 400: the server reaches out to nowhere on a client's behalf.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.api import Vision
+from engine.vision.images import ImageError, PreparedImage, prepare_image
+from handlers.api_error import ApiError
+
+IMAGE_PART = {"type": "image"}
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    data: bytes
+    param: str  # the request's field it came from, for errors
+
+
+def image_from_url(url: str, param: str) -> ImagePart:
+    """A data URI's image; any other URL is a 400."""
+    if not url.startswith("data:"):
+        raise ApiError(
+            400,
+            "Images must come inline as data URIs (data:image/png;base64,...); this server fetches no URLs.",
+            code="invalid_image_url",
+            param=param,
+        )
+    header, _, payload = url.partition(",")
+    if not header.endswith(";base64"):
+        raise ApiError(400, "An image data URI must be base64 (data:<type>;base64,<data>).", "invalid_image_url", param)
+    return image_from_base64(payload, param)
+
+
+def image_from_base64(payload: str, param: str) -> ImagePart:
+    try:
+        return ImagePart(base64.b64decode(payload, validate=True), param)
+    except (binascii.Error, ValueError):
+        raise ApiError(400, "The image's base64 data is not valid base64.", code="invalid_image", param=param) from None
+
+
+def check_images_served(images: Sequence[ImagePart], vision: Vision | None, max_images: int) -> None:
+    """Before rendering: a model that takes no images, or too many images, is a 400."""
+    if not images:
+        return
+    if vision is None:
+        raise ApiError(
+            400,
+            "This model takes no images: it has no vision encoder (or the server runs with --vision-enabled false).",
+            code="images_not_supported",
+            param=images[0].param,
+        )
+    if len(images) > max_images:
+        raise ApiError(
+            400,
+            f"The request holds {len(images)} images; this server takes at most {max_images} (--max-images).",
+            code="too_many_images",
+            param=images[max_images].param,
+        )
+
+
+def with_images(
+    prompt_ids: Sequence[int], images: Sequence[ImagePart], vision: Vision | None
+) -> tuple[tuple[int, ...], tuple[PreparedImage, ...]]:
+    """The rendered prompt with each image token repeated as many times as its image takes, and
+    the images prepared for the model; `check_images_served` has passed."""
+    if not images:
+        return tuple(prompt_ids), ()
+    assert vision is not None
+    prepared = []
+    for image in images:
+        try:
+            prepared.append(prepare_image(image.data, vision.rules))
+        except ImageError as error:
+            raise ApiError(400, f"The image cannot be used: {error}", code="invalid_image", param=image.param) from None
+    placed = sum(token == vision.image_token_id for token in prompt_ids)
+    if placed != len(prepared):
+        raise ApiError(
+            400,
+            f"The chat template placed {placed} images for the {len(prepared)} the messages hold.",
+            code="template_error",
+            param=images[0].param,
+        )
+    expanded: list[int] = []
+    pending = iter(prepared)
+    for token in prompt_ids:
+        if token == vision.image_token_id:
+            expanded += [token] * next(pending).tokens
+        else:
+            expanded.append(token)
+    return tuple(expanded), tuple(prepared)
