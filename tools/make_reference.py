@@ -1,6 +1,6 @@
 """Writes golden files under tests/goldens/ from reference implementations (needs the `reference` extra).
 
-python tools/make_reference.py {tiny,encoders,lora,minilm,smollm2,tokenizer,vision,all} [--out tests/goldens]
+python tools/make_reference.py {tiny,encoders,lora,minilm,smollm2,tokenizer,vision,vision_models,all} [--out tests/goldens]
 """
 
 import argparse
@@ -17,6 +17,7 @@ GENERATORS = {
     "smollm2": "tools.reference.smollm2_gguf",
     "tokenizer": "tools.reference.tokenizer_corpus",
     "vision": "tools.reference.vision_preprocess",
+    "vision_models": "tools.reference.tiny_vision",
 }
 
 

@@ -30,6 +30,10 @@ from pooled.configuration.setting_types import (
 )
 
 
+# The body limit while the model takes images (seed 004): images come inline as base64.
+VISION_MAX_BODY = 384 * MIB
+
+
 @dataclass(frozen=True)
 class Settings(EngineSettings):
     """The server's configuration; defaults are the documented ones."""
@@ -235,7 +239,8 @@ class Settings(EngineSettings):
     max_body: int = setting(
         4 * MIB,
         integer(minimum=1),
-        "Largest request body in bytes; a larger one is 413 before it is parsed.",
+        "Largest request body in bytes; a larger one is 413 before it is parsed. While the model takes "
+        "images (inline, base64) the limit is at least 384 MiB.",
         change="live",
     )
     max_queue: int = setting(

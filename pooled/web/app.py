@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp
@@ -15,7 +16,7 @@ from handlers.response_store import ResponseStore
 from pooled.configuration.config_service import Reloader, SettingsConfig
 from pooled.configuration.live_settings import LiveSettings
 from pooled.configuration.setting_sources import LoadedSettings
-from pooled.configuration.settings import Settings
+from pooled.configuration.settings import VISION_MAX_BODY, Settings
 from pooled.web import error_bodies
 from pooled.web.counting import RequestCounting
 from pooled.web.guards import Guards
@@ -87,4 +88,13 @@ def build_app(settings: Settings, server: ServerContext) -> ASGIApp:
     counted: ASGIApp = RequestCounting(app, server.counters)
     if settings.rate_limit_rpm is not None:
         counted = RateLimit(counted, settings.rate_limit_rpm, server.counters)
-    return Guards(counted, settings, lambda: server.access)
+    return Guards(counted, settings, lambda: served_access(server))
+
+
+def served_access(server: ServerContext) -> AccessRules:
+    """The access rules in force: while the model takes images (they come inline, base64), the
+    body limit is at least VISION_MAX_BODY."""
+    access, engine = server.access, server.model.engine
+    if engine is not None and engine.vision is not None and access.max_body < VISION_MAX_BODY:
+        return replace(access, max_body=VISION_MAX_BODY)
+    return access
