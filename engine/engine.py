@@ -107,6 +107,13 @@ class Engine(IntakeFront):
         (engine/device/process_group.py) whose followers have loaded `model` too: they build the same
         runner and make every runner call this engine makes."""
         pages = pool_pages(model, config)
+        rules = None
+        tower = model.config.vision
+        if tower is not None and config.vision_enabled:
+            source = model.source if model.source.is_dir() else model.source.parent
+            rules = served_rules(source, tower.patch_size, tower.merge_size, config.max_image_pixels)
+            # The tower's compiled sizes stop at the largest image the model's own rules allow.
+            config = replace(config, max_image_pixels=rules.max_pixels)
         if group is not None:
             # Every process must run the same programs in the same order: a group compiles every
             # shape before serving, none while idle.
@@ -126,12 +133,7 @@ class Engine(IntakeFront):
             }
         )
         eos = frozenset(model.config.eos_token_ids)
-        vision = None
-        if runner.image_token_id is not None and model.config.vision is not None:
-            tower = model.config.vision
-            source = model.source if model.source.is_dir() else model.source.parent
-            rules = served_rules(source, tower.patch_size, tower.merge_size, config.max_image_pixels)
-            vision = Vision(runner.image_token_id, rules)
+        vision = None if runner.image_token_id is None or rules is None else Vision(runner.image_token_id, rules)
         return cls(runner, pages, config, eos, report, namespace, encoders, vision)
 
     def submit(self, request: GenerationRequest, sink: Sink) -> int:
