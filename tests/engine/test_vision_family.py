@@ -46,9 +46,10 @@ def test_logits_with_two_images_match_transformers(name: str, bucket: int, tmp_p
     index = rope_index(tokens.tolist(), IMAGE_TOKEN, IMAGE_GRIDS, MERGE)
     decoder = model.family.model(c, jnp.float32)
     decoder_params = {k: v for k, v in model.params.items() if k != "vision"}
+    keyed = np.where(tokens == IMAGE_TOKEN, -1, tokens)  # the engine's image tokens are below zero
     logits, _ = decoder.apply(
         {"params": decoder_params},
-        tokens[None],
+        keyed[None],
         np.arange(len(tokens), dtype=np.int32)[None],
         media=media,
         rope_positions=index.positions[None],

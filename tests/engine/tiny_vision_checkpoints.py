@@ -140,8 +140,12 @@ def _random_vision_tensor(rng: np.random.Generator, name: str, shape: tuple[int,
 
 def build_tiny_vision_checkpoint(name: str, directory: Path) -> Path:
     """Writes config.json and model.safetensors for TINY_VISION_MODELS[name] into `directory`."""
-    config = TINY_VISION_MODELS[name]
-    rng = np.random.default_rng(SEED)
+    return write_vision_checkpoint(TINY_VISION_MODELS[name], directory, SEED)
+
+
+def write_vision_checkpoint(config: dict[str, Any], directory: Path, seed: int) -> Path:
+    """config.json and random weights (numpy, `seed`) for a vision-language `config`, hub layout."""
+    rng = np.random.default_rng(seed)
     decoder = {**config, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}
     tensors = {n: random_tensor(rng, n, shape) for n, shape in sorted(hf_tensor_shapes(decoder).items())}
     tensors |= {n: _random_vision_tensor(rng, n, s) for n, s in sorted(vision_tensor_shapes(config).items())}

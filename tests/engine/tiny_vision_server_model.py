@@ -14,12 +14,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from safetensors.numpy import save_file
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-from tests.engine.tiny_checkpoints import SEED, hf_tensor_shapes, random_tensor
-from tests.engine.tiny_vision_checkpoints import TINY_VISION_MODELS, _random_vision_tensor, vision_tensor_shapes
+from tests.engine.tiny_checkpoints import SEED
+from tests.engine.tiny_vision_checkpoints import TINY_VISION_MODELS, write_vision_checkpoint
 
 # transformers' Qwen2Tokenizer pre-tokenizer pattern (the one in Qwen2/2.5's tokenizer.json).
 _SPLIT = (
@@ -213,13 +211,7 @@ def build_tiny_vision_server_model(directory: Path) -> Path:
     """Writes the tiny Qwen2.5-VL serving directory into `directory` (created if missing)."""
     config = server_config()
     ids = token_ids()
-    rng = np.random.default_rng(SEED + 10)
-    decoder = {**config, "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}
-    tensors = {n: random_tensor(rng, n, shape) for n, shape in sorted(hf_tensor_shapes(decoder).items())}
-    tensors |= {n: _random_vision_tensor(rng, n, s) for n, s in sorted(vision_tensor_shapes(config).items())}
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(config, indent=2))
-    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    write_vision_checkpoint(config, directory, SEED + 10)
     (directory / "tokenizer.json").write_text(tokenizer_json())
     added = {
         str(ids[token]): {
