@@ -77,7 +77,7 @@ def chat_messages(messages: Sequence[models.ChatMessage], images: list[ImagePart
 
 def _message(message: models.ChatMessage, index: int, images: list[ImagePart]) -> Message:
     role = {"developer": "system", "function": "tool"}.get(message.role, message.role)
-    neutral: Message = {"role": role, "content": _content(message.content, index, images)}
+    neutral: Message = {"role": role, "content": _content(message.content, index, images if role == "user" else None)}
     calls = [_call(call) for call in message.tool_calls or []]
     if message.function_call:  # the deprecated single call
         calls.append({"type": "function", "function": dict(message.function_call)})
@@ -94,9 +94,10 @@ def _message(message: models.ChatMessage, index: int, images: list[ImagePart]) -
 
 
 def _content(
-    content: str | list[models.ChatContentPart] | None, index: int, images: list[ImagePart]
+    content: str | list[models.ChatContentPart] | None, index: int, images: list[ImagePart] | None
 ) -> str | list[dict[str, Any]]:
-    """The message's text; with images, its parts as a chat template reads them (text and image)."""
+    """The message's text; with images (a user message's: `images` is None for other roles), its
+    parts as a chat template reads them (text and image)."""
     if content is None or isinstance(content, str):
         return content or ""
     parts: list[dict[str, Any]] = []
@@ -105,7 +106,7 @@ def _content(
             parts.append({"type": "text", "text": part.text or ""})
         elif part.type == "refusal":
             parts.append({"type": "text", "text": part.refusal or ""})
-        elif part.type == "image_url":
+        elif part.type == "image_url" and images is not None:
             url = (part.image_url or {}).get("url")
             param = f"messages.{index}.content.{number}.image_url"
             if not isinstance(url, str):
@@ -115,7 +116,8 @@ def _content(
         else:
             raise ApiError(
                 400,
-                f"Content parts of type '{part.type}' are not supported: pooled takes text and images.",
+                f"Content parts of type '{part.type}' are not supported here: pooled takes text, and images "
+                "in user messages.",
                 code="unsupported_content",
                 param=f"messages.{index}.content",
             )
