@@ -8,6 +8,7 @@ const SETTINGS_STORAGE = "pooled.settings";
 const SAMPLING_FIELDS = ["temperature", "top_p", "top_k", "min_p", "max_tokens", "seed"];
 const INTEGER_FIELDS = new Set(["top_k", "max_tokens", "seed"]);
 const REFRESH_MS = 2000;
+const IMAGE_TYPES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
 
 const $ = (id) => document.getElementById(id);
 
@@ -69,8 +70,40 @@ function loadConversations() {
 let conversations = loadConversations();
 let current = null;
 
+// A message's content is a string, or (a user message with images) a list of OpenAI content
+// parts: {type: "text", text} then {type: "image_url", image_url: {url: "data:…"}}.
+function messageText(message) {
+  const content = message.content || "";
+  if (typeof content === "string") return content;
+  return content
+    .filter((part) => part.type === "text")
+    .map((part) => part.text)
+    .join("\n");
+}
+
+function messageImages(message) {
+  if (!Array.isArray(message.content)) return [];
+  return message.content.filter((part) => part.type === "image_url").map((part) => part.image_url.url);
+}
+
+// Images make conversations large: when localStorage is full, they are kept without their images
+// (the page keeps them until it is reloaded).
 function saveConversations() {
-  localStorage.setItem(CONVERSATIONS_STORAGE, JSON.stringify(conversations));
+  try {
+    localStorage.setItem(CONVERSATIONS_STORAGE, JSON.stringify(conversations));
+  } catch {
+    const withoutImages = conversations.map((conversation) => ({
+      ...conversation,
+      messages: conversation.messages.map((message) =>
+        Array.isArray(message.content) ? { ...message, content: messageText(message) } : message,
+      ),
+    }));
+    try {
+      localStorage.setItem(CONVERSATIONS_STORAGE, JSON.stringify(withoutImages));
+    } catch {
+      /* still too large: kept in this page only */
+    }
+  }
 }
 
 function newConversation() {
@@ -139,7 +172,7 @@ function renderMessage(message, index) {
   const box = document.createElement("div");
   box.className = `message ${message.role}${message.error ? " error" : ""}`;
   box.dataset.index = index;
-  const split = splitThinking(message.content || "");
+  const split = splitThinking(messageText(message));
   const thinking = (message.reasoning || "") + split.thinking;
   if (thinking) {
     const details = document.createElement("details");
@@ -152,6 +185,19 @@ function renderMessage(message, index) {
   text.className = "text";
   text.textContent = split.answer;
   box.append(text);
+  const images = messageImages(message);
+  if (images.length) {
+    const row = document.createElement("div");
+    row.className = "images";
+    for (const url of images) {
+      const image = document.createElement("img");
+      image.className = "thumb";
+      image.alt = "an attached image";
+      image.src = url;
+      row.append(image);
+    }
+    box.append(row);
+  }
   for (const call of message.tool_calls || []) {
     const tool = document.createElement("div");
     tool.className = "tool-call";
@@ -392,16 +438,72 @@ async function complete(extra) {
   }
 }
 
+// ---- an image attached to the next message: read as a data URI, shown under the message box ----
+
+let attachment = null; // { url, name }
+let attaching = null; // the FileReader's promise while it reads
+
+function renderAttachment() {
+  $("attachment").hidden = !attachment;
+  $("attachment-thumb").src = attachment ? attachment.url : "";
+  $("attachment-name").textContent = attachment ? attachment.name : "";
+}
+
+function clearAttachment() {
+  attachment = null;
+  $("attach").value = "";
+  renderAttachment();
+}
+
+function readImage(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.addEventListener("load", () => resolve(reader.result));
+    reader.addEventListener("error", () => reject(reader.error || new Error("the file could not be read")));
+    reader.readAsDataURL(file);
+  });
+}
+
+async function attachImage() {
+  const file = $("attach").files[0];
+  $("attach-error").textContent = "";
+  if (!file) return;
+  if (!IMAGE_TYPES.has(file.type)) {
+    $("attach-error").textContent = `${file.name} is not a PNG, JPEG, GIF or WebP image`;
+    clearAttachment();
+    return;
+  }
+  attaching = readImage(file);
+  try {
+    attachment = { url: await attaching, name: file.name };
+  } catch (error) {
+    $("attach-error").textContent = `${file.name}: ${error.message}`;
+    attachment = null;
+  } finally {
+    attaching = null;
+    $("attach").value = ""; // choosing the same file again attaches it again
+    renderAttachment();
+  }
+}
+
 async function send(event) {
   event.preventDefault();
   if (controller) return;
+  if (attaching) await attaching.catch(() => null);
   const text = $("prompt").value.trim();
-  if (!text) return;
+  if (!text && !attachment) return;
   const extra = checkedAdvancedFields();
   if (!extra) return;
   $("prompt").value = "";
-  if (!current.messages.length) current.title = text.slice(0, 40);
-  current.messages.push({ role: "user", content: text });
+  if (!current.messages.length) current.title = (text || `Image: ${attachment.name}`).slice(0, 40);
+  let content = text;
+  if (attachment) {
+    content = [];
+    if (text) content.push({ type: "text", text });
+    content.push({ type: "image_url", image_url: { url: attachment.url } });
+    clearAttachment();
+  }
+  current.messages.push({ role: "user", content });
   saveConversations();
   renderConversations();
   await complete(extra);
@@ -563,6 +665,8 @@ function start() {
     if (event.key === "Enter" && !event.shiftKey) send(event);
   });
   $("stop").addEventListener("click", () => controller && controller.abort());
+  $("attach").addEventListener("change", attachImage);
+  $("attachment-remove").addEventListener("click", clearAttachment);
   $("new-chat").addEventListener("click", () => controller || newConversation());
   $("system").addEventListener("change", () => {
     current.system = $("system").value;
