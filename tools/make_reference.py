@@ -1,6 +1,8 @@
 """Writes golden files under tests/goldens/ from reference implementations (needs the `reference` extra).
 
-python tools/make_reference.py {tiny,encoders,lora,minilm,smollm2,tokenizer,vision,vision_models,all} [--out tests/goldens]
+python tools/make_reference.py WHICH [--out tests/goldens]
+
+WHICH: tiny, encoders, lora, minilm, smollm2, tokenizer, vision, vision_models or all.
 """
 
 import argparse

@@ -29,7 +29,6 @@ from pooled.configuration.setting_types import (
     text,
 )
 
-
 # The body limit while the model takes images (seed 004): images come inline as base64.
 VISION_MAX_BODY = 384 * MIB
 
