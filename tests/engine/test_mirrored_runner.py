@@ -24,6 +24,7 @@ class RecordingRunner:
 
     lanes, page_size, max_context, batched_chunk, page_bytes = 4, 4, 64, 2, 8
     draft_tokens = draft_rows = adapter_slots = adapter_rank = 0
+    image_token_id = None  # a text model's
     mask_words = 2
 
     def __init__(self) -> None:
