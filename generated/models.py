@@ -1314,6 +1314,18 @@ class Config(BaseModel):
     """
     `--compile-while-serving` (reload)
     """
+    vision_enabled: StrictBool
+    """
+    `--vision-enabled` (reload)
+    """
+    max_image_pixels: Annotated[StrictInt, Field(ge=3136)]
+    """
+    `--max-image-pixels` (reload)
+    """
+    image_cache: Annotated[StrictInt, Field(ge=0)]
+    """
+    `--image-cache` (reload)
+    """
     prefix_cache_dir: str
     """
     `--prefix-cache-dir` (reload)
@@ -1401,6 +1413,10 @@ class Config(BaseModel):
     max_embedding_inputs: Annotated[StrictInt, Field(ge=1)]
     """
     `--max-embedding-inputs` (live)
+    """
+    max_images: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--max-images` (live)
     """
     max_loras: Annotated[StrictInt, Field(ge=0)]
     """
@@ -1616,6 +1632,9 @@ class ConfigOrigins(BaseModel):
     draft_tokens: ConfigOrigin
     draft_rows: ConfigOrigin
     compile_while_serving: ConfigOrigin
+    vision_enabled: ConfigOrigin
+    max_image_pixels: ConfigOrigin
+    image_cache: ConfigOrigin
     prefix_cache_dir: ConfigOrigin
     prefix_cache_disk: ConfigOrigin
     devices: ConfigOrigin
@@ -1638,6 +1657,7 @@ class ConfigOrigins(BaseModel):
     rerank_model: ConfigOrigin
     encoder_batch_tokens: ConfigOrigin
     max_embedding_inputs: ConfigOrigin
+    max_images: ConfigOrigin
     max_loras: ConfigOrigin
     max_lora_rank: ConfigOrigin
     lora: ConfigOrigin

@@ -415,6 +415,7 @@ class Engine:
     def __init__(self) -> None:
         self.state, self.failure = "serving", None
         self.max_queue: list[int] = []
+        self.vision = None  # a text model's
 
     def drain(self) -> None:
         pass

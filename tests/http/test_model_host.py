@@ -101,6 +101,7 @@ class Engine:
     def __init__(self, name: str, idle: bool = True) -> None:
         self.name, self.idle = name, idle
         self.state, self.failure = "serving", None
+        self.vision = None  # a text model's
         self.calls: list[str] = []
         self.kv_pool, self.weights = np.zeros(1024, np.uint8), np.zeros(256, np.uint8)
 
