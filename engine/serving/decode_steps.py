@@ -151,9 +151,9 @@ class DecodeSteps:
             position = len(row.tokens) - 1 + ahead
             draft = drafts[i] if drafts else ()
             draws = row.generated + ahead
-            media = row.request.media
-            shift = 0 if media is None else media.rope.shift
-            step_rows.append(DecodeRow(row.lane, position, row.tokens[-1], draws, row.constraint, draft, shift))
+            step_rows.append(
+                DecodeRow(row.lane, position, row.tokens[-1], draws, row.constraint, draft, row.rope_shift)
+            )
         return step_rows
 
     # --- drafts -----------------------------------------------------------------------------

@@ -56,7 +56,9 @@ class Request:
             prompt, self.media = keyed_prompt(prompt, image_token_id, self.request.images)
         for index in range(self.request.n):
             seed = int.from_bytes(os.urandom(4)) if sampling.seed is None else hash((sampling.seed, index))
-            self.rows.append(Row(self, index, list(prompt), seed & 0xFFFFFFFF, factory() if factory else None))
+            row = Row(self, index, list(prompt), seed & 0xFFFFFFFF, factory() if factory else None)
+            row.rope_shift = 0 if self.media is None else self.media.rope.shift
+            self.rows.append(row)
         self.rows_unfinished = self.request.n
         return list(self.rows)
 
@@ -77,6 +79,7 @@ class Row:
     last_token_at: float = 0.0
     done: bool = False
     drafts: PromptLookup | None = None  # while it decodes, when its sampling lets drafts be checked
+    rope_shift: int = 0  # M-RoPE: its tokens after the prompt turn at their place plus this (images)
 
 
 @dataclass(eq=False)
