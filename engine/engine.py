@@ -110,8 +110,7 @@ class Engine(IntakeFront):
         rules = None
         tower = model.config.vision
         if tower is not None and config.vision_enabled:
-            source = model.source if model.source.is_dir() else model.source.parent
-            rules = served_rules(source, tower.patch_size, tower.merge_size, config.max_image_pixels)
+            rules = served_rules(model.image_processor, tower.patch_size, tower.merge_size, config.max_image_pixels)
             # The tower's compiled sizes stop at the largest image the model's own rules allow.
             config = replace(config, max_image_pixels=rules.max_pixels)
         if group is not None:

@@ -1370,6 +1370,10 @@ class Config(BaseModel):
     """
     `--model` (restart)
     """
+    mmproj: str | None
+    """
+    `--mmproj` (restart)
+    """
     models_dir: str
     """
     `--models-dir` (restart)
@@ -1646,6 +1650,7 @@ class ConfigOrigins(BaseModel):
     config: ConfigOrigin
     profile: ConfigOrigin
     model: ConfigOrigin
+    mmproj: ConfigOrigin
     models_dir: ConfigOrigin
     catalog: ConfigOrigin
     switch_allow_implicit: ConfigOrigin

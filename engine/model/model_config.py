@@ -128,6 +128,8 @@ class ModelConfig:
         rope_theta = d.get("rope_theta", rope_dict.get("rope_theta", 10000.0))
         attention_bias = bool(d.get("attention_bias", False))
         eos = d.get("eos_token_id")
+        # A vision family's language model alone (a GGUF without its projector) takes no images.
+        tower = traits.vision if "vision_config" in top else None
         window = d.get("sliding_window") if d.get("use_sliding_window", True) else None
         if window and window < max_positions:
             log.warning("sliding-window attention is not supported; the context is limited to the window (%d)", window)
@@ -159,8 +161,8 @@ class ModelConfig:
             sliding_window=window,
             context_length=min(max_positions, window or max_positions),
             mrope_section=tuple(int(n) for n in rope_dict.get("mrope_section") or ()),
-            vision=VisionConfig.from_hf(top["vision_config"], traits.vision, hidden) if traits.vision else None,
-            image_token_id=top.get("image_token_id") if traits.vision else None,
+            vision=None if tower is None else VisionConfig.from_hf(top["vision_config"], tower, hidden),
+            image_token_id=None if tower is None else top.get("image_token_id"),
         )
 
     def weights_at(self, path: str) -> str:

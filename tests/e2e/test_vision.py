@@ -21,6 +21,7 @@ from PIL import Image
 from tests.e2e.conftest import running_server
 from tests.engine.tiny_vision_server_model import build_tiny_vision_server_model
 from tests.http.test_serve_process import SMALL_ENGINE
+from tools.vision_gguf import write_pair
 
 
 def _png(width: int, height: int, seed: int) -> bytes:
@@ -158,3 +159,22 @@ def test_a_text_only_model_refuses_an_image_in_each_apis_shape(server: str) -> N
             messages=[{"role": "user", "content": [block]}],
             max_tokens=1,  # type: ignore[list-item]
         )
+
+
+def test_llama_cpps_gguf_pair_answers_as_the_safetensors_folder(
+    vision_server: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The same model as a language GGUF and its mmproj GGUF, given as llama-server takes them
+    (`--model … --mmproj …`): the same prompt tokens and the same greedy answer to an image chat."""
+    folder = build_tiny_vision_server_model(tmp_path_factory.mktemp("vlm-pair") / "model")
+    language, mmproj = write_pair(folder, tmp_path_factory.mktemp("pair"))
+    messages = _chat_messages(OTHER_IMAGE, text="What is in this one?")
+    answers = []
+    with running_server(tmp_path_factory, [*SMALL_ENGINE, "--model", str(language), "--mmproj", str(mmproj)]) as pair:
+        for base in (vision_server, pair):
+            client = OpenAI(base_url=f"{base}/v1", api_key="none")
+            answers.append(client.chat.completions.create(model="any", messages=messages, max_tokens=4, temperature=0))
+    (folder_answer, pair_answer) = answers
+    assert pair_answer.usage is not None and folder_answer.usage is not None
+    assert pair_answer.usage.prompt_tokens == folder_answer.usage.prompt_tokens
+    assert pair_answer.choices[0].message.content == folder_answer.choices[0].message.content

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.model.checkpoint.loader import load_model
+from engine.model.checkpoint.loader import LoadedModel, load_model
 from engine.model.layers.vision import VisionTower, tower_inputs
 from engine.vision.rope_index import rope_index
 from tests.engine.tiny_vision_checkpoints import (
@@ -19,6 +19,7 @@ from tests.engine.tiny_vision_checkpoints import (
     build_tiny_vision_checkpoint,
     tiny_image_patches,
 )
+from tools.vision_gguf import write_pair
 
 GOLDENS = Path(__file__).resolve().parent.parent / "goldens" / "tiny"
 
@@ -31,15 +32,31 @@ def _golden(name: str) -> dict:
 @pytest.mark.parametrize("bucket", [84, 128])
 def test_logits_with_two_images_match_transformers(name: str, bucket: int, tmp_path: Path) -> None:
     """`bucket` patches: the images exactly, or padded (padding must not change a real patch)."""
-    expected = _golden(name)
     model = load_model(
         build_tiny_vision_checkpoint(name, tmp_path / name), cache_dir=tmp_path / "cache", progress=False
     )
+    np.testing.assert_allclose(_two_image_logits(model, bucket), _golden(name)["logits"], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", sorted(TINY_VISION_MODELS))
+def test_llama_cpp_gguf_pair_matches_transformers(name: str, tmp_path: Path) -> None:
+    """The same checkpoint as llama.cpp's language GGUF and mmproj GGUF (float32) reads as the
+    same model: its projector type picks the tower, its file the image token and M-RoPE sections."""
+    language, mmproj = write_pair(build_tiny_vision_checkpoint(name, tmp_path / name), tmp_path / "gguf")
+    model = load_model(language, mmproj=mmproj, cache_dir=tmp_path / "cache", progress=False)
+    assert model.family.name == name and model.config.mrope_section == (2, 3, 3)
+    assert model.image_processor is not None and model.image_processor["patch_size"] == 14
+    np.testing.assert_allclose(_two_image_logits(model, 84), _golden(name)["logits"], atol=1e-4, rtol=0)
+
+
+def _two_image_logits(model: LoadedModel, bucket: int) -> np.ndarray:
+    """The decoder's logits [T, V] over the golden's prompt, its two images through the tower in one
+    call of `bucket` patches."""
     c = model.config
     assert c.vision is not None and c.image_token_id == IMAGE_TOKEN
     images = list(zip(tiny_image_patches(), IMAGE_GRIDS, strict=True))
     embeddings = VisionTower(c.vision).apply({"params": model.params["vision"]}, tower_inputs(c.vision, images, bucket))
-    tokens = np.asarray(expected["tokens"], np.int32)
+    tokens = np.asarray(_golden(model.config.model_type)["tokens"], np.int32)
     image_rows = np.flatnonzero(tokens == IMAGE_TOKEN)
     media = np.zeros((1, len(tokens), c.hidden_size), np.float32)
     media[0, image_rows] = np.asarray(embeddings)[: len(image_rows)]
@@ -54,7 +71,7 @@ def test_logits_with_two_images_match_transformers(name: str, bucket: int, tmp_p
         media=media,
         rope_positions=index.positions[None],
     )
-    np.testing.assert_allclose(np.asarray(logits)[0], expected["logits"], atol=1e-4, rtol=0)
+    return np.asarray(logits)[0]
 
 
 def test_rope_index_matches_the_reference_layout() -> None:

@@ -356,6 +356,8 @@ def test_folder_models_lists_what_is_not_a_catalog_entry(tmp_path: Path) -> None
     (tmp_path / "ggufs").mkdir()
     (tmp_path / "ggufs" / "b.gguf").write_bytes(b"GGUF")
     (tmp_path / "ggufs" / "a.gguf").write_bytes(b"GGUF")
+    (tmp_path / "ggufs" / "mmproj-a-f16.gguf").write_bytes(b"GGUF")  # a's projector: not a model
+    (tmp_path / "mmproj-loose.gguf").write_bytes(b"GGUF")
     (tmp_path / "empty").mkdir()
     (tmp_path / "tiny").mkdir()  # a catalog entry's folder
     (tmp_path / "tiny" / "model.gguf").write_bytes(b"GGUF")

@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gguf as gguf_writer
+
 from pooled.configuration.settings import Settings
-from pooled.hosting.model_paths import model_path_problems
+from pooled.hosting.model_paths import model_path_problems, projector_for
 from tests.http.test_serve_process import free_port
 
 
@@ -89,3 +91,44 @@ def test_serve_exits_2_naming_every_bad_path_before_it_listens(tmp_path: Path) -
     assert f"--rerank-model {tmp_path}/missing: no such file or folder" in finished.stderr
     assert f"--lora a={tmp_path}/notes.txt: a file whose name does not end in .gguf" in finished.stderr
     assert "listening" not in finished.stderr and "Uvicorn running" not in finished.stderr
+
+
+def language_gguf(path: Path, architecture: str) -> Path:
+    """A GGUF whose header names `architecture` (what choosing a projector reads), no tensors."""
+    writer = gguf_writer.GGUFWriter(path, architecture)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_qwen2vl_gguf_takes_mmproj_or_its_one_projector_beside_it(tmp_path: Path) -> None:
+    (tmp_path / "vlm").mkdir()
+    vlm = language_gguf(tmp_path / "vlm" / "Qwen2.5-VL-3B-Q4_K_M.gguf", "qwen2vl")
+    assert projector_for(vlm, Settings()) is None
+    beside = gguf(tmp_path / "vlm" / "mmproj-Qwen2.5-VL-3B-f16.gguf")
+    assert projector_for(vlm, Settings()) == beside
+    assert projector_for(vlm, Settings(mmproj=str(tmp_path / "elsewhere.gguf"))) == tmp_path / "elsewhere.gguf"
+    gguf(tmp_path / "vlm" / "mmproj-Qwen2.5-VL-3B-q8_0.gguf")
+    assert projector_for(vlm, Settings()) is None  # two: which one is the user's to say
+    text_model = language_gguf(tmp_path / "vlm" / "SmolLM2.gguf", "llama")
+    assert projector_for(text_model, Settings(mmproj=str(beside))) is None
+
+
+def test_mmproj_needs_a_qwen2vl_gguf_model(tmp_path: Path) -> None:
+    projector = gguf(tmp_path / "mmproj.gguf")
+    assert model_path_problems(language_gguf(tmp_path / "vlm.gguf", "qwen2vl"), Settings(mmproj=str(projector))) == []
+    text_model = language_gguf(tmp_path / "text.gguf", "llama")
+    assert model_path_problems(text_model, Settings(mmproj=str(projector))) == [
+        f"--mmproj {projector}: a projector goes with a qwen2vl GGUF (Qwen2-VL, Qwen2.5-VL); "
+        f"--model {text_model} is of architecture 'llama'"
+    ]
+    folder = model_folder(tmp_path / "folder")
+    assert model_path_problems(folder, Settings(mmproj=str(projector)))[0].endswith(
+        f"--model {folder} is a safetensors folder (its vision tower is in it)"
+    )
+    missing = tmp_path / "missing.gguf"
+    assert model_path_problems(tmp_path / "vlm.gguf", Settings(mmproj=str(missing))) == [
+        f"--mmproj {missing}: no such file or folder; give llama.cpp's mmproj GGUF"
+    ]

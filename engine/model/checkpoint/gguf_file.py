@@ -7,6 +7,7 @@ with comes back as a `BlockMatrix` instead: the file's own rows, never dequantiz
 """
 
 import copy
+import itertools
 import re
 import struct
 from collections.abc import Callable, Iterator, Mapping
@@ -21,6 +22,7 @@ from engine.errors import CheckpointError
 from engine.model import gguf_weights
 from engine.model.checkpoint.block_matrix import BlockMatrix
 from engine.model.checkpoint.gguf_header import GGUFHeader, HeaderTensor, read_header
+from engine.model.checkpoint.gguf_mmproj import LANGUAGE_ARCHITECTURE, Mmproj, read_mmproj
 from engine.model.checkpoint.raw import RawCheckpoint
 from engine.model.families import GGUF_FAMILIES, family_for_hf_config
 
@@ -102,21 +104,54 @@ ROPE_FACTORS_TENSOR = "rope_freqs.weight"
 LLAMA3_ORIGINAL_CONTEXT = 8192
 
 
-def read_gguf(path: Path) -> RawCheckpoint:
-    """Open `path`; raise `CheckpointError` if it is not a complete GGUF file of a supported model."""
+# The token whose embedding an image's fill (Qwen2-VL's), looked up in a language GGUF's vocabulary.
+IMAGE_TOKEN = "<|image_pad|>"
+
+
+def read_gguf(path: Path, mmproj: Path | None = None) -> RawCheckpoint:
+    """Open `path`; raise `CheckpointError` if it is not a complete GGUF file of a supported model.
+    With `mmproj`, llama.cpp's projector file for it (engine/model/checkpoint/gguf_mmproj.py): the
+    pair reads as one vision-language checkpoint."""
     reader = open_reader(path)
     metadata = reader_metadata(reader, path)
     hf_config = _hf_config(metadata, {tensor.name: tensor for tensor in reader.tensors}, path)
+    tensors = GGUFTensors(reader.tensors, hf_config, path)
+    image_processor = None
+    if mmproj is not None:
+        if metadata["general.architecture"] != LANGUAGE_ARCHITECTURE:
+            raise CheckpointError(
+                f"{mmproj} is a projector for a {LANGUAGE_ARCHITECTURE} language model; "
+                f"{path} is {metadata['general.architecture']}"
+            )
+        projector = _projector(mmproj, hf_config["hidden_size"])
+        tokens = metadata.get("tokenizer.ggml.tokens", [])
+        if IMAGE_TOKEN not in tokens:
+            raise CheckpointError(f"{path}: its vocabulary has no {IMAGE_TOKEN} token for images")
+        hf_config |= {
+            "architectures": [projector.architecture],
+            "vision_config": projector.vision_config,
+            "image_token_id": tokens.index(IMAGE_TOKEN),
+        }
+        tensors = tensors.joined(projector.tensors)
+        image_processor = projector.image_processor
     return RawCheckpoint(
         hf_config=hf_config,
-        tensors=GGUFTensors(reader.tensors, hf_config, path),
+        tensors=tensors,
         source=path,
         tokenizer_dir=None,
         chat_template=metadata.get("tokenizer.chat_template"),
         gguf_metadata=metadata,
         projection_blocks=_projection_blocks(reader.tensors),
         matrix_formats=tuple(sorted({tensor.tensor_type.name for tensor in reader.tensors if _is_matrix(tensor)})),
+        image_processor=image_processor,
     )
+
+
+def _projector(path: Path, decoder_width: int) -> Mmproj:
+    header = open_reader(path)
+    for tensor in header.tensors:
+        check_tensor_type(tensor, path)
+    return read_mmproj(header, path, decoder_width)
 
 
 def _is_matrix(tensor: HeaderTensor) -> bool:
@@ -180,10 +215,12 @@ def check_tensor_type(tensor: HeaderTensor, path: Path) -> None:
 
 
 class GGUFTensors(Mapping[str, np.ndarray]):
-    """HF-named float32 view of a GGUF file's tensors, dequantized on each lookup."""
+    """HF-named float32 view of a GGUF file's tensors, dequantized on each lookup (and of another
+    file's, `joined`: a projector's)."""
 
     def __init__(self, tensors: list[HeaderTensor], hf_config: dict, path: Path) -> None:
         self._blocks = False
+        self._joined: Mapping[str, np.ndarray] = {}
         self._entries: dict[str, tuple[HeaderTensor, int | None, _Transform | None]] = {}
         for tensor in tensors:
             check_tensor_type(tensor, path)
@@ -207,12 +244,21 @@ class GGUFTensors(Mapping[str, np.ndarray]):
         self._entries[f"{prefix}.{BLOCK_TENSORS[part]}.{suffix}"] = (tensor, None, _rotary_fix(part, hf_config))
 
     def as_blocks(self) -> "GGUFTensors":
-        """These tensors with each matrix in a served block format as a `BlockMatrix`."""
+        """These tensors with each matrix in a served block format as a `BlockMatrix` (the joined
+        ones stay float)."""
         view = copy.copy(self)
         view._blocks = True
         return view
 
+    def joined(self, other: Mapping[str, np.ndarray]) -> "GGUFTensors":
+        """These tensors and `other`'s (names apart)."""
+        view = copy.copy(self)
+        view._joined = other
+        return view
+
     def __getitem__(self, name: str) -> np.ndarray:
+        if name in self._joined:
+            return self._joined[name]
         tensor, expert, transform = self._entries[name]
         if self._blocks and expert is None and _is_matrix(tensor) and tensor.tensor_type.name in gguf_weights.FORMATS:
             shape = (int(tensor.shape[1]), int(tensor.shape[0]))  # ggml lists the input dimension first
@@ -223,10 +269,10 @@ class GGUFTensors(Mapping[str, np.ndarray]):
         return weights if transform is None else transform(weights)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
+        return itertools.chain(self._entries, self._joined)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._entries) + len(self._joined)
 
 
 def _rotary_fix(part: str, hf_config: dict) -> _Transform | None:
@@ -284,6 +330,9 @@ def _hf_config(metadata: dict[str, Any], tensors: Mapping[str, HeaderTensor], pa
     config.setdefault("vocab_size", len(metadata.get("tokenizer.ggml.tokens", ())))
     config["tie_word_embeddings"] = "output.weight" not in tensors
     config.update(family.traits.gguf_config)
+    if sections := metadata.get(f"{arch}.rope.dimension_sections"):
+        # M-RoPE (qwen2vl): llama.cpp pads HF's three sections (time, row, column) to four.
+        config["rope_scaling"] = {"rope_type": "mrope", "mrope_section": [int(n) for n in sections[:3]]}
     if ROPE_FACTORS_TENSOR in tensors:
         factors = np.array(dequantize(tensors[ROPE_FACTORS_TENSOR].data, tensors[ROPE_FACTORS_TENSOR].tensor_type))
         rotary_dim = metadata.get(f"{arch}.rope.dimension_count", config["head_dim"])

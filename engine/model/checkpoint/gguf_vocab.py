@@ -17,6 +17,7 @@ from engine.errors import CheckpointError
 TOKEN_TYPE_UNKNOWN = 2
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
+TOKEN_TYPE_UNUSED = 5  # padding to the model's vocabulary size ("[PAD151665]")
 
 _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -133,14 +134,15 @@ def _merges_from_scores(tokens: list[str], scores: list[float], vocab: dict[str,
 
 
 def _add_marked_tokens(tokenizer: BackendTokenizer, metadata: Mapping[str, Any]) -> None:
-    """Make control tokens special and user-defined ones whole, as llama.cpp matches both in text."""
+    """Make control tokens special and user-defined ones whole, as llama.cpp matches both in text;
+    unused ones special too, so that they decode to nothing, as llama.cpp's pieces of them are."""
     tokens = metadata["tokenizer.ggml.tokens"]
     types = metadata.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     tokenizer.add_special_tokens(
         [
             AddedToken(t, special=True, normalized=False)
             for t, kind in zip(tokens, types, strict=True)
-            if kind == TOKEN_TYPE_CONTROL
+            if kind in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_UNUSED)
         ]
     )
     tokenizer.add_tokens(
@@ -187,7 +189,7 @@ def wordpiece_from_gguf(metadata: Mapping[str, Any]) -> BackendTokenizer:
         [
             AddedToken(p, special=True, normalized=False)
             for p, kind in zip(pieces, types, strict=True)
-            if kind == TOKEN_TYPE_CONTROL
+            if kind in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_UNUSED)
         ]
     )
     tokenizer.post_processor = processors.TemplateProcessing(

@@ -38,7 +38,12 @@ from engine.model import gguf_weights, int8, kernels
 from engine.model.checkpoint.block_matrix import BlockMatrix
 from engine.model.checkpoint.prepared_cache import PreparedCache, fingerprint
 from engine.model.checkpoint.raw import RawCheckpoint
-from engine.model.checkpoint.safetensors_dir import checkpoint_files, read_chat_template, read_safetensors_dir
+from engine.model.checkpoint.safetensors_dir import (
+    checkpoint_files,
+    read_chat_template,
+    read_image_processor,
+    read_safetensors_dir,
+)
 from engine.model.families import Family, family_for_hf_config
 from engine.model.forward import ForwardFn, abstract_params, make_forward
 from engine.model.layers.kv_cache import LayerCache, init_layer_caches
@@ -64,6 +69,8 @@ class LoadedModel:
     source: Path
     tokenizer_dir: Path | None
     chat_template: str | None
+    # A vision-language model's image preprocessing (preprocessor_config.json's fields); None: the defaults.
+    image_processor: dict[str, Any] | None
     from_cache: bool  # parameters were restored from the prepared cache
     quantization: str  # one of QUANTIZATIONS, "auto" resolved
     fingerprint: str  # of the checkpoint files and dtype (the prepared cache's key)
@@ -110,8 +117,10 @@ def load_model(
     rope_scaling: str | None = None,
     quantization: str = "none",
     prepared_cache: bool = True,
+    mmproj: str | Path | None = None,
 ) -> LoadedModel:
     """Loads a safetensors directory or `.gguf` file; raises CheckpointError with a one-line reason.
+    `mmproj`: llama.cpp's projector GGUF for a `.gguf` language model (its vision tower).
 
     Without `prepared_cache` the cache of prepared parameters is neither read nor written (a
     process group: writing it is collective, over a folder every host would have to share).
@@ -129,12 +138,14 @@ def load_model(
     is_gguf = path.suffix == ".gguf"
     if not is_gguf and not path.is_dir():
         raise CheckpointError(f"{path} is neither a model directory nor a .gguf file")
-    files_fingerprint = fingerprint([path] if is_gguf else checkpoint_files(path), dtype)
+    projector = _projector_path(mmproj, is_gguf)
+    files = ([path] if is_gguf else checkpoint_files(path)) + ([projector] if projector else [])
+    files_fingerprint = fingerprint(files, dtype)
     cache = PreparedCache(cache_root(cache_dir), files_fingerprint)
     mesh = make_mesh(devices)
 
     meta = cache.lookup() if prepared_cache else None
-    raw = _read(path, is_gguf) if meta is None else None
+    raw = _read(path, is_gguf, projector) if meta is None else None
     if meta is None:
         assert raw is not None
         meta = {
@@ -143,6 +154,7 @@ def load_model(
             "chat_template": raw.chat_template,
             "projection_blocks": raw.projection_blocks,
             "matrix_formats": list(raw.matrix_formats),
+            "image_processor": raw.image_processor,
         }
 
     family = family_for_hf_config(meta["hf_config"])
@@ -153,7 +165,7 @@ def load_model(
         quantization = resolve_quantization(meta, family, mesh, required=quantization == "gguf")
     params: Any  # the family's parameter tree
     if quantization == "gguf":
-        raw = raw or _read(path, is_gguf)
+        raw = raw or _read(path, is_gguf, projector)
         config, params = _block_params(raw, family, config, dtype, mesh, progress)
         model = family.model(config, DTYPES[dtype])
     else:
@@ -162,7 +174,7 @@ def load_model(
         shardings = shardings_for(shapes, logical, mesh)
         params = _restore(cache, shapes, shardings) if raw is None else None
         if params is None:
-            raw = raw or _read(path, is_gguf)
+            raw = raw or _read(path, is_gguf, projector)
             params = _prepare(family.convert(raw.tensors, config), shapes, shardings, progress)
             if prepared_cache:
                 log.info("saving prepared parameters to %s", cache.entry)
@@ -189,6 +201,7 @@ def load_model(
         # The cache holds prepared parameters; a directory's template is read at every load, so an
         # edited one is served (a GGUF's lives in the fingerprinted file itself).
         chat_template=meta["chat_template"] if is_gguf else read_chat_template(path),
+        image_processor=meta.get("image_processor") if is_gguf or config.vision is None else read_image_processor(path),
         from_cache=raw is None,
         quantization=quantization,
         fingerprint=files_fingerprint,
@@ -296,11 +309,25 @@ def _int8_params(params: Any, model: Any, mesh: Mesh) -> Any:
     return quantize(params)
 
 
-def _read(path: Path, is_gguf: bool) -> RawCheckpoint:
+def _projector_path(mmproj: str | Path | None, is_gguf: bool) -> Path | None:
+    if mmproj is None:
+        return None
+    projector = Path(mmproj).expanduser()
+    if not is_gguf:
+        raise CheckpointError(
+            f"an mmproj file ({projector}) goes with a GGUF language model; "
+            "a safetensors directory holds its vision tower itself"
+        )
+    if not projector.is_file():
+        raise CheckpointError(f"mmproj file {projector} does not exist")
+    return projector
+
+
+def _read(path: Path, is_gguf: bool, mmproj: Path | None) -> RawCheckpoint:
     if is_gguf:
         from engine.model.checkpoint.gguf_file import read_gguf  # gguf parsing is only needed for .gguf paths
 
-        return read_gguf(path)
+        return read_gguf(path, mmproj)
     return read_safetensors_dir(path)
 
 

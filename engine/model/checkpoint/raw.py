@@ -27,3 +27,6 @@ class RawCheckpoint:
     # The GGML types of a GGUF file's matrices (every tensor of two dimensions, the embedding and
     # output head included), sorted: whether `--quantization gguf` can serve them. () for safetensors.
     matrix_formats: tuple[str, ...] = ()
+    # A vision-language checkpoint's image preprocessing, as preprocessor_config.json gives it
+    # (a GGUF pair: its mmproj file's); None: the directory's own file, read at each load, or none.
+    image_processor: dict | None = None

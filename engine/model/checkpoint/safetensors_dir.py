@@ -139,6 +139,17 @@ def read_chat_template(directory: Path) -> str | None:
     return None
 
 
+def read_image_processor(directory: Path) -> dict[str, Any] | None:
+    """A vision-language checkpoint's preprocessor_config.json, or None where it has none."""
+    config_file = directory / "preprocessor_config.json"
+    if not config_file.is_file():
+        return None
+    try:
+        return dict(json.loads(config_file.read_text()))
+    except (json.JSONDecodeError, TypeError, ValueError) as error:
+        raise CheckpointError(f"{config_file} is not a JSON object ({error})") from None
+
+
 def read_safetensors_dir(directory: Path) -> RawCheckpoint:
     hf_config = read_hf_config(directory)
     files = [f for f in checkpoint_files(directory) if f.suffix == ".safetensors"]

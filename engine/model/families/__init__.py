@@ -9,8 +9,11 @@ from engine.model.families.qwen3 import Qwen3
 from engine.model.families.qwen3_moe import Qwen3Moe
 
 FAMILIES: tuple[Family, ...] = (Llama(), Qwen2(), Qwen3(), Qwen3Moe(), Qwen2VL(), Qwen25VL())
-# GGUF `general.architecture` -> family, in the order of FAMILIES.
-GGUF_FAMILIES: dict[str, Family] = {family.gguf_architecture: family for family in FAMILIES}
+# GGUF `general.architecture` -> family, in the order of FAMILIES; where families share one (Qwen2-VL's
+# and Qwen2.5-VL's language model, "qwen2vl"), the first: the projector file tells them apart.
+GGUF_FAMILIES: dict[str, Family] = {}
+for _family in FAMILIES:
+    GGUF_FAMILIES.setdefault(_family.gguf_architecture, _family)
 
 _BY_ARCHITECTURE: dict[str, Family] = {
     **{arch: family for family in FAMILIES for arch in family.hf_architectures},

@@ -1,7 +1,9 @@
 """Qwen2-VL and Qwen2.5-VL: a Qwen2 decoder with M-RoPE and a vision tower (engine/model/layers/vision.py).
 
 Checkpoints come in two layouts: the hub's (`model.layers…`, `visual.…`) and the one transformers
-5 saves (`model.language_model.layers…`, `model.visual.…`); both are read.
+5 saves (`model.language_model.layers…`, `model.visual.…`); both are read. llama.cpp's split form
+(a "qwen2vl" language GGUF and its mmproj GGUF) reads as the hub's layout
+(engine/model/checkpoint/gguf_mmproj.py); the language GGUF alone serves text.
 """
 
 from collections.abc import Iterator, Mapping
@@ -53,8 +55,8 @@ class Qwen2VL(Qwen2):
         if "model.language_model.embed_tokens.weight" in tensors:
             tensors = _HubNames(tensors)
         yield from super().convert(tensors, config)
-        assert config.vision is not None
-        yield "vision", self.convert_vision(TensorSource(tensors), config.vision)
+        if config.vision is not None:  # a language GGUF without its projector serves text
+            yield "vision", self.convert_vision(TensorSource(tensors), config.vision)
 
     def convert_vision(self, get: TensorSource, v: VisionConfig) -> ParamTree:
         def dense(name: str) -> ParamTree:
@@ -96,5 +98,4 @@ class Qwen2VL(Qwen2):
 class Qwen25VL(Qwen2VL):
     name = "qwen2_5_vl"
     hf_architectures = ("Qwen2_5_VLForConditionalGeneration",)
-    gguf_architecture = "qwen25vl"
     traits = FamilyTraits(qkv_bias=True, vision="qwen2_5_vl")
