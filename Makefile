@@ -41,7 +41,8 @@ test-packages:
 # QUANT_ARGS go to the figures on the default model requantized by llama-quantize (Q4_K_M and
 # Q8_0, served from their own blocks), EMBEDDING_ARGS to the embeddings figures
 # (tools/embedding_bench.py), LORA_ARGS to the LoRA ones (tools/lora_bench.py), HOST_PATH_ARGS to
-# the host path's CPU proxy (tools/host_path_bench.py).
+# the host path's CPU proxy (tools/host_path_bench.py), VISION_ARGS to the image chats against
+# llama-server --mmproj (tools/vision_bench.py).
 QUANT_ARGS ?= --no-long --rounds 2
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py $(ARGS)
@@ -49,6 +50,7 @@ bench: $(STAMP)
 	$(BIN)/python tools/embedding_bench.py $(EMBEDDING_ARGS)
 	$(BIN)/python tools/lora_bench.py $(LORA_ARGS)
 	$(BIN)/python tools/host_path_bench.py $(HOST_PATH_ARGS)
+	$(BIN)/python tools/vision_bench.py $(VISION_ARGS)
 
 # One turn of Claude Code, Codex and opencode (three providers) against `pooled serve` as `make
 # serve` runs it; the clients come from the npm registry (pinned, ~/.cache/pooled/agents).

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection
 
+from engine.api import Vision
 from handlers.api_error import ApiError
 from handlers.context import LibraryRefused, ModelLibrary, ModelService, ServerContext, context
 from handlers.models_folder import library_error
@@ -119,6 +121,19 @@ def _switches_to(server: ServerContext, library: ModelLibrary, name: str) -> boo
     if adapters is not None and any(entry.name == name for entry in adapters.listing()):
         return False
     return library.names_model(name)
+
+
+@contextlib.contextmanager
+def counting_images(model: ModelService, unavailable_status: int) -> Iterator[Vision | None]:
+    """How the model takes images, for a route that counts a prompt's tokens (it answers from the
+    tokenizer while the engine compiles). An image's tokens need the engine's rules: an image met
+    before the engine is up gets the loading answer (503, Retry-After), not "takes no images"."""
+    try:
+        yield model.engine.vision if model.engine is not None else None
+    except ApiError as error:
+        if error.code == "images_not_supported" and model.engine is None:
+            raise not_serving(model, unavailable_status) from None
+        raise
 
 
 def loaded_tokenizer(model: ModelService, unavailable_status: int = 503) -> Tokenizer:

@@ -10,7 +10,7 @@ from fastapi import Request
 
 from generated import models
 from handlers.api_error import ApiError
-from handlers.availability import loaded_tokenizer
+from handlers.availability import counting_images, loaded_tokenizer
 from handlers.context import context
 from handlers.generation.images import ImagePart, check_images_served, with_images
 from handlers.generation.prompt import render_chat
@@ -29,9 +29,8 @@ async def tokenize(request: Request, body: models.TokenizeRequest) -> models.Tok
         tools = function_tools(query.tools or [], [])
         images: list[ImagePart] = []
         messages = chat_messages(query.messages, images)
-        # An image's tokens depend on the model's preprocessing, which its engine knows once loaded.
-        vision = model.engine.vision if model.engine is not None else None
-        check_images_served(images, vision, context(request).limits.max_images)
+        with counting_images(model, 503) as vision:
+            check_images_served(images, vision, context(request).limits.max_images)
         prompt = render_chat(
             model.chat_template,
             tokenizer,

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine.device.compiled_shapes import geometric_buckets
-from engine.model.layers.vision import TowerInputs, VisionTower, tower_inputs
+from engine.model.layers.vision import QUERY_CHUNK, TowerInputs, VisionTower, tower_inputs
 from engine.model.vision_config import VisionConfig
 from engine.vision.images import PreparedImage
 
@@ -30,9 +30,8 @@ SMALLEST_TOWER_BUCKET = 256
 
 def tower_buckets(config: VisionConfig, max_image_pixels: int) -> list[int]:
     """The tower's compiled sizes in patches: doubling up to the patches of an image of
-    `max_image_pixels` (smart_resize keeps an image at or under it), in whole merge units."""
-    unit = config.merge_unit
-    largest = math.ceil(max_image_pixels / config.patch_size**2 / unit) * unit
+    `max_image_pixels` (smart_resize keeps an image at or under it), in whole chunks of queries."""
+    largest = math.ceil(max_image_pixels / config.patch_size**2 / QUERY_CHUNK) * QUERY_CHUNK
     return geometric_buckets(min(SMALLEST_TOWER_BUCKET, largest), largest, 2)
 
 

@@ -59,3 +59,8 @@ class VisionConfig:
     @property
     def merge_unit(self) -> int:
         return self.merge_size**2
+
+    @property
+    def window_patches(self) -> int:
+        """The most patches a window holds (Qwen2.5-VL's windowed blocks)."""
+        return (self.window_size // self.patch_size) ** 2

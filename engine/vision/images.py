@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageOps
 
 from engine.errors import CheckpointError
 
@@ -158,7 +158,8 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
 
 
 def decode_image(data: bytes, max_decoded_pixels: int = MAX_DECODED_PIXELS) -> Image.Image:
-    """The image in `data` as an RGB PIL image, its transparency composited onto white."""
+    """The image in `data` as an RGB PIL image, turned upright by its EXIF orientation (a phone's
+    photo, as transformers' `load_image` turns it), its transparency composited onto white."""
     try:
         # Only the header is read here; pixels are decoded by load() below, after the size check.
         image = Image.open(io.BytesIO(data), formats=_FORMATS)
@@ -173,7 +174,7 @@ def decode_image(data: bytes, max_decoded_pixels: int = MAX_DECODED_PIXELS) -> I
         )
     try:
         image.load()
-        return _to_rgb(image)
+        return _to_rgb(ImageOps.exif_transpose(image))
     except Exception as e:  # truncated or corrupt data past the header
         raise ImageError(f"the {image.format} image could not be decoded: {_reason(e)}") from None
 

@@ -13,7 +13,7 @@ from fastapi.responses import Response
 from generated import models
 from handlers.anthropic_messages.request import messages_prompt, plan_message
 from handlers.anthropic_messages.response import PING, MessageStream, message
-from handlers.availability import loaded_tokenizer, serving_for
+from handlers.availability import counting_images, loaded_tokenizer, serving_for
 from handlers.context import context
 from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
@@ -43,8 +43,8 @@ async def count_message_tokens(
     """The prompt's exact length as `create_message` renders it; needs the tokenizer only, not the engine."""
     server = context(request)
     tokenizer = loaded_tokenizer(server.model, MESSAGES_API.unavailable)
-    vision = server.model.engine.vision if server.model.engine is not None else None
-    prompt, _, _ = messages_prompt(
-        body, server.model.chat_template, tokenizer, server.volatile_lines, vision, server.limits.max_images
-    )
+    with counting_images(server.model, MESSAGES_API.unavailable) as vision:
+        prompt, _, _ = messages_prompt(
+            body, server.model.chat_template, tokenizer, server.volatile_lines, vision, server.limits.max_images
+        )
     return models.AnthropicCountTokensResponse(input_tokens=len(prompt.token_ids))

@@ -8,7 +8,7 @@ from starlette.requests import HTTPConnection
 
 from generated import models
 from handlers.api_error import ApiError
-from handlers.availability import Serving, loaded_tokenizer, serving_for
+from handlers.availability import Serving, counting_images, loaded_tokenizer, serving_for
 from handlers.context import context
 from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
@@ -48,10 +48,10 @@ async def count_response_input_tokens(
 ) -> models.ResponseInputTokens:
     server = context(request)
     tokenizer = loaded_tokenizer(server.model, RESPONSES_API.unavailable)
-    vision = server.model.engine.vision if server.model.engine is not None else None
-    rendered = render_input(
-        body, server.model.chat_template, tokenizer, server.responses, vision, server.limits.max_images
-    )
+    with counting_images(server.model, RESPONSES_API.unavailable) as vision:
+        rendered = render_input(
+            body, server.model.chat_template, tokenizer, server.responses, vision, server.limits.max_images
+        )
     return models.ResponseInputTokens(object="response.input_tokens", input_tokens=len(rendered.prompt.token_ids))
 
 

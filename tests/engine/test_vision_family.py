@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine.model.checkpoint.loader import LoadedModel, load_model
-from engine.model.layers.vision import VisionTower, tower_inputs
+from engine.model.layers.vision import QUERY_CHUNK, VisionTower, tower_inputs
 from engine.vision.rope_index import rope_index
 from tests.engine.tiny_vision_checkpoints import (
     IMAGE_GRIDS,
@@ -29,13 +29,16 @@ def _golden(name: str) -> dict:
 
 
 @pytest.mark.parametrize("name", sorted(TINY_VISION_MODELS))
-@pytest.mark.parametrize("bucket", [84, 128])
-def test_logits_with_two_images_match_transformers(name: str, bucket: int, tmp_path: Path) -> None:
-    """`bucket` patches: the images exactly, or padded (padding must not change a real patch)."""
+@pytest.mark.parametrize(("bucket", "query_chunk"), [(84, QUERY_CHUNK), (128, QUERY_CHUNK), (84, 28), (128, 32)])
+def test_logits_with_two_images_match_transformers(name: str, bucket: int, query_chunk: int, tmp_path: Path) -> None:
+    """`bucket` patches: the images exactly, or padded (padding must not change a real patch);
+    their queries attended all at once, or a chunk at a time (a windowed block's chunk reading
+    only the keys around it: the tiny windows are 16 patches)."""
     model = load_model(
         build_tiny_vision_checkpoint(name, tmp_path / name), cache_dir=tmp_path / "cache", progress=False
     )
-    np.testing.assert_allclose(_two_image_logits(model, bucket), _golden(name)["logits"], atol=1e-4, rtol=0)
+    logits = _two_image_logits(model, bucket, query_chunk)
+    np.testing.assert_allclose(logits, _golden(name)["logits"], atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("name", sorted(TINY_VISION_MODELS))
@@ -49,13 +52,14 @@ def test_llama_cpp_gguf_pair_matches_transformers(name: str, tmp_path: Path) -> 
     np.testing.assert_allclose(_two_image_logits(model, 84), _golden(name)["logits"], atol=1e-4, rtol=0)
 
 
-def _two_image_logits(model: LoadedModel, bucket: int) -> np.ndarray:
+def _two_image_logits(model: LoadedModel, bucket: int, query_chunk: int = QUERY_CHUNK) -> np.ndarray:
     """The decoder's logits [T, V] over the golden's prompt, its two images through the tower in one
     call of `bucket` patches."""
     c = model.config
     assert c.vision is not None and c.image_token_id == IMAGE_TOKEN
     images = list(zip(tiny_image_patches(), IMAGE_GRIDS, strict=True))
-    embeddings = VisionTower(c.vision).apply({"params": model.params["vision"]}, tower_inputs(c.vision, images, bucket))
+    tower = VisionTower(c.vision, query_chunk=query_chunk)
+    embeddings = tower.apply({"params": model.params["vision"]}, tower_inputs(c.vision, images, bucket))
     tokens = np.asarray(_golden(model.config.model_type)["tokens"], np.int32)
     image_rows = np.flatnonzero(tokens == IMAGE_TOKEN)
     media = np.zeros((1, len(tokens), c.hidden_size), np.float32)

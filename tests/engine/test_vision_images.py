@@ -72,6 +72,18 @@ def test_transparency_composited_onto_white() -> None:
     assert np.all(np.asarray(image)[:, :16] == 255)  # the fully transparent columns
 
 
+def test_a_photo_is_turned_upright_by_its_exif_orientation() -> None:
+    pixels = np.zeros((20, 40, 3), np.uint8)
+    pixels[:, :20] = 255  # the left half white
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation: the camera was held turned; shown turned 90 degrees clockwise
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="JPEG", exif=exif)
+    upright = np.asarray(decode_image(out.getvalue()))
+    assert upright.shape == (40, 20, 3)
+    assert upright[:18].mean() > 240 and upright[22:].mean() < 15  # the left half is now the top
+
+
 def test_garbage_bytes() -> None:
     for data in (b"", b"not an image at all", b"\x89PNG\r\n\x1a\n" + b"\x00" * 40):
         with pytest.raises(ImageError, match="could not be read"):

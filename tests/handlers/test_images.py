@@ -2,6 +2,7 @@
 
 import base64
 import io
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -10,7 +11,9 @@ from PIL import Image
 from engine.api import Vision
 from engine.vision.images import ImageRules
 from handlers.api_error import ApiError
+from handlers.availability import counting_images
 from handlers.generation.images import ImagePart, check_images_served, image_from_url, with_images
+from tests.conftest import StubModel
 
 IMAGE_TOKEN = 9
 VISION = Vision(IMAGE_TOKEN, ImageRules())
@@ -50,3 +53,17 @@ def test_refusals() -> None:
         with_images([1, 2], one, VISION)
     with pytest.raises(ApiError, match="cannot be used"):
         with_images([IMAGE_TOKEN], [ImagePart(b"not an image", "p")], VISION)
+
+
+def test_an_image_counted_before_the_engine_is_up_gets_the_loading_answer() -> None:
+    """Counting routes answer from the tokenizer while the engine compiles; an image's tokens need
+    the engine's rules, so an image then is "retry later", not "this model takes no images"."""
+    loading = StubModel(state="loading")
+    with pytest.raises(ApiError) as raised, counting_images(loading, 529) as vision:
+        assert vision is None
+        check_images_served([ImagePart(_png(28, 28), "messages.0.content.0")], vision, 4)
+    assert (raised.value.status, raised.value.code) == (529, "model_not_ready")
+    assert raised.value.headers["Retry-After"] == "5"
+    text_only = StubModel(state="serving", engine=SimpleNamespace(vision=None))
+    with pytest.raises(ApiError, match="takes no images"), counting_images(text_only, 503) as vision:
+        check_images_served([ImagePart(_png(28, 28), "messages.0.content.0")], vision, 4)
