@@ -12,7 +12,7 @@ from generated import models
 from handlers.api_error import ApiError
 from handlers.availability import counting_images, loaded_tokenizer
 from handlers.context import context
-from handlers.generation.images import ImagePart, check_images_served, with_images
+from handlers.generation.images import ImagePart, check_images_served, planned, with_images
 from handlers.generation.prompt import render_chat
 from handlers.openai_chat.request import chat_messages, function_tools
 
@@ -39,7 +39,7 @@ async def tokenize(request: Request, body: models.TokenizeRequest) -> models.Tok
             query.chat_template_kwargs,
             add_generation_prompt=query.add_generation_prompt is not False,
         )
-        tokens = list(with_images(prompt.token_ids, images, vision)[0])
+        tokens = list((await planned(vision, lambda: with_images(prompt.token_ids, images, vision)))[0])
         if query.add_special_tokens and tokenizer.bos_token_id is not None and tokens[:1] != [tokenizer.bos_token_id]:
             tokens.insert(0, tokenizer.bos_token_id)
     answer = models.TokenizeResponse(count=len(tokens), max_model_len=model.ctx or 1, tokens=tokens)

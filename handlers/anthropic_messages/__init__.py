@@ -18,6 +18,7 @@ from handlers.context import context
 from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
 from handlers.generation.engine_bridge import MESSAGES_API, open_generations
+from handlers.generation.images import planned
 from handlers.generation.sse import EventStream
 
 
@@ -29,7 +30,12 @@ async def create_message(
     server, model, tokenizer, limits = ready.server, ready.model, ready.tokenizer, ready.server.limits
     adapter = chosen_adapter(model, body.model)
     vision = model.engine.vision if model.engine is not None else None
-    plan = plan_message(body, model.chat_template, tokenizer, server.volatile_lines, adapter, vision, limits.max_images)
+    plan = await planned(
+        vision,
+        lambda: plan_message(
+            body, model.chat_template, tokenizer, server.volatile_lines, adapter, vision, limits.max_images
+        ),
+    )
     if body.stream:
         (generation,), close = await open_generations(model, [plan.generation], limits, MESSAGES_API)
         stream = MessageStream(plan, generation, answering_model(model, plan.generation.adapter), tokenizer)
@@ -44,7 +50,10 @@ async def count_message_tokens(
     server = context(request)
     tokenizer = loaded_tokenizer(server.model, MESSAGES_API.unavailable)
     with counting_images(server.model, MESSAGES_API.unavailable) as vision:
-        prompt, _, _ = messages_prompt(
-            body, server.model.chat_template, tokenizer, server.volatile_lines, vision, server.limits.max_images
+        prompt, _, _ = await planned(
+            vision,
+            lambda: messages_prompt(
+                body, server.model.chat_template, tokenizer, server.volatile_lines, vision, server.limits.max_images
+            ),
         )
     return models.AnthropicCountTokensResponse(input_tokens=len(prompt.token_ids))

@@ -10,6 +10,7 @@ from handlers.availability import serving_for
 from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
 from handlers.generation.engine_bridge import CHAT_API, open_generations
+from handlers.generation.images import planned
 from handlers.generation.sse import EventStream
 from handlers.openai_chat.request import plan_chat
 from handlers.openai_chat.response import ChatStream, chat_completion
@@ -22,7 +23,9 @@ async def create_chat_completion(
     model, tokenizer, limits = ready.model, ready.tokenizer, ready.server.limits
     adapter = chosen_adapter(model, body.model, body.lora_adapter)
     vision = model.engine.vision if model.engine is not None else None
-    plan = plan_chat(body, model.chat_template, tokenizer, adapter, vision, limits.max_images)
+    plan = await planned(
+        vision, lambda: plan_chat(body, model.chat_template, tokenizer, adapter, vision, limits.max_images)
+    )
     if body.stream:
         (generation,), close = await open_generations(model, [plan.generation], limits, CHAT_API)
         stream = ChatStream(plan, generation, answering_model(model, plan.generation.adapter), tokenizer)

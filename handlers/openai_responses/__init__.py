@@ -13,6 +13,7 @@ from handlers.context import context
 from handlers.generation.adapter_choice import answering_model, chosen_adapter
 from handlers.generation.disconnect import unless_disconnected
 from handlers.generation.engine_bridge import RESPONSES_API, open_generations
+from handlers.generation.images import planned
 from handlers.generation.sse import EventStream
 from handlers.openai_responses.echo import echoed_fields
 from handlers.openai_responses.request import plan_response, render_input
@@ -36,8 +37,11 @@ async def prepared_response(
     server, model, tokenizer = ready.server, ready.model, ready.tokenizer
     adapter = chosen_adapter(model, body.model)
     vision = model.engine.vision if model.engine is not None else None
-    plan = plan_response(
-        body, model.chat_template, tokenizer, server.responses, adapter, vision, server.limits.max_images
+    plan = await planned(
+        vision,
+        lambda: plan_response(
+            body, model.chat_template, tokenizer, server.responses, adapter, vision, server.limits.max_images
+        ),
     )
     store = server.responses if body.store is not False else None
     return ready, ResponseRun(plan, echoed_fields(body, answering_model(model, adapter)), store, tokenizer)
@@ -49,8 +53,11 @@ async def count_response_input_tokens(
     server = context(request)
     tokenizer = loaded_tokenizer(server.model, RESPONSES_API.unavailable)
     with counting_images(server.model, RESPONSES_API.unavailable) as vision:
-        rendered = render_input(
-            body, server.model.chat_template, tokenizer, server.responses, vision, server.limits.max_images
+        rendered = await planned(
+            vision,
+            lambda: render_input(
+                body, server.model.chat_template, tokenizer, server.responses, vision, server.limits.max_images
+            ),
         )
     return models.ResponseInputTokens(object="response.input_tokens", input_tokens=len(rendered.prompt.token_ids))
 

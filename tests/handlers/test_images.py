@@ -1,7 +1,9 @@
 """Image parts → bytes, and a rendered prompt → the engine's prompt (handlers/generation/images.py)."""
 
+import asyncio
 import base64
 import io
+import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,7 +14,7 @@ from engine.api import Vision
 from engine.vision.images import ImageRules
 from handlers.api_error import ApiError
 from handlers.availability import counting_images
-from handlers.generation.images import ImagePart, check_images_served, image_from_url, with_images
+from handlers.generation.images import ImagePart, check_images_served, image_from_url, planned, with_images
 from tests.conftest import StubModel
 
 IMAGE_TOKEN = 9
@@ -67,3 +69,15 @@ def test_an_image_counted_before_the_engine_is_up_gets_the_loading_answer() -> N
     text_only = StubModel(state="serving", engine=SimpleNamespace(vision=None))
     with pytest.raises(ApiError, match="takes no images"), counting_images(text_only, 503) as vision:
         check_images_served([ImagePart(_png(28, 28), "messages.0.content.0")], vision, 4)
+
+
+def test_a_plan_runs_off_the_event_loop_where_the_model_takes_images() -> None:
+    async def threads() -> tuple[int, int, int]:
+        return (
+            threading.get_ident(),
+            await planned(None, threading.get_ident),
+            await planned(VISION, threading.get_ident),
+        )
+
+    loop, text_only_plan, image_plan = asyncio.run(threads())
+    assert text_only_plan == loop and image_plan != loop
