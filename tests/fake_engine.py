@@ -27,6 +27,7 @@ from engine.api import (
     TokenLogprob,
     Tokens,
     Usage,
+    Vision,
 )
 from engine.device.runner_api import EncodeRunner
 from engine.encoders.encoding import check_encode
@@ -52,7 +53,7 @@ class FakeEngine:
         self.encoders = dict(encoders or {})
         self.vocab_size = vocab_size
         self.stop_ids = stop_ids
-        self.vision = None  # a text model's
+        self.vision: Vision | None = None  # a text model's
         self.submitted: list[GenerationRequest] = []
         self.admitted: dict[int, Admission] = {}  # by request id
         self.cancelled: set[int] = set()
@@ -64,7 +65,8 @@ class FakeEngine:
     def submit(self, request: GenerationRequest, sink: Callable[[EngineEvent], None]) -> int:
         if self.queue_full_after is not None and len(self.submitted) >= self.queue_full_after:
             raise QueueFull(retry_after_s=3)
-        admission = admit(request, self.max_context, self.decode_lanes)
+        image_token = None if self.vision is None else self.vision.image_token_id
+        admission = admit(request, self.max_context, self.decode_lanes, image_token)
         self.submitted.append(request)
         request_id = next(self._ids)
         self.admitted[request_id] = admission

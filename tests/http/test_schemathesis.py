@@ -23,24 +23,32 @@ from schemathesis.checks import (
 )
 from schemathesis.specs.openapi.checks import negative_data_rejection
 
+from engine.api import Vision
 from engine.encoders.encoder_model import EncoderRunner, load_encoder
-from engine.model.checkpoint.gguf_file import read_gguf_metadata
+from engine.vision.images import ImageRules
 from pooled.configuration.settings import Settings
 from pooled.hosting.loading import encoder_service
-from pooled.hosting.model_host import default_model_path
 from pooled.web.app import build_app, server_context
 from tests.conftest import BASE_URL, StubModel
 from tests.engine.tiny_encoders import build_tiny_encoder, encoder_tokenizer
+from tests.engine.tiny_vision_server_model import (
+    CHAT_TEMPLATE,
+    MAX_PIXELS,
+    MIN_PIXELS,
+    build_tiny_vision_server_model,
+    token_ids,
+)
 from tests.fake_engine import FakeEngine
 from text import ChatTemplate, Tokenizer
 
 # The model routes run for real (tokenizer, chat template, the whole generation layer; tiny real
 # encoders for embeddings and rerank); only the engine's queue is a scripted double, so fuzzed
-# requests reach every check a real request meets.
-_metadata = read_gguf_metadata(default_model_path(), prefix="tokenizer.")
-_tokenizer = Tokenizer.from_gguf_metadata(_metadata)
+# requests reach every check a real request meets. The model takes images (the tiny Qwen2.5-VL's
+# tokenizer, chat template and image rules), so fuzzed image parts go through the image path.
 _encoders_dir = Path(tempfile.mkdtemp(prefix="schemathesis-encoders-"))
 atexit.register(shutil.rmtree, _encoders_dir, ignore_errors=True)
+_vlm = build_tiny_vision_server_model(_encoders_dir / "vlm")
+_tokenizer = Tokenizer.from_directory(_vlm)
 _encoders = {
     f"pooled/{name}": load_encoder(build_tiny_encoder(name, _encoders_dir / name))
     for name in ("bert_mean", "bert_cross_encoder")
@@ -50,10 +58,11 @@ _engine = FakeEngine(
     _tokenizer.vocab_size,
     encoders={name: EncoderRunner.for_encoder(encoder, 1024) for name, encoder in _encoders.items()},
 )
+_engine.vision = Vision(token_ids()["<|image_pad|>"], ImageRules(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS))
 _model = StubModel(
     engine=_engine,
     tokenizer=_tokenizer,
-    chat_template=ChatTemplate(_metadata["tokenizer.chat_template"], _tokenizer),
+    chat_template=ChatTemplate(CHAT_TEMPLATE, _tokenizer),
     encoders={name: encoder_service(encoder, encoder_tokenizer(encoder)) for name, encoder in _encoders.items()},
 )
 app = build_app(Settings(), server_context(Settings(), _model))
