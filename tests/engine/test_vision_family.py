@@ -4,13 +4,16 @@ embeddings in the decoder, on tiny random checkpoints (goldens from tools/refere
 import json
 from pathlib import Path
 
+import gguf
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from engine.errors import CheckpointError
 from engine.model.checkpoint.loader import LoadedModel, load_model
 from engine.model.layers.vision import QUERY_CHUNK, VisionTower, tower_inputs
 from engine.vision.rope_index import rope_index
+from tests.engine.tiny_gguf_decoders import write_tiny_gguf
 from tests.engine.tiny_vision_checkpoints import (
     IMAGE_GRIDS,
     IMAGE_TOKEN,
@@ -18,6 +21,7 @@ from tests.engine.tiny_vision_checkpoints import (
     TINY_VISION_MODELS,
     build_tiny_vision_checkpoint,
     tiny_image_patches,
+    write_vision_checkpoint,
 )
 from tools.vision_gguf import write_pair
 
@@ -86,3 +90,42 @@ def test_rope_index_matches_the_reference_layout() -> None:
     expected_image = [[2, 2 + r, 2 + c] for r in range(2) for c in range(3)]
     assert index.positions.tolist() == [[0, 0, 0], [1, 1, 1], *expected_image, [5, 5, 5]]
     assert index.shift == 6 - len(tokens)
+
+
+def test_the_language_gguf_alone_serves_text(tmp_path: Path) -> None:
+    """Without its projector a "qwen2vl" GGUF is a text model: no tower, and a text prompt's logits
+    (M-RoPE's three positions equal: plain RoPE) are the whole model's."""
+    folder = build_tiny_vision_checkpoint("qwen2_5_vl", tmp_path / "model")
+    language, _ = write_pair(folder, tmp_path / "gguf")
+    text_only = load_model(language, cache_dir=tmp_path / "cache", progress=False)
+    assert text_only.config.vision is None and text_only.config.image_token_id is None
+    assert "vision" not in text_only.params and text_only.config.mrope_section == (2, 3, 3)
+    whole = load_model(folder, cache_dir=tmp_path / "cache", progress=False)
+    tokens, positions = np.arange(3, 19, dtype=np.int32)[None], np.arange(16, dtype=np.int32)[None]
+    np.testing.assert_allclose(
+        np.asarray(text_only.forward(tokens, positions)[0]), np.asarray(whole.forward(tokens, positions)[0]), atol=1e-5
+    )
+
+
+def test_a_projector_that_does_not_fit_is_a_clear_error(tmp_path: Path) -> None:
+    folder = build_tiny_vision_checkpoint("qwen2_vl", tmp_path / "model")
+    language, mmproj = write_pair(folder, tmp_path / "gguf")
+    cache = tmp_path / "cache"
+    with pytest.raises(CheckpointError, match="goes with a GGUF language model"):
+        load_model(folder, mmproj=mmproj, cache_dir=cache, progress=False)
+    llama = write_tiny_gguf(tmp_path / "llama.gguf", {"default": "F32"})
+    with pytest.raises(CheckpointError, match="is a projector for a qwen2vl language model; .* is llama"):
+        load_model(llama, mmproj=mmproj, cache_dir=cache, progress=False)
+    narrow = write_vision_checkpoint({**TINY_VISION_MODELS["qwen2_vl"], "hidden_size": 32}, tmp_path / "narrow", 0)
+    narrow_language, _ = write_pair(narrow, tmp_path / "narrow-gguf")
+    with pytest.raises(CheckpointError, match="gives embeddings 64 wide; the language model is 32"):
+        load_model(narrow_language, mmproj=mmproj, cache_dir=cache, progress=False)
+    other = gguf.GGUFWriter(tmp_path / "mmproj-gemma3.gguf", "clip")
+    other.add_bool("clip.has_vision_encoder", True)
+    other.add_string("clip.projector_type", "gemma3")
+    other.write_header_to_file()
+    other.write_kv_data_to_file()
+    other.write_tensors_to_file()
+    other.close()
+    with pytest.raises(CheckpointError, match="projector type 'gemma3' is not served"):
+        load_model(language, mmproj=tmp_path / "mmproj-gemma3.gguf", cache_dir=cache, progress=False)
