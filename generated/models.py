@@ -1422,6 +1422,18 @@ class Config(BaseModel):
     """
     `--max-images` (live)
     """
+    image_url_fetch: StrictBool
+    """
+    `--image-url-fetch` (live)
+    """
+    image_fetch_timeout: Annotated[StrictFloat, Field(gt=0.0)]
+    """
+    `--image-fetch-timeout` (live)
+    """
+    image_fetch_max_bytes: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--image-fetch-max-bytes` (live)
+    """
     max_loras: Annotated[StrictInt, Field(ge=0)]
     """
     `--max-loras` (reload)
@@ -1663,6 +1675,9 @@ class ConfigOrigins(BaseModel):
     encoder_batch_tokens: ConfigOrigin
     max_embedding_inputs: ConfigOrigin
     max_images: ConfigOrigin
+    image_url_fetch: ConfigOrigin
+    image_fetch_timeout: ConfigOrigin
+    image_fetch_max_bytes: ConfigOrigin
     max_loras: ConfigOrigin
     max_lora_rank: ConfigOrigin
     lora: ConfigOrigin

@@ -383,6 +383,18 @@ class GenerationLimits:
     keepalive_interval_s: float = 10.0  # an SSE comment this often while a stream waits
     max_embedding_inputs: int = 2048  # inputs of one embeddings request, documents of one rerank
     max_images: int = 16  # images in one generation request
+    image_fetch: ImageFetch | None = None  # None: image URLs are refused, only inline images taken
+
+
+DEFAULT_LIMITS = GenerationLimits()
+
+
+@dataclass(frozen=True)
+class ImageFetch:
+    """How the server fetches an image part's http(s) URL (`--image-url-fetch`)."""
+
+    timeout_s: float  # for the whole fetch, redirects and body included
+    max_bytes: int  # an image larger than this is refused unread past the limit
 
 
 @dataclass

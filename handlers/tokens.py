@@ -29,8 +29,9 @@ async def tokenize(request: Request, body: models.TokenizeRequest) -> models.Tok
         tools = function_tools(query.tools or [], [])
         images: list[ImagePart] = []
         messages = chat_messages(query.messages, images)
+        limits = context(request).limits
         with counting_images(model, 503) as vision:
-            check_images_served(images, vision, context(request).limits.max_images)
+            check_images_served(images, vision, limits.max_images)
         prompt = render_chat(
             model.chat_template,
             tokenizer,
@@ -39,7 +40,8 @@ async def tokenize(request: Request, body: models.TokenizeRequest) -> models.Tok
             query.chat_template_kwargs,
             add_generation_prompt=query.add_generation_prompt is not False,
         )
-        tokens = list((await planned(vision, lambda: with_images(prompt.token_ids, images, vision)))[0])
+        expanded, _ = await planned(vision, lambda: with_images(prompt.token_ids, images, vision, limits.image_fetch))
+        tokens = list(expanded)
         if query.add_special_tokens and tokenizer.bos_token_id is not None and tokens[:1] != [tokenizer.bos_token_id]:
             tokens.insert(0, tokenizer.bos_token_id)
     answer = models.TokenizeResponse(count=len(tokens), max_model_len=model.ctx or 1, tokens=tokens)

@@ -32,9 +32,7 @@ async def create_message(
     vision = model.engine.vision if model.engine is not None else None
     plan = await planned(
         vision,
-        lambda: plan_message(
-            body, model.chat_template, tokenizer, server.volatile_lines, adapter, vision, limits.max_images
-        ),
+        lambda: plan_message(body, model.chat_template, tokenizer, server.volatile_lines, adapter, vision, limits),
     )
     if body.stream:
         (generation,), close = await open_generations(model, [plan.generation], limits, MESSAGES_API)
@@ -53,7 +51,7 @@ async def count_message_tokens(
         prompt, _, _ = await planned(
             vision,
             lambda: messages_prompt(
-                body, server.model.chat_template, tokenizer, server.volatile_lines, vision, server.limits.max_images
+                body, server.model.chat_template, tokenizer, server.volatile_lines, vision, server.limits
             ),
         )
     return models.AnthropicCountTokensResponse(input_tokens=len(prompt.token_ids))

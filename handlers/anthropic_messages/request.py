@@ -15,6 +15,7 @@ from engine.vision.images import PreparedImage
 from generated import models
 from handlers.anthropic_messages.conversation import conversation
 from handlers.api_error import ApiError
+from handlers.context import DEFAULT_LIMITS, GenerationLimits
 from handlers.generation.images import check_images_served, with_images
 from handlers.generation.prompt import ChatPrompt, FunctionTool, render_chat
 from handlers.generation.reasoning_budget import with_reasoning_budget
@@ -44,14 +45,14 @@ def messages_prompt(
     tokenizer: Tokenizer,
     volatile: re.Pattern[str],
     vision: Vision | None = None,
-    max_images: int = 0,
+    limits: GenerationLimits = DEFAULT_LIMITS,
 ) -> tuple[ChatPrompt, ToolUse, tuple[PreparedImage, ...]]:
     """The prompt (each image's tokens in it), the tools and the images, prepared for the model."""
     tools = _tool_use(body)
     dialogue = conversation(body.system, body.messages, template, volatile)
-    check_images_served(dialogue.images, vision, max_images)
+    check_images_served(dialogue.images, vision, limits.max_images)
     prompt = render_chat(template, tokenizer, dialogue.messages, tools.offered, _thinking_switches(body.thinking))
-    token_ids, images = with_images(prompt.token_ids, dialogue.images, vision)
+    token_ids, images = with_images(prompt.token_ids, dialogue.images, vision, limits.image_fetch)
     prompt = replace(prompt, token_ids=token_ids)
     if dialogue.assistant_prefix:
         prefix_ids = tokenizer.encode(dialogue.assistant_prefix)
@@ -68,10 +69,10 @@ def plan_message(
     volatile: re.Pattern[str],
     adapter: str | None = None,
     vision: Vision | None = None,
-    max_images: int = 0,
+    limits: GenerationLimits = DEFAULT_LIMITS,
 ) -> MessagesPlan:
     stops = stop_strings(body.stop_sequences, "stop_sequences")
-    prompt, tools, images = messages_prompt(body, template, tokenizer, volatile, vision, max_images)
+    prompt, tools, images = messages_prompt(body, template, tokenizer, volatile, vision, limits)
     sampling = sampling_params(
         SamplingFields(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k), tokenizer.vocab_size
     )

@@ -23,9 +23,7 @@ async def create_chat_completion(
     model, tokenizer, limits = ready.model, ready.tokenizer, ready.server.limits
     adapter = chosen_adapter(model, body.model, body.lora_adapter)
     vision = model.engine.vision if model.engine is not None else None
-    plan = await planned(
-        vision, lambda: plan_chat(body, model.chat_template, tokenizer, adapter, vision, limits.max_images)
-    )
+    plan = await planned(vision, lambda: plan_chat(body, model.chat_template, tokenizer, adapter, vision, limits))
     if body.stream:
         (generation,), close = await open_generations(model, [plan.generation], limits, CHAT_API)
         stream = ChatStream(plan, generation, answering_model(model, plan.generation.adapter), tokenizer)

@@ -9,6 +9,7 @@ from typing import Any
 from engine.api import Constraint, GenerationRequest, Vision
 from generated import models
 from handlers.api_error import ApiError
+from handlers.context import DEFAULT_LIMITS, GenerationLimits
 from handlers.generation.constraints import ANY_JSON_OBJECT, constraint_factory, json_schema_grammar
 from handlers.generation.images import IMAGE_PART, ImagePart, check_images_served, image_from_url, with_images
 from handlers.generation.prompt import ChatPrompt, FunctionTool, Message, render_chat
@@ -38,18 +39,19 @@ def plan_chat(
     tokenizer: Tokenizer,
     adapter: str | None = None,
     vision: Vision | None = None,
-    max_images: int = 0,
+    limits: GenerationLimits = DEFAULT_LIMITS,
 ) -> ChatPlan:
-    """`vision`: how the served model takes images (None: it takes none); `max_images` a request's most."""
+    """`vision`: how the served model takes images (None: it takes none); `limits`: how many a request
+    may hold and whether their URLs are fetched."""
     stops = stop_strings(body.stop)
     tools = _tool_use(body)
     switches: dict[str, Any] = {"enable_thinking": False} if body.reasoning_effort == "none" else {}
     switches |= body.chat_template_kwargs or {}
     images: list[ImagePart] = []
     messages = chat_messages(body.messages, images)
-    check_images_served(images, vision, max_images)
+    check_images_served(images, vision, limits.max_images)
     prompt = render_chat(template, tokenizer, messages, tools.offered, switches)
-    prompt_ids, prepared = with_images(prompt.token_ids, images, vision)
+    prompt_ids, prepared = with_images(prompt.token_ids, images, vision, limits.image_fetch)
     logprobs = bool(body.logprobs)
     sampling = sampling_params(
         openai_sampling_fields(body, (body.top_logprobs or 0) if logprobs else None),

@@ -39,9 +39,7 @@ async def prepared_response(
     vision = model.engine.vision if model.engine is not None else None
     plan = await planned(
         vision,
-        lambda: plan_response(
-            body, model.chat_template, tokenizer, server.responses, adapter, vision, server.limits.max_images
-        ),
+        lambda: plan_response(body, model.chat_template, tokenizer, server.responses, adapter, vision, server.limits),
     )
     store = server.responses if body.store is not False else None
     return ready, ResponseRun(plan, echoed_fields(body, answering_model(model, adapter)), store, tokenizer)
@@ -55,9 +53,7 @@ async def count_response_input_tokens(
     with counting_images(server.model, RESPONSES_API.unavailable) as vision:
         rendered = await planned(
             vision,
-            lambda: render_input(
-                body, server.model.chat_template, tokenizer, server.responses, vision, server.limits.max_images
-            ),
+            lambda: render_input(body, server.model.chat_template, tokenizer, server.responses, vision, server.limits),
         )
     return models.ResponseInputTokens(object="response.input_tokens", input_tokens=len(rendered.prompt.token_ids))
 

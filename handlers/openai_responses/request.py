@@ -11,6 +11,7 @@ from engine.api import Constraint, GenerationRequest, Vision
 from engine.vision.images import PreparedImage
 from generated import models
 from handlers.api_error import ApiError
+from handlers.context import DEFAULT_LIMITS, GenerationLimits
 from handlers.generation.constraints import ANY_JSON_OBJECT, constraint_factory, json_schema_grammar
 from handlers.generation.images import ImagePart, check_images_served, with_images
 from handlers.generation.prompt import ChatPrompt, render_chat
@@ -48,7 +49,7 @@ def render_input(
     tokenizer: Tokenizer,
     store: ResponseStore,
     vision: Vision | None = None,
-    max_images: int = 0,
+    limits: GenerationLimits = DEFAULT_LIMITS,
 ) -> RenderedInput:
     """The prompt exactly as the model will see it (shared by generation and `input_tokens`)."""
     _refuse_unserved(body)
@@ -59,9 +60,9 @@ def render_input(
     switches: dict[str, Any] = {"enable_thinking": False} if effort == "none" else {}
     images: list[ImagePart] = []
     messages = conversation(items, body.instructions, images)
-    check_images_served(images, vision, max_images)
+    check_images_served(images, vision, limits.max_images)
     prompt = render_chat(template, tokenizer, messages, plan.use.offered, switches)
-    token_ids, prepared = with_images(prompt.token_ids, images, vision)
+    token_ids, prepared = with_images(prompt.token_ids, images, vision, limits.image_fetch)
     return RenderedInput(replace(prompt, token_ids=token_ids), items, tools, plan, prepared)
 
 
@@ -72,11 +73,11 @@ def plan_response(
     store: ResponseStore,
     adapter: str | None = None,
     vision: Vision | None = None,
-    max_images: int = 0,
+    limits: GenerationLimits = DEFAULT_LIMITS,
 ) -> ResponsePlan:
     if body.background:
         raise ApiError(400, "Background responses are not served; leave 'background' unset.", param="background")
-    rendered = render_input(body, template, tokenizer, store, vision, max_images)
+    rendered = render_input(body, template, tokenizer, store, vision, limits)
     if not rendered.items:
         raise ApiError(400, "Nothing to answer: send 'input' or 'previous_response_id'.", param="input")
     logprobs = body.top_logprobs is not None or INCLUDE_LOGPROBS in (body.include or [])

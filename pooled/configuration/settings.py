@@ -149,6 +149,27 @@ class Settings(EngineSettings):
         "that takes images; more is a 400.",
         change="live",
     )
+    image_url_fetch: bool = setting(
+        False,
+        boolean(),
+        "Whether an image part may name an http(s) URL for the server to fetch (Chat Completions "
+        "image_url, Responses input_image, Messages url sources); false: images come inline only and a "
+        "URL is a 400. The server fetches from wherever a URL points, its own network included: allow it "
+        "only where the clients are trusted.",
+        change="live",
+    )
+    image_fetch_timeout: float = setting(
+        10.0,
+        number(above=0),
+        "Seconds fetching one image URL may take, redirects and body included (--image-url-fetch).",
+        change="live",
+    )
+    image_fetch_max_bytes: int = setting(
+        20 * 1024 * 1024,
+        integer(minimum=1),
+        "Bytes an image fetched from a URL may have; a larger one is a 400, read no further (--image-url-fetch).",
+        change="live",
+    )
     max_loras: int = setting(
         0,
         integer(minimum=0),

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp
 
 from generated.routes import router
-from handlers.context import AccessRules, GenerationLimits, ModelLibrary, ModelService, ServerContext
+from handlers.context import AccessRules, GenerationLimits, ImageFetch, ModelLibrary, ModelService, ServerContext
 from handlers.generation.volatile_lines import volatile_line_pattern
 from handlers.openai_responses.websocket import responses_socket
 from handlers.response_store import ResponseStore
@@ -62,6 +62,11 @@ def generation_limits(settings: Settings) -> GenerationLimits:
         keepalive_interval_s=settings.keepalive_interval,
         max_embedding_inputs=settings.max_embedding_inputs,
         max_images=settings.max_images,
+        image_fetch=(
+            ImageFetch(settings.image_fetch_timeout, settings.image_fetch_max_bytes)
+            if settings.image_url_fetch
+            else None
+        ),
     )
 
 

@@ -4,6 +4,8 @@ import asyncio
 import base64
 import io
 import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,6 +16,7 @@ from engine.api import Vision
 from engine.vision.images import ImageRules
 from handlers.api_error import ApiError
 from handlers.availability import counting_images
+from handlers.context import ImageFetch
 from handlers.generation.images import ImagePart, check_images_served, image_from_url, planned, with_images
 from tests.conftest import StubModel
 
@@ -27,14 +30,64 @@ def _png(width: int, height: int) -> bytes:
     return out.getvalue()
 
 
-def test_a_data_uri_gives_its_bytes_and_a_url_to_fetch_is_refused() -> None:
+def test_a_data_uri_gives_its_bytes_an_http_url_is_kept_to_fetch_and_others_are_refused() -> None:
     data = _png(28, 28)
     assert image_from_url("data:image/png;base64," + base64.b64encode(data).decode(), "p").data == data
-    with pytest.raises(ApiError) as fetched:
-        image_from_url("https://example.com/a.png", "messages.0.content.1.image_url")
-    assert fetched.value.status == 400 and fetched.value.param == "messages.0.content.1.image_url"
+    assert image_from_url("https://example.com/a.png", "p") == ImagePart(None, "p", "https://example.com/a.png")
+    with pytest.raises(ApiError, match="data URI .* or http") as other:
+        image_from_url("ftp://example.com/a.png", "messages.0.content.1.image_url")
+    assert other.value.status == 400 and other.value.param == "messages.0.content.1.image_url"
     with pytest.raises(ApiError, match="not valid base64"):
         image_from_url("data:image/png;base64,@@@", "p")
+
+
+class _Pictures(BaseHTTPRequestHandler):
+    """A PNG at /a.png, a redirect to it, a 404 and a body larger than the tests' limit."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if self.path == "/moved":
+            self.send_response(302)
+            self.send_header("Location", "/a.png")
+            self.end_headers()
+            return
+        body = {"/a.png": _png(56, 56), "/big": bytes(4096)}.get(self.path)
+        self.send_response(404 if body is None else 200)
+        self.send_header("Content-Length", str(len(body or b"")))
+        self.end_headers()
+        self.wfile.write(body or b"")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def pictures() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Pictures)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_an_image_url_is_fetched_within_the_limits_or_refused_in_a_400(pictures: str) -> None:
+    fetch = ImageFetch(timeout_s=10, max_bytes=2048)
+    for url in (f"{pictures}/a.png", f"{pictures}/moved"):
+        prompt, prepared = with_images([IMAGE_TOKEN], [image_from_url(url, "p")], VISION, fetch)
+        assert prompt == (IMAGE_TOKEN,) * 4 and prepared[0].grid == (1, 4, 4)
+    refusals = {
+        "/a.png": (None, "invalid_image_url", "fetches no URLs \\(--image-url-fetch\\)"),
+        "/missing": (fetch, "image_fetch_failed", "answered HTTP 404"),
+        "/big": (fetch, "image_too_large", "over 2048 bytes"),
+    }
+    for path, (limits, code, message) in refusals.items():
+        with pytest.raises(ApiError, match=message) as refused:
+            with_images(
+                [IMAGE_TOKEN], [image_from_url(pictures + path, "messages.0.content.0.image_url")], VISION, limits
+            )
+        assert (refused.value.status, refused.value.code) == (400, code)
+        assert refused.value.param == "messages.0.content.0.image_url"
+    closed = ImagePart(None, "p", "http://127.0.0.1:9/a.png")  # the discard port: nothing listens
+    with pytest.raises(ApiError, match="could not be fetched"):
+        with_images([IMAGE_TOKEN], [closed], VISION, fetch)
 
 
 def test_each_image_token_becomes_as_many_as_its_image_takes() -> None:
