@@ -89,7 +89,7 @@ def read_mmproj(header: GGUFHeader, path: Path, decoder_width: int) -> Mmproj:
     return Mmproj(
         architecture=architecture,
         vision_config=vision["hf"],
-        image_processor=_image_processor(metadata),
+        image_processor=_image_processor(metadata, path),
         tensors=MmprojTensors(tensors, generation, path),
     )
 
@@ -134,9 +134,12 @@ def _vision_config(
     return {"hf": hf, "out_size": out}
 
 
-def _image_processor(metadata: Mapping[str, Any]) -> dict[str, Any]:
+def _image_processor(metadata: Mapping[str, Any], path: Path) -> dict[str, Any]:
     """The preprocessing llama-server applies for these projectors: the file's mean, std and patch
     size, bicubic resizing, its pixel limits or else clip.cpp's."""
+    for name in ("image_mean", "image_std", "patch_size"):
+        if f"clip.vision.{name}" not in metadata:
+            raise CheckpointError(f"{path}: mmproj metadata lacks clip.vision.{name}")
     return {
         "image_mean": [float(x) for x in metadata["clip.vision.image_mean"]],
         "image_std": [float(x) for x in metadata["clip.vision.image_std"]],
