@@ -23,7 +23,8 @@ def test_gguf_path_is_read_by_the_gguf_reader(
     fake_gguf.write_bytes(b"GGUF stand-in")
     read: list[Path] = []
 
-    def read_gguf(path: Path) -> RawCheckpoint:
+    def read_gguf(path: Path, mmproj: Path | None) -> RawCheckpoint:
+        assert mmproj is None
         read.append(path)
         return read_safetensors_dir(tiny_checkpoint("qwen3"))
 

@@ -112,6 +112,9 @@ def rows(folder: Folder) -> dict[str, dict[str, Any]]:
 # -- without a server: the models folder itself ------------------------------------------------
 
 ALPHA, BETA, PARTIAL, SLOW = blob(200_000, 1), blob(120_000, 2), blob(100_000, 3), blob(400_000, 4)
+# A slow download's pause after each 4 KiB: ~20 s for SLOW, so that a Ctrl-C sent once a part has
+# begun still finds it running on a busy machine (at 20 ms a chunk it had ended before the signal came).
+SLOW_CHUNK_S = 0.2
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +130,7 @@ def folder(files: FileServer, tmp_path: Path) -> Folder:
         entry_toml("beta", {"beta.gguf": (files.add("beta.gguf", Blob(BETA)), BETA)}),
         entry_toml("gamma", {"gamma.gguf": (files.add("gamma.gguf", Blob(PARTIAL)), PARTIAL)}),
         entry_toml("wrong", {"wrong.gguf": (files.add("wrong.gguf", Blob(BETA)), BETA)}, digest=sha256(b"other")),
-        entry_toml("slow", {"slow.gguf": (files.add("slow.gguf", Blob(SLOW, chunk=4096, delay_s=0.02)), SLOW)}),
+        entry_toml("slow", {"slow.gguf": (files.add("slow.gguf", Blob(SLOW, chunk=4096, delay_s=SLOW_CHUNK_S)), SLOW)}),
     ]
     catalog = tmp_path / "catalog.toml"
     catalog.write_text("\n".join(tables))
@@ -242,7 +245,7 @@ def test_a_gguf_by_url_with_and_without_a_digest(folder: Folder, files: FileServ
 
 def test_a_url_pull_resumes_its_part(folder: Folder, files: FileServer) -> None:
     data = blob(300_000, 6)
-    url = files.add("resume/model.gguf", Blob(data, chunk=4096, delay_s=0.01))
+    url = files.add("resume/model.gguf", Blob(data, chunk=4096, delay_s=SLOW_CHUNK_S))
     process = started(folder, "pull", url)
 
     def parts() -> list[Path]:
@@ -304,7 +307,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         tables = [
             entry_toml(SERVED, {name: (server.add(f"tiny/{name}", Blob(data)), data) for name, data in parts.items()}),
             entry_toml("extra", {"extra.gguf": (server.add("extra.gguf", Blob(EXTRA)), EXTRA)}),
-            entry_toml("slow", {"slow.gguf": (server.add("slow.gguf", Blob(SLOW, chunk=4096, delay_s=0.05)), SLOW)}),
+            entry_toml(
+                "slow", {"slow.gguf": (server.add("slow.gguf", Blob(SLOW, chunk=4096, delay_s=SLOW_CHUNK_S)), SLOW)}
+            ),
         ]
         catalog = root / "catalog.toml"
         catalog.write_text("\n".join(tables))
