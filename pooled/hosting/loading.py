@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jax
 
+from engine.api import AdapterRefused
 from engine.cache_paths import cache_root
 from engine.device.mirrored_runner import lead_load
 from engine.device.process_group import Lead, in_group
@@ -29,7 +30,6 @@ from engine.encoders.encoder_model import EncoderRunner, LoadedEncoder, is_encod
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
-from engine.lora.adapter_table import AdapterRefused
 from engine.model.checkpoint.loader import LoadedModel, load_model
 from handlers.context import EncoderKind, EncoderService, FailedPart, FailedSetting
 from pooled.configuration.context_policy import ServedContext, served_context
