@@ -15,8 +15,7 @@ import asyncio
 from concurrent.futures import Future
 
 from engine.api import AdapterEngine, AdapterRefused, ServedAdapter
-from engine.lora.peft_adapter import TARGETS
-from engine.model.model_config import ModelConfig
+from engine.front import TARGETS, ModelConfig
 from handlers.context import AdapterEntry
 from pooled.hosting.lora_policy import LoraPolicy
 
