@@ -61,10 +61,12 @@ agents: generate
 soak: $(STAMP)
 	$(BIN)/python tools/soak.py $(ARGS)
 
+# lint-imports checks pyproject.toml's import contracts (docs/architecture.md, "The front door").
 lint: $(STAMP)
 	$(BIN)/ruff check pooled handlers engine text tools tests
 	$(BIN)/ruff format --check pooled handlers engine text tools tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Goldens for the engine's parity tests: needs CPU torch and transformers.
 reference: $(STAMP)

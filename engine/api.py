@@ -21,7 +21,6 @@ from engine.stats import EngineStats, HeldArrays
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
-    from engine.lora.adapter_table import ServedAdapter
     from engine.lora.peft_adapter import LoraAdapter
     from engine.vision.images import ImageRules, PreparedImage
 
@@ -31,6 +30,7 @@ MAX_TOP_LOGPROBS = 20
 MAX_SCORED_IDS = 64  # SamplingParams.scored_ids; a table column per id on the device
 
 EngineState = Literal["serving", "draining", "dead"]
+AdapterState = Literal["loading", "ready", "unloading"]
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class GenerationRequest:
     # Seconds the request may go without progress (its admission, a prefill chunk of its prompt, a
     # token) before it ends with reason "timeout": a long prompt or a long answer is not stuck.
     stall_timeout: float | None = None
-    adapter: str | None = None  # the name of a loaded LoRA adapter (engine/lora/adapter_table.py), or none
+    adapter: str | None = None  # the name of a loaded LoRA adapter (engine/serving/adapter_table.py), or none
     output_cap: OutputCap | None = None
     # None: none; k >= 0: each prompt token's logprob (from the positions before it) and its top-k
     # alternatives, in `Prefilled` events. Such a prompt is prefilled whole, not from the prefix cache.
@@ -223,6 +223,29 @@ class EngineUnavailable(Exception):
     """Raised by submit(): not serving (loading, draining, dead)."""
 
 
+class AdapterRefused(Exception):
+    """An adapter not let in (by the host's trust policy) or a load or unload the
+    engine's adapter table cannot do (a name in use, no free slot, an unknown name); `code` names the rule."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class ServedAdapter:
+    """A LoRA adapter in one of the engine's slots (engine/serving/adapter_table.py)."""
+
+    name: str
+    adapter: LoraAdapter
+    slot: int
+    state: AdapterState = "loading"
+    running: int = 0  # requests in flight that use it
+    requests: int = 0  # requests it has been asked for, in all
+    loaded_at: float = 0.0  # Unix time its slot was written
+
+
 class GenerationEngine(Protocol):
     """What handlers call on the running engine (engine/engine.py's `Engine`)."""
 
@@ -288,7 +311,7 @@ class ServedEngine(GenerationEngine, Protocol):
 
 
 class AdapterEngine(Protocol):
-    """An engine's LoRA adapter slots (engine/lora/adapter_table.py), as the host's admin uses them."""
+    """An engine's LoRA adapter slots (engine/serving/adapter_table.py), as the host's admin uses them."""
 
     @property
     def adapter_slots(self) -> int: ...

@@ -8,7 +8,7 @@ intake's inbox and the engine thread (`engine/serving/scheduler.py`) is woken. T
 schedules, drives the runner (`engine/device/runner.py`: the device) and calls the request's sink with
 each event.
 
-LoRA adapters (engine/lora/adapter_table.py) are loaded and unloaded by jobs the engine thread runs
+LoRA adapters (engine/serving/adapter_table.py) are loaded and unloaded by jobs the engine thread runs
 between steps; a request names one by `adapter`.
 
 Threads: handler threads call `submit`, `cancel`, `stats`, `drain`, `wait_idle`, `load_adapter`,
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import jax
 
-from engine.api import GenerationRequest, Vision
+from engine.api import GenerationRequest, ServedAdapter, Vision
 from engine.device.kv_sizing import kv_dtype, pool_pages
 from engine.device.mirrored_runner import LeaderRunner
 from engine.device.process_group import Build, Lead
@@ -33,9 +33,9 @@ from engine.device.runner import DeviceRunner
 from engine.device.runner_api import Report, Runner
 from engine.encoders.encoder_model import EncoderRunner
 from engine.engine_config import EngineConfig
-from engine.lora.adapter_table import AdapterTable, ServedAdapter
 from engine.lora.peft_adapter import LoraAdapter
 from engine.model.checkpoint.loader import LoadedModel
+from engine.serving.adapter_table import AdapterTable
 from engine.serving.admission import admit
 from engine.serving.intake_front import IntakeFront
 from engine.serving.kv_pages import PagePool

@@ -81,7 +81,7 @@ class AdapterEntry:
 
 class AdapterAdmin(Protocol):
     """The served model's LoRA adapters (pooled/hosting/adapter_admin.py): loads and unloads go through
-    the trust policy and run on the engine thread. Refusals raise `engine.lora.adapter_table.AdapterRefused`
+    the trust policy and run on the engine thread. Refusals raise `engine.api.AdapterRefused`
     naming the rule (its `code`)."""
 
     @property

@@ -15,8 +15,7 @@ from typing import TypeVar
 
 from fastapi import Request
 
-from engine.api import EngineUnavailable
-from engine.lora.adapter_table import AdapterRefused
+from engine.api import AdapterRefused, EngineUnavailable
 from generated import models
 from handlers.api_error import ApiError
 from handlers.availability import not_serving, require_ready

@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
 def serve(loaded: setting_sources.LoadedSettings) -> int:
     import uvicorn
 
-    from engine.device.process_group import is_leader
+    from engine.front import is_leader
     from handlers.banner import banner
     from pooled.configuration.config_service import host_reloader
     from pooled.configuration.live_settings import LiveSettings

@@ -7,9 +7,8 @@ from typing import Any
 
 from tokenizers import Tokenizer as BackendTokenizer
 
+from engine.checkpoints import read_gguf_metadata, tokenizer_from_gguf
 from engine.errors import CheckpointError
-from engine.model.checkpoint.gguf_file import read_gguf_metadata
-from engine.model.checkpoint.gguf_vocab import tokenizer_from_gguf
 
 # Control tokens that end a turn in common chat formats; generation stops on any the vocabulary has,
 # as llama.cpp does, besides the model's own end-of-sequence token.

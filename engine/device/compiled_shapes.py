@@ -29,9 +29,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from engine.device.runner_api import PREFILL_ROWS, DecodeRow, PrefillChunk
+from engine.device.runner_api import NULL_PAGE, PREFILL_ROWS, DecodeRow, PrefillChunk
 from engine.engine_config import EngineConfig
-from engine.serving.kv_pages import NULL_PAGE
 from engine.stats import Bucket
 
 # Pages moved per call between the KV pool and the host (the prefix cache's disk tier): one

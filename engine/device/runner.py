@@ -33,6 +33,7 @@ from engine.device.image_embeddings import ImageEmbeddings, tower_buckets
 from engine.device.kv_sizing import kv_dtype, max_context
 from engine.device.lane_tables import LaneTables
 from engine.device.runner_api import (
+    NULL_PAGE,
     PREFILL_ROWS,
     DecodeRow,
     Drawn,
@@ -47,12 +48,12 @@ from engine.device.sampling import Sampled
 from engine.device.step import LaneState, RowParams, StepFunctions
 from engine.device.step import PromptScores as DeviceScores
 from engine.engine_config import EngineConfig
+from engine.lora.adapter_stack import stack_adapters
 from engine.lora.peft_adapter import LoraAdapter
 from engine.model.checkpoint.loader import DTYPES, LoadedModel
 from engine.model.layers.kv_cache import init_paged_caches
-from engine.model.layers.lora import LoraStack, stack_adapters
+from engine.model.layers.lora import LoraStack
 from engine.model.layers.paged_attention import ATTENTION_BLOCK_TOKENS
-from engine.serving.kv_pages import NULL_PAGE
 from engine.stats import Bucket, HeldArrays
 from engine.vision.images import PreparedImage
 

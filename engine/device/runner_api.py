@@ -32,6 +32,9 @@ from engine.vision.images import PreparedImage
 # prefill_chunk tokens): a burst of short prompts costs one pass over the weights per step
 # instead of one per prompt.
 PREFILL_ROWS = 8
+# The KV pool's page 0: the scheduler's page pool never hands it out; padding rows and unused
+# block-table entries point here.
+NULL_PAGE = 0
 
 Report = Callable[[str, int, int], None]  # (what, done, total)
 # A decode step dispatched to the device whose sampled tokens the host has not taken yet.

@@ -28,7 +28,8 @@ from engine.api import EncoderInput
 from engine.device.runner_api import Report
 from engine.errors import CheckpointError
 from engine.model.checkpoint.gguf_encoder import is_gguf_encoder, read_gguf_encoder
-from engine.model.checkpoint.safetensors_dir import SafetensorsTensors, checkpoint_files, read_hf_config
+from engine.model.checkpoint.hf_folder import checkpoint_files, read_hf_config
+from engine.model.checkpoint.safetensors_dir import SafetensorsTensors
 from engine.model.families.bert import EncoderConfig, encoder_family_for_hf_config
 from engine.model.layers.encoder import Encoder, Pooling
 from engine.stats import HeldArrays

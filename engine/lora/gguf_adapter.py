@@ -29,11 +29,9 @@ from engine.lora.peft_adapter import TARGETS, LoraAdapter, build_adapter
 from engine.model.checkpoint.gguf_file import (
     BLOCK_TENSORS,
     check_tensor_type,
-    open_reader,
-    reader_metadata,
     unpermute_qk_rows,
 )
-from engine.model.checkpoint.gguf_header import GGUFHeader
+from engine.model.checkpoint.gguf_header import GGUFHeader, open_reader, reader_metadata
 from engine.model.families import FAMILIES, GGUF_FAMILIES, Family
 from engine.model.model_config import ModelConfig
 

@@ -20,7 +20,7 @@ from typing import Literal, NamedTuple
 
 from engine.api import EncodeEvent, EncodeRequest, EngineState, EngineUnavailable, GenerationRequest, QueueFull
 from engine.encoders.encoding import EncodeJob
-from engine.lora.adapter_table import AdapterJob, AdapterUse
+from engine.serving.adapter_table import AdapterJob, AdapterUse
 from engine.serving.admission import Admission
 from engine.serving.prefix_disk import Loaded
 from engine.serving.retry_after import retry_after_seconds, smoothed_hold

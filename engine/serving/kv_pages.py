@@ -16,7 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-NULL_PAGE = 0  # never handed out: padding rows and unused block-table entries point here
+from engine.device.runner_api import NULL_PAGE
+
 HASH_BYTES = 16
 
 

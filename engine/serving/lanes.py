@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Collection
 
 from engine.api import EngineEvent, Finished, Usage
-from engine.lora.adapter_table import AdapterTable
+from engine.serving.adapter_table import AdapterTable
 from engine.serving.intake import FinishReason, Intake
 from engine.serving.kv_pages import PagePool
 from engine.serving.rows import Request, Row

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.api import Constraint, EngineEvent, GenerationRequest
-from engine.lora.adapter_table import AdapterUse
+from engine.serving.adapter_table import AdapterUse
 from engine.serving.admission import Admission
 from engine.serving.drafts import PromptLookup
 from engine.serving.media import PromptMedia, keyed_prompt

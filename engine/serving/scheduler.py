@@ -38,7 +38,7 @@ import numpy as np
 from engine.api import Failed, Prefilled, TokenLogprob
 from engine.device.runner_api import PREFILL_ROWS, EncodeRunner, InsertedRow, PrefillChunk, PromptLogits, Runner
 from engine.encoders.encoding import Encoding
-from engine.lora.adapter_table import AdapterJob, AdapterTable
+from engine.serving.adapter_table import AdapterJob, AdapterTable
 from engine.serving.decode_steps import DecodeSteps
 from engine.serving.intake import FinishReason, Intake
 from engine.serving.kv_pages import PagePool

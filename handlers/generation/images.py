@@ -29,7 +29,7 @@ from typing import TypeVar
 import httpx
 
 from engine.api import Vision
-from engine.vision.images import ImageError, PreparedImage, prepare_image
+from engine.inputs import ImageError, PreparedImage, prepare_image
 from handlers.api_error import ApiError
 from handlers.context import ImageFetch
 

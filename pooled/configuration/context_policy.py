@@ -17,10 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.device.kv_sizing import pool_pages
-from engine.engine_config import EngineConfig
-from engine.model.checkpoint.loader import LoadedModel, with_served_context
-from engine.model.model_config import CONTEXT_EXTENSION_KINDS
+from engine.front import CONTEXT_EXTENSION_KINDS, EngineConfig, LoadedModel, longest_row, with_served_context
 from pooled.configuration.settings import Settings
 
 AGENT_CONTEXT = 32768
@@ -37,7 +34,7 @@ def served_context(model: LoadedModel, settings: Settings, config: EngineConfig)
     """`model` (loaded with `--ctx` applied, if given) at the context it will serve."""
     trained = model.config.trained_context_length
     if settings.ctx is not None and settings.rope_scaling is not None:
-        # The override keeps the checkpoint's trained length as its original (engine.model.model_config.with_context).
+        # The override keeps the checkpoint's trained length as its original (the model config's `with_context`).
         original = model.config.rope_scaling.original_max_position_embeddings or model.config.max_position_embeddings
         return ServedContext(model, original, settings.rope_scaling if settings.ctx > original else None)
     if settings.ctx is not None or trained >= AGENT_CONTEXT:
@@ -45,8 +42,7 @@ def served_context(model: LoadedModel, settings: Settings, config: EngineConfig)
     kind = settings.rope_scaling or model.config.rope_scaling.kind
     kind = kind if kind in CONTEXT_EXTENSION_KINDS else "dynamic"
     extended = with_served_context(model, AGENT_CONTEXT, kind)
-    # The pool must hold one full row beside every lane's private page (engine/engine.py).
-    fits = (pool_pages(extended, config) - 1 - config.decode_lanes) * config.page_size
+    fits = longest_row(extended, config)
     if fits >= AGENT_CONTEXT:
         return ServedContext(extended, trained, kind)
     if fits <= trained:

@@ -1,6 +1,6 @@
 """`EngineAdapters`: the served model's LoRA adapters, as the admin routes and `--lora` use them.
 Every load goes through the trust policy (pooled/hosting/lora_policy.py), then into a slot of the engine
-(engine/lora/adapter_table.py), which writes it between two steps.
+(engine/serving/adapter_table.py), which writes it between two steps.
 
 Threads: `load` reads and checks the weights on a worker thread (reading and hashing a file must
 not hold the event loop), then awaits the engine thread's job; `unload` awaits its job; both
@@ -14,10 +14,8 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import Future
 
-from engine.api import AdapterEngine
-from engine.lora.adapter_table import AdapterRefused, ServedAdapter
-from engine.lora.peft_adapter import TARGETS
-from engine.model.model_config import ModelConfig
+from engine.api import AdapterEngine, AdapterRefused, ServedAdapter
+from engine.front import TARGETS, ModelConfig
 from handlers.context import AdapterEntry
 from pooled.hosting.lora_policy import LoraPolicy
 

@@ -14,10 +14,9 @@ import os
 
 import jax
 
-from engine.device.mirrored_runner import follow
-from engine.device.process_group import Channel, GroupSpec, Lead, Stop, is_leader, join, leave
+from engine.front import Channel, GroupSpec, Lead, Stop, follow, is_leader, join, leave, use_compilation_cache
 from pooled.configuration.settings import Settings
-from pooled.hosting.loading import follower_model, use_compilation_cache
+from pooled.hosting.loading import follower_model
 
 log = logging.getLogger(__name__)
 

@@ -14,23 +14,28 @@ from pathlib import Path
 
 import jax
 
-from engine.cache_paths import cache_root
-from engine.device.mirrored_runner import lead_load
-from engine.device.process_group import Lead, in_group
-from engine.device.runner_api import Report
-from engine.encoders.decoder_embedding import (
+from engine.api import AdapterRefused
+from engine.errors import CheckpointError
+from engine.front import (
     DecoderEmbedding,
+    EncoderEngine,
+    EncoderRunner,
+    Engine,
+    EngineConfig,
+    Lead,
+    LoadedEncoder,
+    LoadedModel,
+    Report,
     decoder_embedding,
     decoder_embedding_runner,
+    in_group,
     is_embedding_decoder,
+    is_encoder_checkpoint,
+    lead_load,
+    load_encoder,
+    load_model,
+    use_compilation_cache,
 )
-from engine.encoders.encoder_engine import EncoderEngine
-from engine.encoders.encoder_model import EncoderRunner, LoadedEncoder, is_encoder_checkpoint, load_encoder
-from engine.engine import Engine
-from engine.engine_config import EngineConfig
-from engine.errors import CheckpointError
-from engine.lora.adapter_table import AdapterRefused
-from engine.model.checkpoint.loader import LoadedModel, load_model
 from handlers.context import EncoderKind, EncoderService, FailedPart, FailedSetting
 from pooled.configuration.context_policy import ServedContext, served_context
 from pooled.configuration.setting_sources import flag_name
@@ -77,7 +82,7 @@ def engine_config(settings: Settings, checkpoint: Checkpoint) -> EngineConfig:
         kv_cache_dtype=settings.kv_cache_dtype,
         page_size=settings.page_size,
         prefill_chunk=settings.prefill_chunk,
-        kv_memory_bytes=settings.kv_memory or 0,  # 0: the engine sizes the pool (engine/device/kv_sizing.py)
+        kv_memory_bytes=settings.kv_memory or 0,  # 0: the engine sizes the pool
         stop_token_ids=checkpoint.tokenizer.stop_token_ids,
         draft_tokens=settings.draft_tokens,
         draft_rows=settings.draft_rows,
@@ -109,12 +114,6 @@ def load_start_adapters(adapters: EngineAdapters, settings: Settings) -> None:
         except AdapterRefused as error:
             hint = " (set --max-loras)" if error.code == "lora_disabled" else ""
             raise CheckpointError(f"--lora {name}: {error.message}{hint}") from error
-
-
-def use_compilation_cache() -> None:
-    """Keep compiled XLA programs on disk, so a restart skips the start-up compile plan it already ran."""
-    jax.config.update("jax_compilation_cache_dir", str(cache_root(None) / "xla"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
 def load_checkpoint(path: Path, settings: Settings) -> Checkpoint:
@@ -218,7 +217,7 @@ def load_generation(path: Path, settings: Settings) -> tuple[Checkpoint, EngineC
 
 
 def follower_model(spec: GroupLoad) -> LoadedModel:
-    """A follower's copy of the leader's model (engine/device/mirrored_runner.follow)."""
+    """A follower's copy of the leader's model (`engine.front.follow`)."""
     return load_generation(spec.path, spec.settings)[2].model
 
 

@@ -16,11 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.api import AdapterRefused
+from engine.checkpoints import ADAPTER_WEIGHTS
 from engine.errors import CheckpointError
-from engine.lora.adapter_formats import NEEDED, adapter_weights_file, read_lora_adapter
-from engine.lora.adapter_table import AdapterRefused
-from engine.lora.peft_adapter import ADAPTER_WEIGHTS, LoraAdapter
-from engine.model.model_config import ModelConfig
+from engine.front import NEEDED, LoraAdapter, ModelConfig, adapter_weights_file, read_lora_adapter
 
 
 @dataclass(frozen=True)

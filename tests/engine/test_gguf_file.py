@@ -10,7 +10,8 @@ import pytest
 from gguf import GGMLQuantizationType
 
 from engine.errors import CheckpointError
-from engine.model.checkpoint.gguf_file import gguf_architecture, read_gguf
+from engine.model.checkpoint.gguf_file import read_gguf
+from engine.model.checkpoint.gguf_header import gguf_architecture
 from engine.model.checkpoint.raw import RawCheckpoint
 from tests.engine.tiny_gguf_lora import llama_cpp_permute
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.model.checkpoint.gguf_file import read_gguf_metadata
+from engine.checkpoints import read_gguf_metadata
 from engine.model.checkpoint.gguf_vocab import tokenizer_from_gguf
 from text import IncrementalDetokenizer, Tokenizer
 

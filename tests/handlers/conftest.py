@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from engine.model.checkpoint.gguf_file import read_gguf_metadata
+from engine.checkpoints import read_gguf_metadata
 from pooled.configuration.settings import Settings
 from pooled.web.app import build_app, server_context
 from tests.conftest import BASE_URL, StubModel

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from engine.lora.adapter_table import AdapterRefused
+from engine.api import AdapterRefused
 from handlers.context import AdapterEntry
 from pooled.configuration.settings import Settings
 from pooled.web.app import build_app, server_context

@@ -14,7 +14,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from engine.api import EncodeRequest, OutputCap, QueueFull
-from engine.model.checkpoint.gguf_file import read_gguf_metadata
+from engine.checkpoints import read_gguf_metadata
 from engine.serving.intake import Intake
 from pooled import cli
 from pooled.configuration import setting_sources

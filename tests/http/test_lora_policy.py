@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from engine.api import AdapterRefused
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
-from engine.lora.adapter_table import AdapterRefused
 from engine.lora.peft_adapter import file_sha256
 from engine.model.checkpoint.loader import load_model
 from engine.model.families import family_for_hf_config

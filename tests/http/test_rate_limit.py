@@ -8,7 +8,7 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 
-from engine.model.checkpoint.gguf_file import read_gguf_metadata
+from engine.checkpoints import read_gguf_metadata
 from handlers.context import Counters
 from pooled.configuration.settings import Settings
 from pooled.hosting.model_host import default_model_path

@@ -24,8 +24,8 @@ import numpy as np
 from tokenizers import Tokenizer as BackendTokenizer
 
 from engine.errors import CheckpointError
-from engine.model.checkpoint.gguf_file import GGUFTensors, gguf_architecture, open_reader, reader_metadata
-from engine.model.checkpoint.gguf_header import HeaderTensor
+from engine.model.checkpoint.gguf_file import GGUFTensors
+from engine.model.checkpoint.gguf_header import HeaderTensor, gguf_architecture, open_reader, reader_metadata
 from engine.model.checkpoint.gguf_vocab import unigram_from_gguf, wordpiece_from_gguf
 from engine.model.layers.encoder import Pooling
 

@@ -9,7 +9,6 @@ with comes back as a `BlockMatrix` instead: the file's own rows, never dequantiz
 import copy
 import itertools
 import re
-import struct
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -21,12 +20,10 @@ from gguf.quants import dequantize
 from engine.errors import CheckpointError
 from engine.model import gguf_weights
 from engine.model.checkpoint.block_matrix import BlockMatrix
-from engine.model.checkpoint.gguf_header import GGUFHeader, HeaderTensor, read_header
+from engine.model.checkpoint.gguf_header import HeaderTensor, open_reader, reader_metadata
 from engine.model.checkpoint.gguf_mmproj import LANGUAGE_ARCHITECTURE, Mmproj, read_mmproj
 from engine.model.checkpoint.raw import RawCheckpoint
 from engine.model.families import GGUF_FAMILIES, family_for_hf_config
-
-GGUF_MAGIC = b"GGUF"
 
 SUPPORTED_TENSOR_TYPES = frozenset(
     {
@@ -164,47 +161,6 @@ def _projection_blocks(tensors: list[HeaderTensor]) -> str | None:
     return kinds.pop() if len(kinds) == 1 else None
 
 
-_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value types
-_STRING = 8
-
-
-def gguf_architecture(path: Path) -> str | None:
-    """A GGUF file's `general.architecture`, read from its header alone (parsing the whole
-    metadata, a vocabulary of 49k tokens, took 5.5 s); None where the header does not give it
-    before an array value."""
-    try:
-        with open(path, "rb") as file:
-            magic, version, _, count = struct.unpack("<4sIQQ", file.read(24))
-            if magic != GGUF_MAGIC or version not in (2, 3):
-                return None
-            for _ in range(count):
-                key = file.read(struct.unpack("<Q", file.read(8))[0]).decode()
-                kind = struct.unpack("<I", file.read(4))[0]
-                if kind == _STRING:
-                    value = file.read(struct.unpack("<Q", file.read(8))[0])
-                    if key == "general.architecture":
-                        return value.decode()
-                elif kind in _SCALAR_BYTES:
-                    file.read(_SCALAR_BYTES[kind])
-                else:
-                    return None
-    except (OSError, struct.error, UnicodeDecodeError):
-        return None
-    return None
-
-
-def read_gguf_metadata(path: Path, prefix: str = "") -> dict[str, Any]:
-    """The metadata entries whose keys start with `prefix` (e.g. "tokenizer."), without tensors."""
-    return reader_metadata(open_reader(path), path, prefix)
-
-
-def reader_metadata(reader: GGUFHeader, path: Path, prefix: str = "") -> dict[str, Any]:
-    try:
-        return {key: value for key, value in reader.fields.items() if key.startswith(prefix)}
-    except (ValueError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{path}: corrupt GGUF metadata ({' '.join(str(error).split())})") from error
-
-
 def check_tensor_type(tensor: HeaderTensor, path: Path) -> None:
     """CheckpointError unless `tensor` has a type this reader dequantizes."""
     if tensor.tensor_type not in SUPPORTED_TENSOR_TYPES:
@@ -290,21 +246,6 @@ def unpermute_qk_rows(weights: np.ndarray, heads: int) -> np.ndarray:
     half_head = weights.shape[0] // heads // 2
     by_head = weights.reshape(heads, half_head, 2, *weights.shape[1:])
     return np.ascontiguousarray(by_head.swapaxes(1, 2).reshape(weights.shape))
-
-
-def open_reader(path: Path) -> GGUFHeader:
-    try:
-        with open(path, "rb") as file:
-            magic = file.read(len(GGUF_MAGIC))
-    except OSError as error:
-        raise CheckpointError(f"{path}: cannot open GGUF file: {error.strerror}") from error
-    if magic != GGUF_MAGIC:
-        raise CheckpointError(f"{path}: not a GGUF file (bad magic {magic!r})")
-    try:
-        return read_header(path)
-    except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError, struct.error) as error:
-        detail = " ".join(str(error).split())
-        raise CheckpointError(f"{path}: truncated or corrupt GGUF file ({detail})") from error
 
 
 def _hf_config(metadata: dict[str, Any], tensors: Mapping[str, HeaderTensor], path: Path) -> dict:

@@ -36,10 +36,10 @@ from engine.cache_paths import cache_root
 from engine.errors import CheckpointError
 from engine.model import gguf_weights, int8, kernels
 from engine.model.checkpoint.block_matrix import BlockMatrix
+from engine.model.checkpoint.hf_folder import checkpoint_files
 from engine.model.checkpoint.prepared_cache import PreparedCache, fingerprint
 from engine.model.checkpoint.raw import RawCheckpoint
 from engine.model.checkpoint.safetensors_dir import (
-    checkpoint_files,
     read_chat_template,
     read_image_processor,
     read_safetensors_dir,

@@ -20,33 +20,9 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Literal
 
-from engine.api import RequestRefused
+from engine.api import AdapterRefused, RequestRefused, ServedAdapter
 from engine.lora.peft_adapter import LoraAdapter
-
-AdapterState = Literal["loading", "ready", "unloading"]
-
-
-class AdapterRefused(Exception):
-    """An adapter not let in (the trust policy, pooled/hosting/lora_policy.py) or a load or unload the
-    table cannot do (a name in use, no free slot, an unknown name); `code` names the rule."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-@dataclass
-class ServedAdapter:
-    name: str
-    adapter: LoraAdapter
-    slot: int
-    state: AdapterState = "loading"
-    running: int = 0  # requests in flight that use it
-    requests: int = 0  # requests it has been asked for, in all
-    loaded_at: float = 0.0  # Unix time its slot was written
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,90 @@
+"""What the host process needs to load a model and build the engine that serves it: the way in from
+outside `engine` for everything that is not a request (those are `engine.api`'s).
+
+- loading a checkpoint (`load_model`) and the context it serves (`with_served_context`);
+- building a generation engine (`Engine.build` from an `EngineConfig`), an encoder's engine
+  (`EncoderEngine`) and the runners of encoders and of a decoder's embedding pass;
+- a process group (docs/deploy.md): joining it, the leader's side (`Lead`, `lead_load`) and a
+  follower's (`follow`);
+- the compilation cache (`use_compilation_cache`) and the KV pool's sizing (`longest_row`);
+- reading LoRA adapters (`read_lora_adapter`) against the served model.
+
+What the host reads from a checkpoint's files without loading it is `engine.checkpoints`'; the
+preparation of a request's inputs, `engine.inputs`'. This module imports JAX.
+"""
+
+import jax
+
+from engine.cache_paths import cache_root
+from engine.device.kv_sizing import pool_pages
+from engine.device.mirrored_runner import follow, lead_load
+from engine.device.process_group import Channel, GroupSpec, Lead, Stop, in_group, is_leader, join, leave
+from engine.device.runner_api import Report
+from engine.encoders.decoder_embedding import (
+    DecoderEmbedding,
+    decoder_embedding,
+    decoder_embedding_runner,
+    is_embedding_decoder,
+)
+from engine.encoders.encoder_engine import EncoderEngine
+from engine.encoders.encoder_model import EncoderRunner, LoadedEncoder, is_encoder_checkpoint, load_encoder
+from engine.engine import Engine
+from engine.engine_config import EngineConfig
+from engine.lora.adapter_formats import NEEDED, adapter_weights_file, read_lora_adapter
+from engine.lora.peft_adapter import TARGETS, LoraAdapter
+from engine.model.checkpoint.loader import LoadedModel, load_model, with_served_context
+from engine.model.model_config import CONTEXT_EXTENSION_KINDS, ModelConfig
+
+__all__ = [
+    # loading a checkpoint
+    "CONTEXT_EXTENSION_KINDS",
+    "LoadedModel",
+    "ModelConfig",
+    "Report",
+    "load_model",
+    "with_served_context",
+    # building what serves it
+    "DecoderEmbedding",
+    "EncoderEngine",
+    "EncoderRunner",
+    "Engine",
+    "EngineConfig",
+    "LoadedEncoder",
+    "decoder_embedding",
+    "decoder_embedding_runner",
+    "is_embedding_decoder",
+    "is_encoder_checkpoint",
+    "load_encoder",
+    # a process group
+    "Channel",
+    "GroupSpec",
+    "Lead",
+    "Stop",
+    "follow",
+    "in_group",
+    "is_leader",
+    "join",
+    "lead_load",
+    "leave",
+    # the compilation cache and the KV pool
+    "longest_row",
+    "use_compilation_cache",
+    # LoRA adapters
+    "NEEDED",
+    "TARGETS",
+    "LoraAdapter",
+    "adapter_weights_file",
+    "read_lora_adapter",
+]
+
+
+def use_compilation_cache() -> None:
+    """Keep compiled XLA programs on disk, so a restart skips the start-up compile plan it already ran."""
+    jax.config.update("jax_compilation_cache_dir", str(cache_root(None) / "xla"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def longest_row(model: LoadedModel, config: EngineConfig) -> int:
+    """The most tokens one row may hold in the KV pool `config` sizes for `model`: the pool keeps
+    the null page and one private page per lane beside it (`Engine`'s rule)."""
+    return (pool_pages(model, config) - 1 - config.decode_lanes) * config.page_size
