@@ -2,7 +2,7 @@
 
 Entry points: `engine.api` (what handlers submit and receive, and the `GenerationEngine` they
 call); `engine.engine.Engine` (the front door: intake → scheduler → runner → device);
-`engine.model.checkpoint.loader.load_model` (checkpoint → `LoadedModel`: parameters on a device mesh
+`engine.model.loading.loader.load_model` (checkpoint → `LoadedModel`: parameters on a device mesh
 and a jitted pure forward function); model families in `engine.model.families`; shared layers in
 `engine.model.layers` (axis letters in `engine/GLOSSARY.md`); sharding rules in `engine.model.sharding`;
 text ↔ token ids in `text`.

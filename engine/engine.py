@@ -35,7 +35,7 @@ from engine.encoders.encoder_model import EncoderRunner
 from engine.engine_config import EngineConfig
 from engine.lora.adapter_table import AdapterTable, ServedAdapter
 from engine.lora.peft_adapter import LoraAdapter
-from engine.model.checkpoint.loader import LoadedModel
+from engine.model.loading.loader import LoadedModel
 from engine.serving.admission import admit
 from engine.serving.intake_front import IntakeFront
 from engine.serving.kv_pages import PagePool

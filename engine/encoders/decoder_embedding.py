@@ -26,9 +26,9 @@ from engine.encoders.encoder_model import (
     declares_pooling,
     is_encoder_checkpoint,
 )
-from engine.model.checkpoint.loader import DTYPES, LoadedModel
 from engine.model.checkpoint.safetensors_dir import read_hf_config
 from engine.model.layers.encoder import Pooling, pool
+from engine.model.loading.loader import DTYPES, LoadedModel
 
 
 @dataclass(frozen=True)

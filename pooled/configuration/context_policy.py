@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from engine.device.kv_sizing import pool_pages
 from engine.engine_config import EngineConfig
-from engine.model.checkpoint.loader import LoadedModel, with_served_context
+from engine.model.loading.loader import LoadedModel, with_served_context
 from engine.model.model_config import CONTEXT_EXTENSION_KINDS
 from pooled.configuration.settings import Settings
 

@@ -30,7 +30,7 @@ from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
 from engine.lora.adapter_table import AdapterRefused
-from engine.model.checkpoint.loader import LoadedModel, load_model
+from engine.model.loading.loader import LoadedModel, load_model
 from handlers.context import EncoderKind, EncoderService, FailedPart, FailedSetting
 from pooled.configuration.context_policy import ServedContext, served_context
 from pooled.configuration.setting_sources import flag_name

@@ -12,7 +12,7 @@ import pytest
 from engine.api import RequestRefused
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.model.checkpoint.loader import load_model
+from engine.model.loading.loader import load_model
 from engine.vision.images import PreparedImage
 from tests.engine.engine_harness import generate, greedy_request
 from tests.engine.tiny_vision_checkpoints import (

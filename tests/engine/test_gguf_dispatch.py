@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from engine.model.checkpoint import gguf_file
-from engine.model.checkpoint.loader import load_model
 from engine.model.checkpoint.raw import RawCheckpoint
 from engine.model.checkpoint.safetensors_dir import read_safetensors_dir
+from engine.model.loading.loader import load_model
 
 
 def test_gguf_path_is_read_by_the_gguf_reader(

@@ -15,8 +15,8 @@ import pytest
 from engine.errors import CheckpointError
 from engine.lora.adapter_formats import read_lora_adapter
 from engine.lora.peft_adapter import LoraAdapter, read_peft_adapter
-from engine.model.checkpoint.loader import LoadedModel, load_model
 from engine.model.layers.lora import LoraBatch, stack_adapters
+from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.tiny_checkpoints import TINY_MODELS
 from tests.engine.tiny_gguf_lora import write_lora_gguf
 from tests.engine.tiny_lora import TINY_ADAPTERS, build_tiny_adapter

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from engine.errors import CheckpointError
-from engine.model.checkpoint.loader import LoadedModel, load_model
 from engine.model.layers.vision import QUERY_CHUNK, VisionTower, tower_inputs
+from engine.model.loading.loader import LoadedModel, load_model
 from engine.vision.rope_index import rope_index
 from tests.engine.tiny_gguf_decoders import write_tiny_gguf
 from tests.engine.tiny_vision_checkpoints import (

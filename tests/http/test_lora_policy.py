@@ -11,8 +11,8 @@ from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
 from engine.lora.adapter_table import AdapterRefused
 from engine.lora.peft_adapter import file_sha256
-from engine.model.checkpoint.loader import load_model
 from engine.model.families import family_for_hf_config
+from engine.model.loading.loader import load_model
 from engine.model.model_config import ModelConfig
 from pooled.configuration import setting_sources
 from pooled.configuration.settings import Settings
