@@ -48,13 +48,13 @@ from engine.device.step import LaneState, RowParams, StepFunctions
 from engine.device.step import PromptScores as DeviceScores
 from engine.engine_config import EngineConfig
 from engine.lora.peft_adapter import LoraAdapter
+from engine.model.image_tower import PreparedImage
 from engine.model.layers.kv_cache import init_paged_caches
 from engine.model.layers.lora import LoraStack, stack_adapters
 from engine.model.layers.paged_attention import ATTENTION_BLOCK_TOKENS
 from engine.model.loading.loader import DTYPES, LoadedModel
 from engine.serving.kv_pages import NULL_PAGE
 from engine.stats import Bucket, HeldArrays
-from engine.vision.images import PreparedImage
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from engine.encoders.encoder_model import (
     is_encoder_checkpoint,
 )
 from engine.model.checkpoint.safetensors_dir import read_hf_config
-from engine.model.layers.encoder import Pooling, pool
+from engine.model.layers.pooling import Pooling, pool
 from engine.model.loading.loader import DTYPES, LoadedModel
 
 

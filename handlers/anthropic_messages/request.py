@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.api import GenerationRequest, Vision
-from engine.vision.images import PreparedImage
+from engine.model.image_tower import PreparedImage
 from generated import models
 from handlers.anthropic_messages.conversation import conversation
 from handlers.api_error import ApiError

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.api import Constraint, GenerationRequest, Vision
-from engine.vision.images import PreparedImage
+from engine.model.image_tower import PreparedImage
 from generated import models
 from handlers.api_error import ApiError
 from handlers.context import DEFAULT_LIMITS, GenerationLimits

@@ -14,8 +14,8 @@ from pathlib import Path
 from engine.errors import CheckpointError
 from engine.lora.peft_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from engine.model.checkpoint.gguf_file import GGUF_MAGIC, gguf_architecture
-from engine.model.checkpoint.gguf_mmproj import LANGUAGE_ARCHITECTURE, is_projector_file
 from engine.model.checkpoint.safetensors_dir import checkpoint_files
+from engine.model.families.qwen2_vl.gguf_mmproj import LANGUAGE_ARCHITECTURE, is_projector_file
 from pooled.configuration.settings import Settings
 
 MODEL_KINDS = "a GGUF file or a safetensors model folder"

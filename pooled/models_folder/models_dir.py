@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from engine.model.checkpoint.gguf_mmproj import is_projector_file
+from engine.model.families.qwen2_vl.gguf_mmproj import is_projector_file
 from pooled.models_folder.catalog import RESERVED_SUFFIX, CatalogEntry, CatalogFile
 
 VERIFIED = ".verified"
