@@ -5,7 +5,7 @@ From outside, the way in is six public modules (docs/architecture.md, "The front
 `engine.errors`, `engine.stats`, `engine.front` (loading a model and building its `Engine`:
 intake → scheduler → runner → device), `engine.checkpoints` (a checkpoint's files, read without
 loading it) and `engine.inputs` (a request's inputs, prepared on the host). Inside:
-`engine.model.checkpoint.loader.load_model` (checkpoint → `LoadedModel`: parameters on a device mesh
+`engine.model.loading.loader.load_model` (checkpoint → `LoadedModel`: parameters on a device mesh
 and a jitted pure forward function); model families in `engine.model.families`; shared layers in
 `engine.model.layers` (axis letters in `engine/GLOSSARY.md`); sharding rules in `engine.model.sharding`;
 text ↔ token ids in `text`.

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from engine.lora.peft_adapter import LoraAdapter
-    from engine.vision.images import ImageRules, PreparedImage
+    from engine.model.families.qwen2_vl.image_processing import ImageRules
+    from engine.model.image_tower import PreparedImage
 
 MAX_TOKENS_CAP = 32768
 # Most alternatives a token may report (OpenAI's top_logprobs limit); static for the compile.
@@ -108,7 +109,7 @@ class GenerationRequest:
 @dataclass(frozen=True)
 class Vision:
     """How a model that takes images wants them: its image token and its preprocessing rules
-    (engine/vision/images.py; `rules.max_pixels` already lowered to the server's limit)."""
+    (engine/model/families/qwen2_vl/image_processing.py; `rules.max_pixels` already lowered to the server's limit)."""
 
     image_token_id: int
     rules: ImageRules

@@ -5,9 +5,9 @@ tokenizer. No device work and no JAX at import: the models folder's commands (`p
 
 from engine.lora.peft_adapter import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from engine.model.checkpoint.gguf_header import GGUF_MAGIC, gguf_architecture, read_gguf_metadata
-from engine.model.checkpoint.gguf_mmproj import LANGUAGE_ARCHITECTURE, is_projector_file
 from engine.model.checkpoint.gguf_vocab import tokenizer_from_gguf
 from engine.model.checkpoint.hf_folder import checkpoint_files
+from engine.model.families.qwen2_vl.projector_files import LANGUAGE_ARCHITECTURE, is_projector_file
 
 __all__ = [
     "ADAPTER_CONFIG",

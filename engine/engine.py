@@ -34,7 +34,8 @@ from engine.device.runner_api import Report, Runner
 from engine.encoders.encoder_model import EncoderRunner
 from engine.engine_config import EngineConfig
 from engine.lora.peft_adapter import LoraAdapter
-from engine.model.checkpoint.loader import LoadedModel
+from engine.model.families.qwen2_vl.image_processing import served_rules
+from engine.model.loading.loader import LoadedModel
 from engine.serving.adapter_table import AdapterTable
 from engine.serving.admission import admit
 from engine.serving.intake_front import IntakeFront
@@ -43,7 +44,6 @@ from engine.serving.prefix_disk import PrefixDisk, namespace_digest
 from engine.serving.rows import Sink
 from engine.serving.scheduler import Scheduler
 from engine.stats import Bucket, HeldArrays
-from engine.vision.images import served_rules
 
 
 class Engine(IntakeFront):

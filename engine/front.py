@@ -32,7 +32,7 @@ from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.lora.adapter_formats import NEEDED, adapter_weights_file, read_lora_adapter
 from engine.lora.peft_adapter import TARGETS, LoraAdapter
-from engine.model.checkpoint.loader import LoadedModel, load_model, with_served_context
+from engine.model.loading.loader import LoadedModel, load_model, with_served_context
 from engine.model.model_config import CONTEXT_EXTENSION_KINDS, ModelConfig
 
 __all__ = [

@@ -2,6 +2,7 @@
 image decoded and resized by the model's rules (`engine.api.Vision`) into the `PreparedImage` a
 `GenerationRequest` carries. No JAX at import: handlers use it."""
 
-from engine.vision.images import ImageError, PreparedImage, prepare_image
+from engine.model.families.qwen2_vl.image_processing import ImageError, prepare_image
+from engine.model.image_tower import PreparedImage
 
 __all__ = ["ImageError", "PreparedImage", "prepare_image"]

@@ -44,7 +44,7 @@ from device_bench import stream  # noqa: E402
 from engine.api import EngineEvent, Finished, GenerationRequest, SamplingParams  # noqa: E402
 from engine.engine import Engine  # noqa: E402
 from engine.engine_config import EngineConfig  # noqa: E402
-from engine.model.checkpoint.loader import load_model  # noqa: E402
+from engine.model.loading.loader import load_model  # noqa: E402
 from pooled.hosting.model_host import default_model_path  # noqa: E402
 from text.tokenizer import Tokenizer  # noqa: E402
 

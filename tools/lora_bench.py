@@ -25,7 +25,7 @@ from engine.api import GenerationRequest, SamplingParams
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.lora.peft_adapter import LoraAdapter, LoraPair, projection_shapes
-from engine.model.checkpoint.loader import LoadedModel, load_model
+from engine.model.loading.loader import LoadedModel, load_model
 from pooled.hosting.loading import resolve_dtype
 from pooled.hosting.model_host import default_model_path
 from tests.engine.engine_harness import Collected, prompt

@@ -17,7 +17,7 @@ import numpy as np
 from engine.device.runner import DeviceRunner
 from engine.device.runner_api import PrefillChunk
 from engine.engine_config import EngineConfig
-from engine.model.checkpoint.loader import load_model
+from engine.model.loading.loader import load_model
 from pooled.hosting.model_host import default_model_path
 from text import Tokenizer
 

@@ -22,8 +22,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from engine.model.checkpoint.loader import LoadedModel, load_model  # noqa: E402
 from engine.model.layers.kv_cache import init_layer_caches  # noqa: E402
+from engine.model.loading.loader import LoadedModel, load_model  # noqa: E402
 from pooled.hosting.model_host import default_model_path  # noqa: E402
 from text import Tokenizer  # noqa: E402
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from engine.api import EngineEvent, Finished, GenerationRequest, SamplingParams, Tokens
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.model.checkpoint.loader import load_model
+from engine.model.loading.loader import load_model
 
 GOLDEN = Path(__file__).parents[1] / "tests" / "goldens" / "smollm2_gguf.json"
 

@@ -23,7 +23,7 @@ from gguf import GGMLQuantizationType
 from engine.model.checkpoint.gguf_file import BLOCK_TENSORS
 from engine.model.checkpoint.hf_folder import checkpoint_files
 from engine.model.checkpoint.safetensors_dir import SafetensorsTensors
-from engine.model.vision_config import VisionConfig
+from engine.model.families.qwen2_vl.vision_tower import VisionConfig
 
 LANGUAGE_FILE, MMPROJ_FILE = "model.gguf", "mmproj-model.gguf"
 

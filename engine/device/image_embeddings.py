@@ -20,29 +20,28 @@ import jax.numpy as jnp
 import numpy as np
 
 from engine.device.compiled_shapes import geometric_buckets
-from engine.model.layers.vision import QUERY_CHUNK, TowerInputs, VisionTower, tower_inputs
-from engine.model.vision_config import VisionConfig
-from engine.vision.images import PreparedImage
+from engine.model.image_tower import ImageTower, PreparedImage
 
 # The smallest tower bucket, in patches (a 448 × 448 image has 1,024).
 SMALLEST_TOWER_BUCKET = 256
 
 
-def tower_buckets(config: VisionConfig, max_image_pixels: int) -> list[int]:
+def tower_buckets(config: ImageTower, max_image_pixels: int) -> list[int]:
     """The tower's compiled sizes in patches: doubling up to the patches of an image of
     `max_image_pixels` (smart_resize keeps an image at or under it), in whole chunks of queries."""
-    largest = math.ceil(max_image_pixels / config.patch_size**2 / QUERY_CHUNK) * QUERY_CHUNK
+    multiple = config.patch_multiple
+    largest = math.ceil(max_image_pixels / config.patch_size**2 / multiple) * multiple
     return geometric_buckets(min(SMALLEST_TOWER_BUCKET, largest), largest, 2)
 
 
 class ImageEmbeddings:
-    def __init__(self, config: VisionConfig, dtype: Any, params: Any, capacity: int) -> None:
+    def __init__(self, config: ImageTower, dtype: Any, params: Any, capacity: int) -> None:
         self._config, self._params = config, params
         self._capacity = capacity
         self._kept: OrderedDict[bytes, np.ndarray] = OrderedDict()
-        tower = VisionTower(config, dtype)
+        tower = config.module(dtype)
 
-        def run(params: Any, inputs: TowerInputs) -> jax.Array:
+        def run(params: Any, inputs: Any) -> jax.Array:
             return cast(jax.Array, tower.apply({"params": params}, inputs)).astype(jnp.float32)
 
         self._tower = jax.jit(run)
@@ -58,7 +57,7 @@ class ImageEmbeddings:
         bucket = next((size for size in sizes if size >= patches), None)
         if bucket is None:
             raise ValueError(f"an image of {patches} patches is over the tower's largest size ({sizes[-1]})")
-        inputs = tower_inputs(self._config, [(image.patches, image.grid)], bucket)
+        inputs = self._config.inputs([(image.patches, image.grid)], bucket)
         embeddings = np.asarray(self._tower(self._params, inputs))[: image.tokens]
         self._kept[image.digest] = embeddings
         if len(self._kept) > self._capacity:
@@ -67,10 +66,7 @@ class ImageEmbeddings:
 
     def run_blank(self, bucket: int) -> None:
         """Runs the tower on a blank image of `bucket` patches: compiles that size."""
-        side = self._config.merge_size
-        grid = (1, side, bucket // side)
-        blank = np.zeros((bucket, self._config.patch_inputs), np.float32)
-        jax.block_until_ready(self._tower(self._params, tower_inputs(self._config, [(blank, grid)], bucket)))
+        jax.block_until_ready(self._tower(self._params, self._config.blank_inputs(bucket)))
 
     def held_arrays(self) -> tuple[jax.Array, ...]:
         return tuple(jax.tree.leaves(self._params))

@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 
 from engine.engine_config import EngineConfig
-from engine.model.checkpoint.loader import DTYPES, LoadedModel
+from engine.model.loading.loader import DTYPES, LoadedModel
 from engine.model.model_config import ModelConfig
 
 # Where the device reports no memory figures (XLA's CPU backend): room for every lane's full

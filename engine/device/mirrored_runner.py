@@ -66,9 +66,9 @@ from engine.device.runner_api import (
     Report,
 )
 from engine.lora.peft_adapter import LoraAdapter
-from engine.model.checkpoint.loader import LoadedModel
+from engine.model.image_tower import PreparedImage
+from engine.model.loading.loader import LoadedModel
 from engine.stats import Bucket, HeldArrays
-from engine.vision.images import PreparedImage
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

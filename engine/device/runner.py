@@ -50,12 +50,12 @@ from engine.device.step import PromptScores as DeviceScores
 from engine.engine_config import EngineConfig
 from engine.lora.adapter_stack import stack_adapters
 from engine.lora.peft_adapter import LoraAdapter
-from engine.model.checkpoint.loader import DTYPES, LoadedModel
+from engine.model.image_tower import PreparedImage
 from engine.model.layers.kv_cache import init_paged_caches
 from engine.model.layers.lora import LoraStack
 from engine.model.layers.paged_attention import ATTENTION_BLOCK_TOKENS
+from engine.model.loading.loader import DTYPES, LoadedModel
 from engine.stats import Bucket, HeldArrays
-from engine.vision.images import PreparedImage
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ import numpy as np
 
 from engine.api import Constraint, EncoderInput, SamplingParams
 from engine.lora.peft_adapter import LoraAdapter
+from engine.model.image_tower import PreparedImage
 from engine.stats import Bucket, HeldArrays
-from engine.vision.images import PreparedImage
 
 # Prompts prefilled together in one step when each has a short chunk left (together at most
 # prefill_chunk tokens): a burst of short prompts costs one pass over the weights per step

@@ -27,8 +27,8 @@ from engine.encoders.encoder_model import (
     is_encoder_checkpoint,
 )
 from engine.model.checkpoint.hf_folder import read_hf_config
-from engine.model.checkpoint.loader import DTYPES, LoadedModel
-from engine.model.layers.encoder import Pooling, pool
+from engine.model.layers.pooling import Pooling, pool
+from engine.model.loading.loader import DTYPES, LoadedModel
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Encoder models: loading a BERT or XLM-RoBERTa checkpoint (a safetensors directory with its
-sentence-transformers files, or its GGUF: engine/model/checkpoint/gguf_encoder.py) and running
+sentence-transformers files, or its GGUF: engine/model/families/bert/gguf_encoder.py) and running
 batches of inputs through bucketed, compiled shapes.
 
 A checkpoint's sentence-transformers files say how it pools: `modules.json` lists its modules
@@ -27,11 +27,13 @@ from tokenizers import Tokenizer as BackendTokenizer
 from engine.api import EncoderInput
 from engine.device.runner_api import Report
 from engine.errors import CheckpointError
-from engine.model.checkpoint.gguf_encoder import is_gguf_encoder, read_gguf_encoder
 from engine.model.checkpoint.hf_folder import checkpoint_files, read_hf_config
 from engine.model.checkpoint.safetensors_dir import SafetensorsTensors
-from engine.model.families.bert import EncoderConfig, encoder_family_for_hf_config
-from engine.model.layers.encoder import Encoder, Pooling
+from engine.model.families.bert.bert import EncoderConfig
+from engine.model.families.bert.encoder import Encoder
+from engine.model.families.bert.gguf_encoder import is_gguf_encoder, read_gguf_encoder
+from engine.model.families.registry import ENCODERS, encoder_for_hf_config
+from engine.model.layers.pooling import Pooling
 from engine.stats import HeldArrays
 
 EncoderKind = Literal["embedding", "rerank"]
@@ -78,7 +80,7 @@ def is_encoder_checkpoint(path: Path) -> bool:
     if not (path.is_dir() and config.is_file()):
         return False
     try:
-        return encoder_family_for_hf_config(json.loads(config.read_text())) is not None
+        return encoder_for_hf_config(json.loads(config.read_text())) is not None
     except (OSError, ValueError):
         return False
 
@@ -92,7 +94,7 @@ def load_encoder(path: str | Path) -> LoadedEncoder:
     if not path.is_dir():
         raise CheckpointError(f"{path} is neither a model directory nor an encoder's .gguf file")
     hf = read_hf_config(path)
-    family = encoder_family_for_hf_config(hf)
+    family = encoder_for_hf_config(hf)
     if family is not None and family.config(hf).head == "classifier":
         pooling: tuple[Pooling, bool] = ("cls", False)
     else:
@@ -109,10 +111,10 @@ def _loaded(
     pooling: tuple[Pooling, bool],
     max_tokens: int | None,
 ) -> LoadedEncoder:
-    family = encoder_family_for_hf_config(hf)
+    family = encoder_for_hf_config(hf)
     if family is None:
-        families = "bert, xlm-roberta"
-        raise CheckpointError(f"{path}: model_type {hf.get('model_type')!r} is not an encoder family ({families})")
+        known = ", ".join(encoder.name for encoder in ENCODERS)
+        raise CheckpointError(f"{path}: model_type {hf.get('model_type')!r} is not an encoder family ({known})")
     config = family.config(hf)
     params = jax.device_put(_as_float32(family.convert(tensors, config)))
     _check_shapes(params, config, *pooling)

@@ -32,7 +32,8 @@ from engine.model.checkpoint.gguf_file import (
     unpermute_qk_rows,
 )
 from engine.model.checkpoint.gguf_header import GGUFHeader, open_reader, reader_metadata
-from engine.model.families import FAMILIES, GGUF_FAMILIES, Family
+from engine.model.families.family import DecoderFamily
+from engine.model.families.registry import DECODERS, GGUF_DECODERS
 from engine.model.model_config import ModelConfig
 
 ALPHA_KEY = "adapter.lora.alpha"
@@ -68,15 +69,15 @@ def read_gguf_adapter(path: Path, config: ModelConfig) -> LoraAdapter:
     return build_adapter(path, path, halves, rank, float(alpha), scale, config, half_names=("lora_a", "lora_b"))
 
 
-def _family(arch: object, path: Path, config: ModelConfig) -> Family:
-    family = GGUF_FAMILIES.get(str(arch))
+def _family(arch: object, path: Path, config: ModelConfig) -> DecoderFamily:
+    family = GGUF_DECODERS.get(str(arch))
     if family is None:
         raise CheckpointError(
-            f"{path}: adapter architecture {arch!r} is not supported; supported: {', '.join(GGUF_FAMILIES)}"
+            f"{path}: adapter architecture {arch!r} is not supported; supported: {', '.join(GGUF_DECODERS)}"
         )
     # llama.cpp refuses an adapter of another architecture; so does this reader where the served
     # model's type names a family (a Mistral model's "mistral" does not: shapes are checked alone).
-    served = next((f for f in FAMILIES if f.name == config.model_type), None)
+    served = next((f for f in DECODERS if f.name == config.model_type), None)
     if served is not None and served is not family:
         raise CheckpointError(f"{path}: an adapter for {arch!r} models; the served model is {config.model_type!r}")
     return family

@@ -13,7 +13,7 @@ blocks, in the file's order. The input axis is never split across devices.
 The matmuls run on the native CPU kernel (engine/model/kernels/gguf_matmul.cc): activations quantized
 per block as llama.cpp quantizes them for each format, an integer dot per block, scaled in f32.
 Without the kernels (another platform, or no compiler) nothing serves these weights: the loader then
-serves the file's floats (`engine/model/checkpoint/loader.py`).
+serves the file's floats (`engine/model/loading/loader.py`).
 """
 
 import math

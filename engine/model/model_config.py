@@ -2,13 +2,11 @@
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.errors import CheckpointError
-from engine.model.vision_config import VisionConfig
-
-if TYPE_CHECKING:
-    from engine.model.families.traits import FamilyTraits
+from engine.model.family_traits import FamilyTraits
+from engine.model.image_tower import ImageTower
 
 log = logging.getLogger(__name__)
 
@@ -104,21 +102,22 @@ class ModelConfig:
     # M-RoPE (Qwen2-VL): how many of a head's rotary frequencies turn with a token's time, row and
     # column position (engine/model/layers/rope.py); empty: plain RoPE.
     mrope_section: tuple[int, ...] = ()
-    # The vision tower of a family that takes images, and the token id an image's embeddings fill.
-    vision: VisionConfig | None = None
+    # The image tower of a family that takes images (set by the family, engine/model/image_tower.py),
+    # and the token id an image's embeddings fill.
+    vision: ImageTower | None = None
     image_token_id: int | None = None
 
     @classmethod
-    def from_hf(cls, d: dict[str, Any], traits: "FamilyTraits") -> "ModelConfig":
-        """The config of HF config.json `d` for a family with `traits`, which supply what HF's
-        modeling code hard-codes."""
+    def from_hf(cls, d: dict[str, Any], traits: FamilyTraits) -> "ModelConfig":
+        """The decoder's config of HF config.json `d` for a family with `traits`, which supply what
+        HF's modeling code hard-codes; a family that takes images adds its tower (`vision`)."""
         try:
             return cls._from_hf(d, traits)
         except KeyError as missing:
             raise CheckpointError(f"model config lacks required field {missing}") from None
 
     @classmethod
-    def _from_hf(cls, top: dict[str, Any], traits: "FamilyTraits") -> "ModelConfig":
+    def _from_hf(cls, top: dict[str, Any], traits: FamilyTraits) -> "ModelConfig":
         model_type = top.get("model_type", "")
         # A vision-language config may nest its decoder's fields (transformers 5 writes them so).
         d = {**top, **(top.get("text_config") or {})}
@@ -128,8 +127,6 @@ class ModelConfig:
         rope_theta = d.get("rope_theta", rope_dict.get("rope_theta", 10000.0))
         attention_bias = bool(d.get("attention_bias", False))
         eos = d.get("eos_token_id")
-        # A vision family's language model alone (a GGUF without its projector) takes no images.
-        tower = traits.vision if "vision_config" in top else None
         window = d.get("sliding_window") if d.get("use_sliding_window", True) else None
         if window and window < max_positions:
             log.warning("sliding-window attention is not supported; the context is limited to the window (%d)", window)
@@ -161,8 +158,6 @@ class ModelConfig:
             sliding_window=window,
             context_length=min(max_positions, window or max_positions),
             mrope_section=tuple(int(n) for n in rope_dict.get("mrope_section") or ()),
-            vision=None if tower is None else VisionConfig.from_hf(top["vision_config"], tower, hidden),
-            image_token_id=None if tower is None else top.get("image_token_id"),
         )
 
     def weights_at(self, path: str) -> str:

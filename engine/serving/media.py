@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.vision.images import PreparedImage
-from engine.vision.rope_index import RopeIndex, rope_index
+from engine.model.families.qwen2_vl.rope_index import RopeIndex, rope_index
+from engine.model.image_tower import PreparedImage
 
 
 def image_key(image: PreparedImage) -> int:

@@ -5,7 +5,8 @@ An API's converter puts `{"type": "image"}` in a message's content list where an
 (the part Hugging Face chat templates of vision models render as the model's image tokens: one
 image token for Qwen2-VL's `<|vision_start|><|image_pad|><|vision_end|>`) and collects the image's
 bytes in order. Once the template has rendered, each image token becomes as many as the image
-takes (engine/vision/images.py decides, by the model's own preprocessing rules).
+takes (engine/model/families/qwen2_vl/image_processing.py decides, by the model's own preprocessing
+rules).
 
 Preparing images is the slow part of planning a request: a route plans through `planned`, on a
 worker thread when the model takes images.

@@ -17,8 +17,8 @@ from engine.api import (
     Tokens,
 )
 from engine.engine import Engine
-from engine.model.checkpoint.loader import LoadedModel
 from engine.model.layers.lora import LoraBatch
+from engine.model.loading.loader import LoadedModel
 
 GREEDY = SamplingParams(temperature=0.0, ignore_eos=True)
 WAIT_S = 60.0

@@ -19,7 +19,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
-from engine.model.checkpoint.loader import LoadedModel, load_model  # noqa: E402
+from engine.model.loading.loader import LoadedModel, load_model  # noqa: E402
 from engine.model.sharding import place  # noqa: E402
 from tests.engine.tiny_checkpoints import build_tiny_checkpoint, tiny_prompt  # noqa: E402
 

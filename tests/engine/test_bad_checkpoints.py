@@ -9,7 +9,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from engine.errors import CheckpointError
-from engine.model.checkpoint.loader import load_model
+from engine.model.loading.loader import load_model
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from engine.device.compiled_shapes import CompiledShapes
 from engine.device.runner_api import PREFILL_ROWS
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.model.checkpoint.loader import load_model
+from engine.model.loading.loader import load_model
 from engine.stats import Bucket
 from tests.engine.engine_harness import generate, greedy_request, prompt, reference_greedy
 

@@ -1,15 +1,15 @@
-"""ModelConfig from HF config dicts, the family registry, and context extension."""
+"""ModelConfig from HF config dicts and context extension."""
 
 import pytest
 
 from engine.errors import CheckpointError
-from engine.model.families import family_for, family_for_hf_config
+from engine.model.families.registry import decoder_for_hf_config
 from engine.model.model_config import ModelConfig, with_context
 from tests.engine.tiny_checkpoints import TINY_MODELS
 
 
 def hf_config(d: dict) -> ModelConfig:
-    return ModelConfig.from_hf(d, family_for_hf_config(d).traits)
+    return decoder_for_hf_config(d).config(d)
 
 
 def test_architecture_traits() -> None:
@@ -73,13 +73,6 @@ def test_context_extension_applies_yarn(caplog: pytest.LogCaptureFixture) -> Non
     assert extended.rope_scaling.factor == 4.0
     assert extended.rope_scaling.original_max_position_embeddings == 64
     assert "yarn" in caplog.text
-
-
-def test_registry() -> None:
-    assert family_for("qwen3moe") is family_for("Qwen3MoeForCausalLM")
-    assert family_for_hf_config(TINY_MODELS["qwen2"]).name == "qwen2"
-    with pytest.raises(CheckpointError, match=r"unknown architecture 'mamba' \(known: .*LlamaForCausalLM"):
-        family_for("mamba")
 
 
 def test_sliding_window_limits_the_context() -> None:

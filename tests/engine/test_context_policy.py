@@ -8,7 +8,7 @@ import pytest
 
 from engine.device.kv_sizing import kv_bytes_per_token, pool_pages
 from engine.engine_config import EngineConfig
-from engine.model.checkpoint.loader import LoadedModel, load_model
+from engine.model.loading.loader import LoadedModel, load_model
 from pooled.configuration.context_policy import AGENT_CONTEXT, served_context
 from pooled.configuration.settings import Settings
 

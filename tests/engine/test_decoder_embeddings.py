@@ -17,7 +17,7 @@ from engine.encoders.decoder_embedding import (
     is_embedding_decoder,
 )
 from engine.encoders.encoder_model import EncoderRunner
-from engine.model.checkpoint.loader import load_model
+from engine.model.loading.loader import load_model
 from tests.engine.tiny_decoder_embedders import TINY_DECODER_EMBEDDERS, build_tiny_decoder_embedder
 from tests.engine.tiny_encoders import SENTENCES
 from text import Tokenizer

@@ -27,7 +27,7 @@ from engine.api import (
 )
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.model.checkpoint.loader import LoadedModel, load_model
+from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.conftest import Golden
 from tests.engine.engine_harness import GREEDY, Collected, generate, greedy_request, prompt, reference_greedy, start
 

@@ -14,7 +14,7 @@ import pytest
 from engine.api import GenerationRequest, SamplingParams
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.model.checkpoint.loader import LoadedModel, load_model
+from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.engine_harness import generate, prompt, start
 
 BASE = EngineConfig(decode_lanes=4, max_queue=4, page_size=8, prefill_chunk=16)

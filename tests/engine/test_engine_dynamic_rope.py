@@ -9,7 +9,7 @@ import pytest
 
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.model.checkpoint.loader import load_model
+from engine.model.loading.loader import load_model
 from tests.engine.engine_harness import generate, greedy_request, start
 
 # The tiny dynamic-NTK model is trained to 8 positions: every prompt here outgrows it.

@@ -13,7 +13,7 @@ from engine.api import Encoded, EncodeEvent, EncodeRequest, EngineEvent, Failed,
 from engine.encoders.encoder_model import EncoderRunner, LoadedEncoder, load_encoder
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.model.checkpoint.loader import load_model
+from engine.model.loading.loader import load_model
 from tests.engine.engine_harness import WAIT_S, Collected, greedy_request
 from tests.engine.tiny_encoders import QUERY, SENTENCES, build_tiny_encoder, encoder_tokenizer
 

@@ -15,8 +15,8 @@ from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.lora.adapter_stack import stack_adapters
 from engine.lora.peft_adapter import LoraAdapter, read_peft_adapter
-from engine.model.checkpoint.loader import LoadedModel, load_model
 from engine.model.layers.lora import LoraBatch
+from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.engine_harness import Collected, generate, greedy_request, prompt, reference_greedy, start
 from tests.engine.tiny_lora import build_tiny_adapter
 

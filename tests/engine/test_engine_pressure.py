@@ -12,7 +12,7 @@ from engine.api import EngineUnavailable, GenerationRequest, SamplingParams
 from engine.device.runner import failure_kind
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.model.checkpoint.loader import LoadedModel, load_model
+from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.engine_harness import generate, greedy_request, reference_greedy, start
 
 CONTEXT = 64

@@ -12,8 +12,8 @@ import pytest
 from engine.api import RequestRefused
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.model.checkpoint.loader import load_model
-from engine.vision.images import PreparedImage
+from engine.model.image_tower import PreparedImage
+from engine.model.loading.loader import load_model
 from tests.engine.engine_harness import generate, greedy_request
 from tests.engine.tiny_vision_checkpoints import (
     IMAGE_GRIDS,

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from engine.model.checkpoint.loader import load_model
+from engine.model.loading.loader import load_model
 from tests.engine.tiny_checkpoints import TINY_MODELS
 
 

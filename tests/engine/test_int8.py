@@ -12,7 +12,7 @@ from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
 from engine.model import int8
-from engine.model.checkpoint.loader import load_model
+from engine.model.loading.loader import load_model
 from tests.engine.engine_harness import GREEDY, generate, greedy_request, reference_greedy, start
 
 

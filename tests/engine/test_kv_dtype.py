@@ -9,7 +9,7 @@ import pytest
 from engine.api import GenerationRequest
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.model.checkpoint.loader import LoadedModel, load_model
+from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.engine_harness import GREEDY, generate, greedy_request, start
 
 PROMPTS = [np.random.default_rng(seed).integers(3, 256, 11 + 7 * seed).tolist() for seed in range(3)]

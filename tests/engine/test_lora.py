@@ -16,8 +16,8 @@ from engine.errors import CheckpointError
 from engine.lora.adapter_formats import read_lora_adapter
 from engine.lora.adapter_stack import stack_adapters
 from engine.lora.peft_adapter import LoraAdapter, read_peft_adapter
-from engine.model.checkpoint.loader import LoadedModel, load_model
 from engine.model.layers.lora import LoraBatch
+from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.tiny_checkpoints import TINY_MODELS
 from tests.engine.tiny_gguf_lora import write_lora_gguf
 from tests.engine.tiny_lora import TINY_ADAPTERS, build_tiny_adapter

@@ -14,7 +14,7 @@ from gguf import GGUFReader
 from engine.errors import CheckpointError
 from engine.lora.adapter_formats import read_lora_adapter
 from engine.lora.peft_adapter import LoraAdapter, file_sha256, read_peft_adapter
-from engine.model.families import family_for_hf_config
+from engine.model.families.registry import decoder_for_hf_config
 from engine.model.model_config import ModelConfig
 from tests.engine.tiny_checkpoints import TINY_MODELS
 from tests.engine.tiny_gguf_lora import converted_tensors, write_adapter_gguf, write_lora_gguf
@@ -23,7 +23,7 @@ from tests.engine.tiny_lora import TINY_ADAPTERS, build_tiny_adapter
 
 def config_of(adapter: str) -> ModelConfig:
     hf = TINY_MODELS[TINY_ADAPTERS[adapter][0]]
-    return ModelConfig.from_hf(hf, family_for_hf_config(hf).traits)
+    return decoder_for_hf_config(hf).config(hf)
 
 
 def convert(name: str, tmp_path: Path, outtype: str = "f32") -> tuple[Path, Path]:

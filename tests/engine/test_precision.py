@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from engine.model.checkpoint.loader import load_model
+from engine.model.loading.loader import load_model
 from tests.engine.tiny_checkpoints import build_tiny_checkpoint
 
 _OPERANDS = re.compile(r":\s*\((tensor<[^>]*>), (tensor<[^>]*>)\)")

@@ -22,7 +22,7 @@ from engine.device.runner import DeviceRunner
 from engine.device.runner_api import PrefillChunk
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
-from engine.model.checkpoint.loader import LoadedModel, load_model
+from engine.model.loading.loader import LoadedModel, load_model
 from engine.serving.prefix_disk import namespace_digest
 from pooled.hosting.model_host import default_model_path
 from tests.engine.engine_harness import Collected, generate, start

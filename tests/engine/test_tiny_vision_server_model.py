@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.model.checkpoint.loader import load_model
-from engine.vision.images import ImageRules
+from engine.model.families.qwen2_vl.image_processing import ImageRules
+from engine.model.loading.loader import load_model
 from handlers.generation.prompt import FunctionTool, render_chat
 from tests.engine.tiny_vision_server_model import MAX_PIXELS, build_tiny_vision_server_model, token_ids
 from text import ChatTemplate, Tokenizer

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from engine.errors import CheckpointError
-from engine.model.checkpoint.loader import LoadedModel, load_model
-from engine.model.layers.vision import QUERY_CHUNK, VisionTower, tower_inputs
-from engine.vision.rope_index import rope_index
+from engine.model.families.qwen2_vl.rope_index import rope_index
+from engine.model.families.qwen2_vl.vision_tower import QUERY_CHUNK, VisionConfig, VisionTower, tower_inputs
+from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.tiny_gguf_decoders import write_tiny_gguf
 from tests.engine.tiny_vision_checkpoints import (
     IMAGE_GRIDS,
@@ -60,7 +60,7 @@ def _two_image_logits(model: LoadedModel, bucket: int, query_chunk: int = QUERY_
     """The decoder's logits [T, V] over the golden's prompt, its two images through the tower in one
     call of `bucket` patches."""
     c = model.config
-    assert c.vision is not None and c.image_token_id == IMAGE_TOKEN
+    assert isinstance(c.vision, VisionConfig) and c.image_token_id == IMAGE_TOKEN
     images = list(zip(tiny_image_patches(), IMAGE_GRIDS, strict=True))
     tower = VisionTower(c.vision, query_chunk=query_chunk)
     embeddings = tower.apply({"params": model.params["vision"]}, tower_inputs(c.vision, images, bucket))
@@ -114,7 +114,7 @@ def test_a_projector_that_does_not_fit_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="goes with a GGUF language model"):
         load_model(folder, mmproj=mmproj, cache_dir=cache, progress=False)
     llama = write_tiny_gguf(tmp_path / "llama.gguf", {"default": "F32"})
-    with pytest.raises(CheckpointError, match="is a projector for a qwen2vl language model; .* is llama"):
+    with pytest.raises(CheckpointError, match="is a projector for a language model that takes images; .* is llama"):
         load_model(llama, mmproj=mmproj, cache_dir=cache, progress=False)
     narrow = write_vision_checkpoint({**TINY_VISION_MODELS["qwen2_vl"], "hidden_size": 32}, tmp_path / "narrow", 0)
     narrow_language, _ = write_pair(narrow, tmp_path / "narrow-gguf")

@@ -1,5 +1,6 @@
-"""engine/vision/images.py against transformers' Qwen2-VL image processor (PIL backend), through goldens
-written by tools/reference/vision_preprocess.py from the images of tests/engine/tiny_images.py."""
+"""engine/model/families/qwen2_vl/image_processing.py against transformers' Qwen2-VL image processor
+(PIL backend), through goldens written by tools/reference/vision_preprocess.py from the images of
+tests/engine/tiny_images.py."""
 
 import hashlib
 import io
@@ -16,7 +17,7 @@ import pytest
 from PIL import Image
 
 from engine.errors import CheckpointError
-from engine.vision.images import (
+from engine.model.families.qwen2_vl.image_processing import (
     ImageError,
     ImageRules,
     decode_image,
@@ -188,5 +189,7 @@ def test_rules_from_transformers5_config() -> None:
 
 def test_module_imports_no_jax() -> None:
     # HTTP handlers use it: it must stay cheap to import.
-    code = "import sys, engine.vision.images; assert 'jax' not in sys.modules, 'jax imported'"
+    code = (
+        "import sys, engine.model.families.qwen2_vl.image_processing; assert 'jax' not in sys.modules, 'jax imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save_file
 
-from engine.model.families import family_for_hf_config
+from engine.model.families.registry import decoder_for_hf_config
 
 SEED = 1234
 PROMPT_SHAPE = (2, 12)
@@ -82,7 +82,7 @@ def hf_tensor_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     D, V, F = config["hidden_size"], config["vocab_size"], config["intermediate_size"]
     N, K = config["num_attention_heads"], config["num_key_value_heads"]
     H = config.get("head_dim") or D // N
-    traits = family_for_hf_config(config).traits
+    traits = decoder_for_hf_config(config).traits
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,)}
     if not config["tie_word_embeddings"]:
         shapes["lm_head.weight"] = (V, D)

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from engine.api import Vision
-from engine.vision.images import ImageRules
+from engine.model.families.qwen2_vl.image_processing import ImageRules
 from handlers.api_error import ApiError
 from handlers.availability import counting_images
 from handlers.context import ImageFetch

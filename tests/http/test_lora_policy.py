@@ -11,8 +11,8 @@ from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.errors import CheckpointError
 from engine.lora.peft_adapter import file_sha256
-from engine.model.checkpoint.loader import load_model
-from engine.model.families import family_for_hf_config
+from engine.model.families.registry import decoder_for_hf_config
+from engine.model.loading.loader import load_model
 from engine.model.model_config import ModelConfig
 from pooled.configuration import setting_sources
 from pooled.configuration.settings import Settings
@@ -27,7 +27,7 @@ LLAMA = TINY_MODELS["llama_tied"]
 
 
 def model_config(hf: dict) -> ModelConfig:
-    return ModelConfig.from_hf(hf, family_for_hf_config(hf).traits)
+    return decoder_for_hf_config(hf).config(hf)
 
 
 @pytest.fixture(scope="module")

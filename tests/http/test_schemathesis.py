@@ -25,7 +25,7 @@ from schemathesis.specs.openapi.checks import negative_data_rejection
 
 from engine.api import Vision
 from engine.encoders.encoder_model import EncoderRunner, load_encoder
-from engine.vision.images import ImageRules
+from engine.model.families.qwen2_vl.image_processing import ImageRules
 from pooled.configuration.settings import Settings
 from pooled.hosting.loading import encoder_service
 from pooled.web.app import build_app, server_context

@@ -1,4 +1,5 @@
-"""Goldens for engine/vision/images.py: transformers' Qwen2-VL image processor on `tests.engine.tiny_images`.
+"""Goldens for engine/model/families/qwen2_vl/image_processing.py: transformers' Qwen2-VL image processor
+on `tests.engine.tiny_images`.
 
 The PIL backend (`Qwen2VLImageProcessorPil`) is the reference, given each fixture's bytes opened with
 Pillow; its `image_grid_thw`, the sha256 of its float32 `pixel_values` and their row sums (to say

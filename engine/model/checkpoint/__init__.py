@@ -1,1 +1,1 @@
-"""Reading checkpoints from disk. `engine.model.checkpoint.loader.load_model` is the entry point."""
+"""Reading checkpoints from disk. `engine.model.loading.loader.load_model` is the entry point."""

@@ -11,7 +11,7 @@ import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -21,9 +21,8 @@ from engine.errors import CheckpointError
 from engine.model import gguf_weights
 from engine.model.checkpoint.block_matrix import BlockMatrix
 from engine.model.checkpoint.gguf_header import HeaderTensor, open_reader, reader_metadata
-from engine.model.checkpoint.gguf_mmproj import LANGUAGE_ARCHITECTURE, Mmproj, read_mmproj
 from engine.model.checkpoint.raw import RawCheckpoint
-from engine.model.families import GGUF_FAMILIES, family_for_hf_config
+from engine.model.family_traits import FamilyTraits
 
 SUPPORTED_TENSOR_TYPES = frozenset(
     {
@@ -101,36 +100,31 @@ ROPE_FACTORS_TENSOR = "rope_freqs.weight"
 LLAMA3_ORIGINAL_CONTEXT = 8192
 
 
-# The token whose embedding an image's fill (Qwen2-VL's), looked up in a language GGUF's vocabulary.
-IMAGE_TOKEN = "<|image_pad|>"
+class GgufFamily(Protocol):
+    """What the reader needs of the decoder family a GGUF architecture names (the caller's
+    registry supplies them: this shared reader knows no family)."""
+
+    @property
+    def name(self) -> str: ...  # HF `model_type`
+
+    @property
+    def hf_architectures(self) -> tuple[str, ...]: ...  # the first is the one a GGUF file stands for
+
+    @property
+    def traits(self) -> FamilyTraits: ...
 
 
-def read_gguf(path: Path, mmproj: Path | None = None) -> RawCheckpoint:
-    """Open `path`; raise `CheckpointError` if it is not a complete GGUF file of a supported model.
-    With `mmproj`, llama.cpp's projector file for it (engine/model/checkpoint/gguf_mmproj.py): the
-    pair reads as one vision-language checkpoint."""
+def read_gguf(path: Path, families: Mapping[str, GgufFamily]) -> RawCheckpoint:
+    """Open `path`; raise `CheckpointError` if it is not a complete GGUF file of one of `families`
+    (by GGUF `general.architecture`)."""
     reader = open_reader(path)
     metadata = reader_metadata(reader, path)
-    hf_config = _hf_config(metadata, {tensor.name: tensor for tensor in reader.tensors}, path)
-    tensors = GGUFTensors(reader.tensors, hf_config, path)
-    image_processor = None
-    if mmproj is not None:
-        if metadata["general.architecture"] != LANGUAGE_ARCHITECTURE:
-            raise CheckpointError(
-                f"{mmproj} is a projector for a {LANGUAGE_ARCHITECTURE} language model; "
-                f"{path} is {metadata['general.architecture']}"
-            )
-        projector = _projector(mmproj, hf_config["hidden_size"])
-        tokens = metadata.get("tokenizer.ggml.tokens", [])
-        if IMAGE_TOKEN not in tokens:
-            raise CheckpointError(f"{path}: its vocabulary has no {IMAGE_TOKEN} token for images")
-        hf_config |= {
-            "architectures": [projector.architecture],
-            "vision_config": projector.vision_config,
-            "image_token_id": tokens.index(IMAGE_TOKEN),
-        }
-        tensors = tensors.joined(projector.tensors)
-        image_processor = projector.image_processor
+    arch = metadata.get("general.architecture")
+    family = families.get(arch) if isinstance(arch, str) else None
+    if family is None:
+        raise CheckpointError(f"{path}: GGUF architecture {arch!r} is not supported; supported: {', '.join(families)}")
+    hf_config = _hf_config(metadata, family, {tensor.name: tensor for tensor in reader.tensors}, path)
+    tensors = GGUFTensors(reader.tensors, hf_config, path, family.traits.gguf_interleaved_qk)
     return RawCheckpoint(
         hf_config=hf_config,
         tensors=tensors,
@@ -140,15 +134,7 @@ def read_gguf(path: Path, mmproj: Path | None = None) -> RawCheckpoint:
         gguf_metadata=metadata,
         projection_blocks=_projection_blocks(reader.tensors),
         matrix_formats=tuple(sorted({tensor.tensor_type.name for tensor in reader.tensors if _is_matrix(tensor)})),
-        image_processor=image_processor,
     )
-
-
-def _projector(path: Path, decoder_width: int) -> Mmproj:
-    header = open_reader(path)
-    for tensor in header.tensors:
-        check_tensor_type(tensor, path)
-    return read_mmproj(header, path, decoder_width)
 
 
 def _is_matrix(tensor: HeaderTensor) -> bool:
@@ -174,8 +160,10 @@ class GGUFTensors(Mapping[str, np.ndarray]):
     """HF-named float32 view of a GGUF file's tensors, dequantized on each lookup (and of another
     file's, `joined`: a projector's)."""
 
-    def __init__(self, tensors: list[HeaderTensor], hf_config: dict, path: Path) -> None:
+    def __init__(self, tensors: list[HeaderTensor], hf_config: dict, path: Path, interleaved_qk: bool = False) -> None:
+        """`interleaved_qk`: the family's `FamilyTraits.gguf_interleaved_qk`."""
         self._blocks = False
+        self._interleaved_qk = interleaved_qk
         self._joined: Mapping[str, np.ndarray] = {}
         self._entries: dict[str, tuple[HeaderTensor, int | None, _Transform | None]] = {}
         for tensor in tensors:
@@ -197,7 +185,8 @@ class GGUFTensors(Mapping[str, np.ndarray]):
                 name = f"{prefix}.mlp.experts.{expert}.{_EXPERT_TENSORS[part]}.{suffix}"
                 self._entries[name] = (tensor, expert, None)
             return
-        self._entries[f"{prefix}.{BLOCK_TENSORS[part]}.{suffix}"] = (tensor, None, _rotary_fix(part, hf_config))
+        fix = _rotary_fix(part, hf_config) if self._interleaved_qk else None
+        self._entries[f"{prefix}.{BLOCK_TENSORS[part]}.{suffix}"] = (tensor, None, fix)
 
     def as_blocks(self) -> "GGUFTensors":
         """These tensors with each matrix in a served block format as a `BlockMatrix` (the joined
@@ -234,7 +223,7 @@ class GGUFTensors(Mapping[str, np.ndarray]):
 def _rotary_fix(part: str, hf_config: dict) -> _Transform | None:
     """llama.cpp's converter reorders some families' q/k rows (per head: interleaved rotary pairs,
     `FamilyTraits.gguf_interleaved_qk`); undo it."""
-    if part not in ("attn_q", "attn_k") or not family_for_hf_config(hf_config).traits.gguf_interleaved_qk:
+    if part not in ("attn_q", "attn_k"):
         return None
     heads = hf_config["num_attention_heads"] if part == "attn_q" else hf_config["num_key_value_heads"]
     return lambda weights: unpermute_qk_rows(weights, heads)
@@ -248,16 +237,11 @@ def unpermute_qk_rows(weights: np.ndarray, heads: int) -> np.ndarray:
     return np.ascontiguousarray(by_head.swapaxes(1, 2).reshape(weights.shape))
 
 
-def _hf_config(metadata: dict[str, Any], tensors: Mapping[str, HeaderTensor], path: Path) -> dict:
-    arch = metadata.get("general.architecture")
-    if arch not in GGUF_FAMILIES:
-        raise CheckpointError(
-            f"{path}: GGUF architecture {arch!r} is not supported; supported: {', '.join(GGUF_FAMILIES)}"
-        )
+def _hf_config(metadata: dict[str, Any], family: GgufFamily, tensors: Mapping[str, HeaderTensor], path: Path) -> dict:
+    arch = metadata["general.architecture"]
     missing = [f"{arch}.{key}" for key in _REQUIRED_ARCH_KEYS if f"{arch}.{key}" not in metadata]
     if missing:
         raise CheckpointError(f"{path}: GGUF metadata lacks {', '.join(missing)}")
-    family = GGUF_FAMILIES[arch]
     config: dict[str, Any] = {"architectures": [family.hf_architectures[0]], "model_type": family.name}
     for gguf_key, hf_key in _ARCH_CONFIG_KEYS.items():
         if f"{arch}.{gguf_key}" in metadata:

@@ -11,9 +11,11 @@
 - `norms`: RMSNorm. `embedding`: the token embedding (and tied output head).
 - `mlp`: the gated MLP and the sparse mixture of experts.
 - `transformer`: the decoder layer and the whole model.
+- `pooling`: hidden states → one embedding per input (an encoder's or a decoder's embedding pass).
 
 Axis letters in einsum strings follow `engine/GLOSSARY.md`. Parameters carry logical axis names
 (`engine/model/sharding.py` maps them to the mesh). Matmuls accumulate in float32 and return the
 activation dtype; norms, softmax and RoPE run in float32. The layers read `ModelConfig` flags,
-never a family's name (what makes a family differ: `engine/model/families/`).
+never a family's name, and never import a family: what makes a family differ, and a family's own
+layers and towers, live in its package under the families package.
 """

@@ -6,7 +6,6 @@ from typing import cast
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from engine.model import gguf_weights, int8
 from engine.model.gguf_weights import BlockWeight
@@ -18,7 +17,6 @@ from engine.model.layers.lora import LoraBatch, LoraRows, kept_columns
 from engine.model.layers.mlp import GatedMLP, MoE
 from engine.model.layers.norms import RMSNorm
 from engine.model.layers.rope import Rotation, rope_rotation
-from engine.model.layers.vision import VisionTower, tower_inputs
 from engine.model.model_config import ModelConfig
 
 Array = jax.Array
@@ -88,12 +86,11 @@ class Transformer(nn.Module):
         rope_positions: Array | None = None,
     ) -> tuple[Array, tuple[CacheOut, ...] | None]:
         """`media` [B,T,D]: the embeddings of the image tokens, which `tokens` mark below zero (the
-        rows of other tokens are ignored)."""
+        rows of other tokens are ignored); the family's image tower (`config.vision`) makes them."""
         c = self.config
-        if c.vision is not None and self.is_initializing():
-            grid = (1, 2 * c.vision.merge_size, 2 * c.vision.merge_size)
-            blank = np.zeros((int(np.prod(grid)), c.vision.patch_inputs), np.float32)
-            VisionTower(c.vision, self.dtype, name="vision")(tower_inputs(c.vision, [(blank, grid)], blank.shape[0]))
+        if c.vision is not None and self.is_initializing():  # the tower's parameters join the model's tree
+            tower = c.vision
+            tower.module(self.dtype, name="vision")(tower.blank_inputs(tower.patch_multiple))
 
         def weights_at(path: str) -> str:
             # The embedding (often also the output head) stays int8 under "int4": it is the matrix most

@@ -3,15 +3,16 @@ language GGUF with `--mmproj`, into what a safetensors vision-language checkpoin
 `vision_config`, the image processor's settings and the `visual.*` tensors under HF names.
 
 Projectors served: Qwen2-VL's and Qwen2.5-VL's merger ("qwen2vl_merger", "qwen2.5vl_merger"), the
-towers engine/model/families/qwen2_vl.py runs; their language GGUF is llama.cpp's "qwen2vl"
-architecture. llama.cpp's converter splits two tensors HF keeps whole, and they are joined back
-here: each block's fused qkv projection (written as q, k and v) and the patch embedding's 3D
-convolution (one 2D kernel per frame: `v.patch_embd.weight` and `v.patch_embd.weight.1`).
+towers of vision_tower.py; their language GGUF is llama.cpp's "qwen2vl" architecture, and
+`with_mmproj` joins the pair into one vision-language checkpoint. llama.cpp's converter splits two
+tensors HF keeps whole, and they are joined back here: each block's fused qkv projection (written
+as q, k and v) and the patch embedding's 3D convolution (one 2D kernel per frame:
+`v.patch_embd.weight` and `v.patch_embd.weight.1`).
 """
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +20,18 @@ import numpy as np
 from gguf.quants import dequantize
 
 from engine.errors import CheckpointError
-from engine.model.checkpoint.gguf_header import GGUFHeader, HeaderTensor
+from engine.model.checkpoint.gguf_file import GGUFTensors, check_tensor_type
+from engine.model.checkpoint.gguf_header import GGUFHeader, HeaderTensor, open_reader
+from engine.model.checkpoint.raw import RawCheckpoint
+from engine.model.families.qwen2_vl.projector_files import LANGUAGE_ARCHITECTURE
 
 # clip.projector_type → (the HF architecture of the whole model, the tower's generation)
 PROJECTORS = {
     "qwen2vl_merger": ("Qwen2VLForConditionalGeneration", "qwen2_vl"),
     "qwen2.5vl_merger": ("Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl"),
 }
-# The language GGUF's architecture the projectors above go with.
-LANGUAGE_ARCHITECTURE = "qwen2vl"
+# The token whose embedding an image's fill, looked up in a language GGUF's vocabulary.
+IMAGE_TOKEN = "<|image_pad|>"
 
 # llama.cpp's limits for these projectors when the file sets none (clip.cpp: 8 to 4096 image
 # tokens an image), in pixels: a token is a 2 × 2 block of 14-pixel patches.
@@ -63,9 +67,30 @@ class Mmproj:
     tensors: Mapping[str, np.ndarray]  # `visual.*`, HF names and layouts
 
 
-def is_projector_file(path: Path) -> bool:
-    """Whether `path` is named as llama.cpp's projector files are (mmproj-<model>-<type>.gguf)."""
-    return path.name.lower().startswith("mmproj") and path.suffix == ".gguf"
+def with_mmproj(raw: RawCheckpoint, path: Path) -> RawCheckpoint:
+    """`raw`, a "qwen2vl" language GGUF, and the mmproj GGUF at `path` read as one vision-language
+    checkpoint."""
+    metadata = raw.gguf_metadata or {}
+    if metadata.get("general.architecture") != LANGUAGE_ARCHITECTURE:
+        raise CheckpointError(
+            f"{path} is a projector for a {LANGUAGE_ARCHITECTURE} language model; "
+            f"{raw.source} is {metadata.get('general.architecture')}"
+        )
+    header = open_reader(path)
+    for tensor in header.tensors:
+        check_tensor_type(tensor, path)
+    projector = read_mmproj(header, path, raw.hf_config["hidden_size"])
+    tokens = metadata.get("tokenizer.ggml.tokens", [])
+    if IMAGE_TOKEN not in tokens:
+        raise CheckpointError(f"{raw.source}: its vocabulary has no {IMAGE_TOKEN} token for images")
+    hf_config = raw.hf_config | {
+        "architectures": [projector.architecture],
+        "vision_config": projector.vision_config,
+        "image_token_id": tokens.index(IMAGE_TOKEN),
+    }
+    assert isinstance(raw.tensors, GGUFTensors)
+    tensors = raw.tensors.joined(projector.tensors)
+    return replace(raw, hf_config=hf_config, tensors=tensors, image_processor=projector.image_processor)
 
 
 def read_mmproj(header: GGUFHeader, path: Path, decoder_width: int) -> Mmproj:

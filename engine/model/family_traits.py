@@ -1,4 +1,5 @@
-"""What makes a family differ from the Llama layout, declared by each family as `Family.traits`.
+"""What makes a family differ from the Llama layout, declared by each decoder family as
+`DecoderFamily.traits` (the families package; this shared module knows none of them).
 
 Hugging Face hard-codes these in a family's modeling code rather than writing them into
 config.json. `ModelConfig.from_hf` turns them, with config.json, into the flags the layers read;
@@ -29,8 +30,6 @@ class FamilyTraits:
     # llama.cpp's converter reorders each head's q and k rows into interleaved rotary pairs for this
     # family; the GGUF reader puts them back in HF's order.
     gguf_interleaved_qk: bool = False
-    # The vision tower's generation ("qwen2_vl", "qwen2_5_vl") of a family that takes images.
-    vision: str | None = None
     # HF config entries that llama.cpp assumes for this family and its GGUF files do not record.
     gguf_config: tuple[tuple[str, Any], ...] = ()
 

@@ -14,9 +14,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from engine.errors import CheckpointError
-from engine.model.families.base import TensorSource
+from engine.model.families.family import TEXT, Family, Input, ParamTree, Task, TensorSource
 
-ParamTree = dict[str, Any]
 Head = Literal["embedding", "classifier"]
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 
@@ -41,9 +40,12 @@ class EncoderConfig:
         return self.hidden_size // self.num_heads
 
 
-class EncoderFamily:
-    name: ClassVar[str]  # HF config.json `model_type`
-    hf_architectures: ClassVar[tuple[str, ...]]
+class EncoderFamily(Family):
+    """An encoder: an embedding model, or with a one-label classifier a cross-encoder."""
+
+    gguf_architecture = "bert"  # llama.cpp's for both; the vocabulary tells them apart (gguf_encoder.py)
+    serves: ClassVar[Mapping[Task, tuple[Input, ...]]] = {"embed": TEXT, "rerank": TEXT}
+    model_types: ClassVar[tuple[str, ...]]  # HF config.json `model_type`s in this family's layout
     classifier_prefix: ClassVar[str]  # before the encoder's tensors in a *ForSequenceClassification checkpoint
 
     def config(self, hf: Mapping[str, Any]) -> EncoderConfig:
@@ -81,7 +83,7 @@ class EncoderFamily:
         return 0
 
     def convert(self, tensors: Mapping[str, np.ndarray], config: EncoderConfig) -> ParamTree:
-        """HF tensors → the `Encoder` module's parameter tree (engine/model/layers/encoder.py)."""
+        """HF tensors → the `Encoder` module's parameter tree (encoder.py)."""
         get = TensorSource(tensors)
         prefix = self._encoder_prefix(tensors, config)
         D, N, H = config.hidden_size, config.num_heads, config.head_dim
@@ -135,6 +137,7 @@ class EncoderFamily:
 class Bert(EncoderFamily):
     name = "bert"
     hf_architectures = ("BertModel", "BertForSequenceClassification")
+    model_types = ("bert",)
     classifier_prefix = "bert."
 
     def convert_head(self, get: TensorSource, dense: Any) -> ParamTree:
@@ -144,6 +147,7 @@ class Bert(EncoderFamily):
 class XlmRoberta(EncoderFamily):
     name = "xlm-roberta"
     hf_architectures = ("XLMRobertaModel", "XLMRobertaForSequenceClassification")
+    model_types = ("xlm-roberta", "roberta")  # RoBERTa checkpoints share XLM-RoBERTa's layout
     classifier_prefix = "roberta."
 
     def position_offset(self, hf: Mapping[str, Any]) -> int:
@@ -151,12 +155,3 @@ class XlmRoberta(EncoderFamily):
 
     def convert_head(self, get: TensorSource, dense: Any) -> ParamTree:
         return {"pool": dense("classifier.dense"), "score": dense("classifier.out_proj")}
-
-
-# HF `model_type` → family (RoBERTa checkpoints share XLM-RoBERTa's layout).
-ENCODER_FAMILIES: dict[str, EncoderFamily] = {"bert": Bert(), "xlm-roberta": XlmRoberta(), "roberta": XlmRoberta()}
-
-
-def encoder_family_for_hf_config(hf: Mapping[str, Any]) -> EncoderFamily | None:
-    """The encoder family of an HF config, or None for a decoder's."""
-    return ENCODER_FAMILIES.get(str(hf.get("model_type", "")))

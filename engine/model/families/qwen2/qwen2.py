@@ -1,7 +1,7 @@
 """Qwen2 / Qwen2.5: Llama with q/k/v biases (and none on o), whatever config.json says."""
 
-from engine.model.families.llama import Llama
-from engine.model.families.traits import FamilyTraits
+from engine.model.families.llama.llama import Llama
+from engine.model.family_traits import FamilyTraits
 
 
 class Qwen2(Llama):

@@ -11,19 +11,23 @@ order that makes each window contiguous, each patch's row and column, the segmen
 attend within and the order the merged tokens go back to. The device function then sees only
 padded arrays of a bucket's size, so images of any size share a few compiled shapes. Attention
 is a masked dense product over the bucket's patches (a patch attends to those of its segment).
+
+`VisionConfig` (HF `vision_config`) is what the decoder and the runner hold of the tower: the
+`ImageTower` of engine/model/image_tower.py.
 """
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from engine.model.image_tower import TowerImage
 from engine.model.layers.linear import dot_precision, logical_param
-from engine.model.vision_config import VisionConfig
 
 Array = jax.Array
 
@@ -32,6 +36,84 @@ Array = jax.Array
 _PADDING_SEGMENT = -1
 # Queries a block attends at once; the tower's compiled sizes are multiples of it.
 QUERY_CHUNK = 256
+
+
+@dataclass(frozen=True)
+class VisionConfig:
+    """A vision tower's hyper-parameters (HF `vision_config`), for either generation."""
+
+    generation: str  # "qwen2_vl" or "qwen2_5_vl"
+    depth: int
+    width: int  # the tower's hidden size
+    heads: int
+    mlp_size: int
+    out_size: int  # the decoder's hidden size
+    patch_size: int = 14
+    temporal_patch_size: int = 2
+    merge_size: int = 2
+    in_channels: int = 3
+    window_size: int = 112  # pixels (Qwen2.5-VL)
+    full_attention_blocks: tuple[int, ...] = ()  # Qwen2.5-VL; every block in Qwen2-VL
+    rope_theta: float = 10000.0
+
+    @classmethod
+    def from_hf(cls, d: dict[str, Any], generation: str, decoder_width: int) -> "VisionConfig":
+        common: dict[str, Any] = {
+            "generation": generation,
+            "depth": int(d["depth"]),
+            "heads": int(d["num_heads"]),
+            "patch_size": int(d.get("patch_size", 14)),
+            "temporal_patch_size": int(d.get("temporal_patch_size", 2)),
+            "merge_size": int(d.get("spatial_merge_size", 2)),
+            "in_channels": int(d.get("in_channels", d.get("in_chans", 3))),
+            "rope_theta": float((d.get("rope_parameters") or {}).get("rope_theta", 10000.0)),
+        }
+        if generation == "qwen2_vl":
+            width = int(d["embed_dim"])
+            return cls(
+                **common,
+                width=width,
+                mlp_size=int(width * float(d.get("mlp_ratio", 4))),
+                out_size=int(d.get("hidden_size", decoder_width)),
+                full_attention_blocks=tuple(range(int(d["depth"]))),
+            )
+        return cls(
+            **common,
+            width=int(d["hidden_size"]),
+            mlp_size=int(d["intermediate_size"]),
+            out_size=int(d.get("out_hidden_size", decoder_width)),
+            window_size=int(d.get("window_size", 112)),
+            full_attention_blocks=tuple(int(i) for i in d.get("fullatt_block_indexes", ())),
+        )
+
+    @property
+    def patch_inputs(self) -> int:
+        return self.in_channels * self.temporal_patch_size * self.patch_size**2
+
+    @property
+    def merge_unit(self) -> int:
+        return self.merge_size**2
+
+    @property
+    def window_patches(self) -> int:
+        """The most patches a window holds (Qwen2.5-VL's windowed blocks)."""
+        return (self.window_size // self.patch_size) ** 2
+
+    # --- engine/model/image_tower.py's ImageTower -------------------------------------------
+
+    @property
+    def patch_multiple(self) -> int:
+        return QUERY_CHUNK
+
+    def module(self, dtype: Any, name: str | None = None) -> nn.Module:
+        return VisionTower(self, dtype, name=name)
+
+    def inputs(self, images: Sequence[TowerImage], bucket: int) -> "TowerInputs":
+        return tower_inputs(self, images, bucket)
+
+    def blank_inputs(self, bucket: int) -> "TowerInputs":
+        grid = (1, self.merge_size, bucket // self.merge_size)
+        return tower_inputs(self, [(np.zeros((bucket, self.patch_inputs), np.float32), grid)], bucket)
 
 
 @jax.tree_util.register_dataclass
@@ -47,9 +129,7 @@ class TowerInputs:
     merged_order: Array  # i32[P / merge_unit] the merged tokens back in the processor's order
 
 
-def tower_inputs(
-    config: VisionConfig, images: Sequence[tuple[np.ndarray, tuple[int, int, int]]], bucket: int
-) -> TowerInputs:
+def tower_inputs(config: VisionConfig, images: Sequence[TowerImage], bucket: int) -> TowerInputs:
     """The host's part of a tower call over `images` (each its processor patches and grid),
     padded to `bucket` patches. The merged tokens come back image after image."""
     unit = config.merge_unit

@@ -7,17 +7,15 @@ what it is batched with beyond rounding. The projections go through `float_matmu
 with the native kernels, one row never depends on the others).
 """
 
-from typing import Literal
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from engine.model.families.bert import EncoderConfig
+from engine.model.families.bert.bert import EncoderConfig
 from engine.model.layers.linear import dot_precision, float_matmuls
+from engine.model.layers.pooling import Pooling, pool
 
 Array = jax.Array
-Pooling = Literal["mean", "cls", "last"]
 
 
 def _activation(name: str, x: Array) -> Array:
@@ -107,19 +105,3 @@ class Encoder(nn.Module):
             pooled = jnp.tanh(Dense((D, D), name="pool")(x[:, 0]))
             return Dense((D, 1), name="score")(pooled)[:, 0]
         return pool(x, mask, self.pooling, self.normalize)
-
-
-def pool(hidden: Array, mask: Array, pooling: Pooling, normalize: bool) -> Array:
-    """hidden [B, T, D] and mask [B, T] → [B, D]: the mean of the real tokens, the first token, or
-    the last real one; scaled to unit length if `normalize`."""
-    if pooling == "cls":
-        pooled = hidden[:, 0]
-    elif pooling == "last":
-        last = jnp.sum(mask, axis=1) - 1
-        pooled = hidden[jnp.arange(hidden.shape[0]), last]
-    else:
-        weights = mask.astype(jnp.float32)[..., None]
-        pooled = jnp.sum(hidden * weights, axis=1) / jnp.maximum(jnp.sum(weights, axis=1), 1.0)
-    if normalize:
-        pooled = pooled / jnp.maximum(jnp.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
-    return pooled

@@ -27,9 +27,10 @@ from engine.errors import CheckpointError
 from engine.model.checkpoint.gguf_file import GGUFTensors
 from engine.model.checkpoint.gguf_header import HeaderTensor, gguf_architecture, open_reader, reader_metadata
 from engine.model.checkpoint.gguf_vocab import unigram_from_gguf, wordpiece_from_gguf
-from engine.model.layers.encoder import Pooling
+from engine.model.families.bert.bert import EncoderFamily
+from engine.model.layers.pooling import Pooling
 
-ARCHITECTURE = "bert"
+ARCHITECTURE = EncoderFamily.gguf_architecture
 POOLING_TYPES: dict[int, Pooling] = {1: "mean", 2: "cls", 3: "last"}  # llama.cpp's enum llama_pooling_type
 RANK_POOLING = 4
 _GLOBAL = {

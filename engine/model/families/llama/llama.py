@@ -2,11 +2,11 @@
 
 from typing import ClassVar
 
-from engine.model.families.base import Family
-from engine.model.families.traits import FamilyTraits
+from engine.model.families.family import DecoderFamily
+from engine.model.family_traits import FamilyTraits
 
 
-class Llama(Family):
+class Llama(DecoderFamily):
     name = "llama"
     hf_architectures: ClassVar[tuple[str, ...]] = ("LlamaForCausalLM", "MistralForCausalLM")
     gguf_architecture = "llama"

@@ -1,7 +1,7 @@
 """Qwen3: Llama plus a per-head RMSNorm on queries and keys before RoPE."""
 
-from engine.model.families.llama import Llama
-from engine.model.families.traits import FamilyTraits
+from engine.model.families.llama.llama import Llama
+from engine.model.family_traits import FamilyTraits
 
 
 class Qwen3(Llama):

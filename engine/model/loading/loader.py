@@ -1,5 +1,9 @@
 """`load_model`: a checkpoint path → a family's parameters placed on a device mesh.
 
+The orchestration above the checkpoint readers and the families: it asks the registry
+(engine/model/families/registry.py) for the checkpoint's family and hands the readers what they
+need of it.
+
 1. Fingerprint the checkpoint files; on a prepared-cache hit, restore the parameters with orbax
    straight into their shardings and skip parsing and conversion entirely.
 2. Otherwise read the checkpoint (safetensors directory or GGUF file) into a `RawCheckpoint`, let
@@ -44,7 +48,8 @@ from engine.model.checkpoint.safetensors_dir import (
     read_image_processor,
     read_safetensors_dir,
 )
-from engine.model.families import Family, family_for_hf_config
+from engine.model.families.family import DecoderFamily
+from engine.model.families.registry import GGUF_DECODERS, decoder_for_hf_config
 from engine.model.forward import ForwardFn, abstract_params, make_forward
 from engine.model.layers.kv_cache import LayerCache, init_layer_caches
 from engine.model.layers.lora import LoraBatch
@@ -61,7 +66,7 @@ QUANTIZATIONS = {"none": "float", "w8a8": "int8", "w4a8": "int4", "gguf": "gguf"
 @dataclass(frozen=True)
 class LoadedModel:
     config: ModelConfig
-    family: Family
+    family: DecoderFamily
     dtype: str
     params: Any  # the family's parameter tree of jax.Array, placed on `mesh`
     mesh: Mesh
@@ -157,8 +162,8 @@ def load_model(
             "image_processor": raw.image_processor,
         }
 
-    family = family_for_hf_config(meta["hf_config"])
-    config = ModelConfig.from_hf(meta["hf_config"], family.traits)
+    family = decoder_for_hf_config(meta["hf_config"])
+    config = family.config(meta["hf_config"])
     if context_length is not None:
         config = with_context(config, context_length, rope_scaling)
     if quantization in ("auto", "gguf"):
@@ -215,7 +220,7 @@ def with_served_context(model: LoadedModel, ctx: int, rope_scaling: str | None) 
     return replace(model, config=config, apply=make_forward(model.family.model(config, DTYPES[model.dtype])))
 
 
-def resolve_quantization(meta: dict[str, Any], family: Family, mesh: Mesh, required: bool = False) -> str:
+def resolve_quantization(meta: dict[str, Any], family: DecoderFamily, mesh: Mesh, required: bool = False) -> str:
     """What "auto" serves: a GGUF's own blocks on the native kernels (the numbers llama.cpp
     computes with, ~4x float32's decode speed on a CPU) — w4a8 for all-Q4_1 projections, gguf where
     every matrix is in a served block format — else the float weights. `required` ("gguf" asked
@@ -245,7 +250,7 @@ def resolve_quantization(meta: dict[str, Any], family: Family, mesh: Mesh, requi
 
 
 def _block_params(
-    raw: RawCheckpoint, family: Family, config: ModelConfig, dtype: str, mesh: Mesh, progress: bool
+    raw: RawCheckpoint, family: DecoderFamily, config: ModelConfig, dtype: str, mesh: Mesh, progress: bool
 ) -> tuple[ModelConfig, dict[str, Any]]:
     """The model's config naming each matrix's block format, and its parameters: the file's rows."""
     from engine.model.checkpoint.gguf_file import GGUFTensors
@@ -324,11 +329,13 @@ def _projector_path(mmproj: str | Path | None, is_gguf: bool) -> Path | None:
 
 
 def _read(path: Path, is_gguf: bool, mmproj: Path | None) -> RawCheckpoint:
-    if is_gguf:
-        from engine.model.checkpoint.gguf_file import read_gguf  # gguf parsing is only needed for .gguf paths
+    if not is_gguf:
+        return read_safetensors_dir(path)
+    from engine.model.checkpoint.gguf_file import read_gguf  # gguf parsing is only needed for .gguf paths
 
-        return read_gguf(path, mmproj)
-    return read_safetensors_dir(path)
+    raw = read_gguf(path, GGUF_DECODERS)
+    # A projector file is its language model's family's to join.
+    return raw if mmproj is None else decoder_for_hf_config(raw.hf_config).with_projector(raw, mmproj)
 
 
 def _restore(cache: PreparedCache, shapes: Any, shardings: Any) -> Any | None:

@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from engine.model.families.base import ParamTree, TensorSource
-from engine.model.families.qwen3 import Qwen3
+from engine.model.families.family import ParamTree, TensorSource
+from engine.model.families.qwen3.qwen3 import Qwen3
 from engine.model.model_config import ModelConfig
 
 

@@ -1,21 +1,24 @@
-"""Qwen2-VL and Qwen2.5-VL: a Qwen2 decoder with M-RoPE and a vision tower (engine/model/layers/vision.py).
+"""Qwen2-VL and Qwen2.5-VL: a Qwen2 decoder with M-RoPE and a vision tower (vision_tower.py).
 
 Checkpoints come in two layouts: the hub's (`model.layers…`, `visual.…`) and the one transformers
 5 saves (`model.language_model.layers…`, `model.visual.…`); both are read. llama.cpp's split form
-(a "qwen2vl" language GGUF and its mmproj GGUF) reads as the hub's layout
-(engine/model/checkpoint/gguf_mmproj.py); the language GGUF alone serves text.
+(a "qwen2vl" language GGUF and its mmproj GGUF) reads as the hub's layout (gguf_mmproj.py); the
+language GGUF alone serves text.
 """
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
-from engine.model.families.base import ParamTree, TensorSource
-from engine.model.families.qwen2 import Qwen2
-from engine.model.families.traits import FamilyTraits
+from engine.model.checkpoint.raw import RawCheckpoint
+from engine.model.families.family import TEXT, Input, ParamTree, Task, TensorSource
+from engine.model.families.qwen2.qwen2 import Qwen2
+from engine.model.families.qwen2_vl.gguf_mmproj import with_mmproj
+from engine.model.families.qwen2_vl.vision_tower import VisionConfig
 from engine.model.model_config import ModelConfig
-from engine.model.vision_config import VisionConfig
 
 
 class _HubNames(Mapping[str, np.ndarray]):
@@ -49,13 +52,24 @@ class Qwen2VL(Qwen2):
     name = "qwen2_vl"
     hf_architectures = ("Qwen2VLForConditionalGeneration",)
     gguf_architecture = "qwen2vl"
-    traits = FamilyTraits(qkv_bias=True, vision="qwen2_vl")
+    serves: ClassVar[Mapping[Task, tuple[Input, ...]]] = {"generate": ("text", "image"), "embed": TEXT}
+    generation: ClassVar[str] = "qwen2_vl"  # the tower's (`VisionConfig.generation`)
+
+    def config(self, hf: dict[str, Any]) -> ModelConfig:
+        config = super().config(hf)
+        if "vision_config" not in hf:  # a language GGUF without its projector serves text
+            return config
+        vision = VisionConfig.from_hf(hf["vision_config"], self.generation, config.hidden_size)
+        return replace(config, vision=vision, image_token_id=hf.get("image_token_id"))
+
+    def with_projector(self, raw: RawCheckpoint, projector: Path) -> RawCheckpoint:
+        return with_mmproj(raw, projector)
 
     def convert(self, tensors: Mapping[str, np.ndarray], config: ModelConfig) -> Iterator[tuple[str, Any]]:
         if "model.language_model.embed_tokens.weight" in tensors:
             tensors = _HubNames(tensors)
         yield from super().convert(tensors, config)
-        if config.vision is not None:  # a language GGUF without its projector serves text
+        if isinstance(config.vision, VisionConfig):
             yield "vision", self.convert_vision(TensorSource(tensors), config.vision)
 
     def convert_vision(self, get: TensorSource, v: VisionConfig) -> ParamTree:
@@ -98,4 +112,4 @@ class Qwen2VL(Qwen2):
 class Qwen25VL(Qwen2VL):
     name = "qwen2_5_vl"
     hf_architectures = ("Qwen2_5_VLForConditionalGeneration",)
-    traits = FamilyTraits(qkv_bias=True, vision="qwen2_5_vl")
+    generation = "qwen2_5_vl"

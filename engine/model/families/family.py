@@ -1,7 +1,13 @@
-"""What a model family is: its architecture names, its traits, its Flax model and its HF-tensor layout."""
+"""What a model family is: its architecture names, the tasks it serves on which inputs, and for a
+decoder its traits, its config, its Flax model and its HF-tensor layout.
+
+Every family subclasses `Family` and is listed in engine/model/families/registry.py. Decoders
+subclass `DecoderFamily` (the Llama layout) and override only what differs.
+"""
 
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -9,11 +15,17 @@ import numpy as np
 
 from engine.errors import CheckpointError
 from engine.model.checkpoint.block_matrix import BlockMatrix
-from engine.model.families.traits import FamilyTraits
+from engine.model.checkpoint.raw import RawCheckpoint
+from engine.model.family_traits import FamilyTraits
 from engine.model.layers.transformer import Transformer
 from engine.model.model_config import ModelConfig
 
 ParamTree = dict[str, Any]
+# What a family's model is run for; "transcribe" and "denoise" come with their families.
+Task = Literal["generate", "embed", "rerank"]
+# What a request to it may hold; "audio" comes with its families.
+Input = Literal["text", "image"]
+TEXT: tuple[Input, ...] = ("text",)
 
 
 class TensorSource:
@@ -38,13 +50,33 @@ class TensorSource:
 
 
 class Family:
-    """Base family: the Llama layout. Subclasses declare their `traits` and override only the
-    conversions whose HF tensors differ."""
+    """A family as the registry lists it."""
 
     name: ClassVar[str]  # also the HF config.json `model_type`
-    hf_architectures: ClassVar[tuple[str, ...]]  # the first is the one a GGUF file stands for
-    gguf_architecture: ClassVar[str]
+    hf_architectures: ClassVar[tuple[str, ...]]  # HF `architectures[0]`; the first is the one a GGUF file stands for
+    gguf_architecture: ClassVar[str]  # llama.cpp's `general.architecture`
+    # Each task the family serves, with the inputs a request for it may hold.
+    serves: ClassVar[Mapping[Task, tuple[Input, ...]]]
+
+
+class DecoderFamily(Family):
+    """A causal decoder: the Llama layout. Subclasses declare their `traits` and override only the
+    conversions whose HF tensors differ. Every decoder generates, and embeds through its embedding
+    pass where its checkpoint declares a pooling (engine/encoders/decoder_embedding.py)."""
+
     traits: ClassVar[FamilyTraits] = FamilyTraits()
+    serves: ClassVar[Mapping[Task, tuple[Input, ...]]] = {"generate": TEXT, "embed": TEXT}
+
+    def config(self, hf: dict[str, Any]) -> ModelConfig:
+        """The decoder's config from HF config.json `hf`."""
+        return ModelConfig.from_hf(hf, self.traits)
+
+    def with_projector(self, raw: RawCheckpoint, projector: Path) -> RawCheckpoint:
+        """`raw` (a language GGUF of this family) joined with llama.cpp's projector file for it."""
+        raise CheckpointError(
+            f"{projector} is a projector for a language model that takes images; "
+            f"{raw.source} is {self.gguf_architecture}"
+        )
 
     def model(self, config: ModelConfig, dtype: jnp.dtype) -> nn.Module:
         return Transformer(config, dtype)

@@ -1,4 +1,5 @@
-"""Host-side image preprocessing for the Qwen2-VL / Qwen2.5-VL vision encoders: image bytes → patch rows.
+"""Host-side image preprocessing for the Qwen2-VL / Qwen2.5-VL vision encoders: image bytes → patch rows
+(a `PreparedImage`, engine/model/image_tower.py).
 
 `prepare_image` gives, for one image, the `pixel_values` rows and `image_grid_thw` that transformers'
 `Qwen2VLImageProcessorPil` (the PIL backend) gives for the same decoded PIL image, equal to the last
@@ -30,6 +31,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from engine.errors import CheckpointError
+from engine.model.image_tower import PreparedImage
 
 # 4096x4096: RGB at this size is 48 MiB, and resizing needs a few such copies.
 MAX_DECODED_PIXELS = 4096 * 4096
@@ -117,22 +119,6 @@ def served_rules(processor: Mapping[str, Any] | None, patch_size: int, merge_siz
             f"{rules.merge_size}; the vision tower takes {patch_size} and {merge_size}"
         )
     return dataclasses.replace(rules, max_pixels=min(rules.max_pixels, max_pixels))
-
-
-@dataclass(frozen=True)
-class PreparedImage:
-    """One image as the vision encoder takes it."""
-
-    patches: np.ndarray  # float32 [t*h*w, channels*temporal_patch_size*patch_size**2], transformers' pixel_values
-    grid: tuple[int, int, int]  # (t, h, w) in patches, transformers' image_grid_thw
-    digest: bytes  # blake2b-128 of the image's bytes: equal bytes, equal embeddings
-    merge_size: int
-
-    @property
-    def tokens(self) -> int:
-        """The `<|image_pad|>` tokens the image takes in the prompt."""
-        t, h, w = self.grid
-        return t * h * w // self.merge_size**2
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:

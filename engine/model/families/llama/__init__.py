@@ -1,0 +1,1 @@
+"""Llama (Llama 2/3.x, SmolLM2, Mistral-style): the base decoder layout."""

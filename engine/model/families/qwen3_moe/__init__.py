@@ -1,0 +1,1 @@
+"""Qwen3-MoE: Qwen3 attention with sparse expert layers."""
