@@ -18,19 +18,19 @@ from engine.cache_paths import cache_root
 from engine.device.mirrored_runner import lead_load
 from engine.device.process_group import Lead, in_group
 from engine.device.runner_api import Report
-from engine.encoders.decoder_embedding import (
+from engine.engine import Engine, TaskEngine
+from engine.engine_config import EngineConfig
+from engine.errors import CheckpointError
+from engine.lora.adapter_table import AdapterRefused
+from engine.model.checkpoint.loader import LoadedModel, load_model
+from engine.tasks.encode.decoder_embedding import (
     DecoderEmbedding,
     decoder_embedding,
     decoder_embedding_runner,
     is_embedding_decoder,
 )
-from engine.encoders.encoder_engine import EncoderEngine
-from engine.encoders.encoder_model import EncoderRunner, LoadedEncoder, is_encoder_checkpoint, load_encoder
-from engine.engine import Engine
-from engine.engine_config import EngineConfig
-from engine.errors import CheckpointError
-from engine.lora.adapter_table import AdapterRefused
-from engine.model.checkpoint.loader import LoadedModel, load_model
+from engine.tasks.encode.encode_task import EncodeTask
+from engine.tasks.encode.encoder_model import EncoderRunner, LoadedEncoder, is_encoder_checkpoint, load_encoder
 from handlers.context import EncoderKind, EncoderService, FailedPart, FailedSetting
 from pooled.configuration.context_policy import ServedContext, served_context
 from pooled.configuration.setting_sources import flag_name
@@ -190,7 +190,7 @@ def load_served_encoder(path: Path, settings: Settings) -> ServedEncoder:
 
 
 def decoder_embedder(checkpoint: Checkpoint, settings: Settings) -> ServedEncoder:
-    """A decoder's embedding pass (engine/encoders/decoder_embedding.py) over the checkpoint's own weights."""
+    """A decoder's embedding pass (engine/tasks/encode/decoder_embedding.py) over the checkpoint's own weights."""
     model = checkpoint.model
     embedding = decoder_embedding(model, settings.embedding_max_tokens)
     runner = decoder_embedding_runner(model, embedding, settings.encoder_batch_tokens)
@@ -251,8 +251,8 @@ def load_serving(
     encoders = beside.encoders
     if settings.embeddings:
         encoders[model_id_for(path)] = decoder_embedder(checkpoint, settings)
-    runners = {name: encoder.runner for name, encoder in encoders.items()}
-    engine = Engine.build(context.model, config, report, runners, group)
+    tasks = [EncodeTask({name: encoder.runner for name, encoder in encoders.items()})] if encoders else []
+    engine = Engine.build(context.model, config, report, tasks, group)
     adapters = EngineAdapters(engine, context.model.config, lora_policy(settings))
     try:
         load_start_adapters(adapters, settings)
@@ -282,7 +282,7 @@ def load_encoder_serving(path: Path, settings: Settings, report: Callable[[str, 
     served = load_served_encoder(path, settings)
     tokenizer = Tokenizer(served.face.inputs.tokenizer, bos_token_id=None, eos_token_ids=())
     name, face = model_id_for(path), served.face
-    engine = EncoderEngine(name, face.kind, served.runner, settings.max_queue, report)
+    engine = TaskEngine([EncodeTask({name: served.runner})], face.max_tokens, settings.max_queue, report)
     return Loaded(
         face.max_tokens, face.max_tokens, None, served.quantization, tokenizer, None, engine, {name: face}, face.kind
     )

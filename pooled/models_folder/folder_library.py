@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
 
-from engine.encoders.encoder_model import is_encoder_checkpoint
+from engine.tasks.encode.encoder_model import is_encoder_checkpoint
 from handlers.availability import awake
 from handlers.context import CatalogView, DownloadView, LibraryRefused, ModelKind, SwitchTarget
 from pooled.configuration.setting_sources import ModelDefaults

@@ -24,7 +24,7 @@ from schemathesis.checks import (
 from schemathesis.specs.openapi.checks import negative_data_rejection
 
 from engine.api import Vision
-from engine.encoders.encoder_model import EncoderRunner, load_encoder
+from engine.tasks.encode.encoder_model import EncoderRunner, load_encoder
 from engine.vision.images import ImageRules
 from pooled.configuration.settings import Settings
 from pooled.hosting.loading import encoder_service
