@@ -41,6 +41,7 @@ class IntakeFront:
         return self._intake.failure
 
     def tasks(self) -> frozenset[str]:
+        """The tasks it serves: its task runners' (an engine with lanes adds generation's)."""
         return self._tasks.names()
 
     def submit(self, request: TaskRequest[EventT], sink: Callable[[EventT], None]) -> int:
