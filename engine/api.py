@@ -1,18 +1,19 @@
 """The seam between the engine and the request handlers: token ids in, token ids out.
 
-The engine never sees text, chat templates or JSON. A handler turns a request into a
-`GenerationRequest`, calls `GenerationEngine.submit(request, sink)` and receives `EngineEvent`s on `sink`
-(called on the engine thread, so the sink must be cheap and thread-safe). Per row, the events are
-zero or more `Tokens` followed by exactly one `Finished`; a `Failed` ends the whole request instead.
-`submit` raises `QueueFull`, `RequestRefused` or `EngineUnavailable` synchronously, so a refusal
-never reaches the sink.
+The engine never sees text, chat templates or JSON. A handler turns a request into a task's request
+(a `GenerationRequest`, an `EncodeRequest`), calls `EngineFront.submit(request, sink)` and receives
+the task's events on `sink` (called on the engine thread, so the sink must be cheap and
+thread-safe). A generation request's are `EngineEvent`s: per row, zero or more `Tokens` followed by
+exactly one `Finished`; a `Failed` ends the whole request instead. An encode request's is one
+`Encoded` or `Failed`. `submit` raises `QueueFull`, `RequestRefused` or `EngineUnavailable`
+synchronously, so a refusal never reaches the sink.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar
 
 import numpy as np
 
@@ -32,6 +33,12 @@ MAX_SCORED_IDS = 64  # SamplingParams.scored_ids; a table column per id on the d
 
 EngineState = Literal["serving", "draining", "dead"]
 AdapterState = Literal["loading", "ready", "unloading"]
+EventT = TypeVar("EventT")
+
+
+class TaskRequest(Generic[EventT]):
+    """A request for one of the engine's tasks, whose sink receives `EventT`s
+    (engine/tasks/task_registry.py: how a task plugs in)."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +88,7 @@ class OutputCap:
 
 
 @dataclass(frozen=True)
-class GenerationRequest:
+class GenerationRequest(TaskRequest["EngineEvent"]):
     """What to generate. The engine's admission (engine/serving/admission.py) alone decides what
     is allowed: the prompt against the context, `n` against the decode lanes, and the output
     budget (`max_tokens`, the server's `output_cap`, the context left, MAX_TOKENS_CAP)."""
@@ -101,7 +108,7 @@ class GenerationRequest:
     # None: none; k >= 0: each prompt token's logprob (from the positions before it) and its top-k
     # alternatives, in `Prefilled` events. Such a prompt is prefilled whole, not from the prefix cache.
     prompt_logprobs: int | None = None
-    # The prompt's images in order (a model that takes images: `GenerationEngine.vision`), each
+    # The prompt's images in order (a model that takes images: `EngineFront.vision`), each
     # standing in `prompt_ids` as a run of `image.tokens` image token ids.
     images: tuple[PreparedImage, ...] = ()
 
@@ -182,7 +189,7 @@ class EncoderInput:
 
 
 @dataclass(frozen=True)
-class EncodeRequest:
+class EncodeRequest(TaskRequest["EncodeEvent"]):
     """Inputs for one of the engine's encoders, by its name; each holds 1..its max_tokens tokens."""
 
     encoder: str
@@ -209,7 +216,8 @@ class QueueFull(Exception):
 
 
 class RequestRefused(Exception):
-    """Raised by submit(): invalid on its face (prompt over the context, n > lanes, empty prompt).
+    """Raised by submit(): invalid on its face (prompt over the context, n > lanes, empty prompt, a
+    task the engine does not serve).
     `field` names the request's part at fault in the engine's terms ("prompt", "n", "max_tokens",
     "inputs"); each API renames it to its own field."""
 
@@ -247,20 +255,21 @@ class ServedAdapter:
     loaded_at: float = 0.0  # Unix time its slot was written
 
 
-class GenerationEngine(Protocol):
-    """What handlers call on the running engine (engine/engine.py's `Engine`)."""
+class EngineFront(Protocol):
+    """What handlers call on the running engine (engine/engine.py): one face for every task."""
 
-    def submit(self, request: GenerationRequest, sink: Callable[[EngineEvent], None]) -> int:
-        """Queue a request; events arrive on `sink`, called on the engine thread."""
+    def submit(self, request: TaskRequest[EventT], sink: Callable[[EventT], None]) -> int:
+        """Queue a request of any task the engine serves; its events arrive on `sink`, called on
+        the engine thread. A task it does not serve is refused on its face (RequestRefused)."""
         ...
 
     def cancel(self, request_id: int) -> None:
-        """Idempotent; unfinished rows end with Finished(reason="cancelled")."""
+        """Idempotent; a generation request's unfinished rows end with Finished(reason="cancelled"),
+        another task's request ends without an answer."""
         ...
 
-    def encode(self, request: EncodeRequest, sink: Callable[[EncodeEvent], None]) -> int:
-        """Queue an encode request; one `Encoded` or `Failed` arrives on `sink` (engine thread).
-        Raises like `submit`."""
+    def tasks(self) -> frozenset[str]:
+        """The tasks it serves ("generate", "encode")."""
         ...
 
     def stats(self) -> EngineStats:
@@ -273,9 +282,9 @@ class GenerationEngine(Protocol):
         ...
 
 
-class ServedEngine(GenerationEngine, Protocol):
+class ServedEngine(EngineFront, Protocol):
     """What the host holding an engine calls besides requests: its life. `Engine` and
-    `EncoderEngine` both offer it (their shared front: engine/serving/intake_front.py)."""
+    `TaskEngine` both offer it (their shared front: engine/serving/intake_front.py)."""
 
     @property
     def max_context(self) -> int:

@@ -1,53 +1,63 @@
-"""`Engine`: the serving engine's front door (the `GenerationEngine` of engine/api.py), assembled
-from a runner, a KV page pool, an intake and a scheduler.
+"""The serving engines, each a front door (the `ServedEngine` of engine/api.py) over one intake and
+one engine thread. `Engine` generates in lanes, assembled from a runner, a KV page pool, an intake
+and a scheduler, and serves the task runners it is given beside (engine/tasks/task_registry.py);
+`TaskEngine` serves task runners alone (an embedding or rerank model as `--model`): no lanes, no
+KV pool, generation refused on its face.
 
 Request path, after JetStream's orchestrator: a handler calls `submit(request, sink)` on any
-thread. A request invalid on its face is refused there (`RequestRefused`), a full queue raises
-`QueueFull`, a draining or dead engine `EngineUnavailable`; otherwise the request joins the
-intake's inbox and the engine thread (`engine/serving/scheduler.py`) is woken. The engine thread alone
-schedules, drives the runner (`engine/device/runner.py`: the device) and calls the request's sink with
+thread with any task's request. A request invalid on its face, or of a task the engine does not
+serve, is refused there (`RequestRefused`), a full queue raises `QueueFull`, a draining or dead
+engine `EngineUnavailable`; otherwise the request joins the intake and the engine thread
+(`engine/serving/scheduler.py`) is woken. The engine thread alone schedules, drives the runner
+(`engine/device/runner.py`: the device) and the task runners, and calls the request's sink with
 each event.
 
 LoRA adapters (engine/serving/adapter_table.py) are loaded and unloaded by jobs the engine thread runs
 between steps; a request names one by `adapter`.
 
-Threads: handler threads call `submit`, `cancel`, `stats`, `drain`, `wait_idle`, `load_adapter`,
+Threads: handler threads call `submit`, `cancel`, `tasks`, `stats`, `drain`, `wait_idle`, `load_adapter`,
 `unload_adapter` and `set_max_queue`; they take the intake's (or the adapter table's) lock briefly and never wait
 on the device. `build` and `shutdown` run on the thread that
 owns the engine (the load thread, the server's shutdown).
 """
 
+import logging
 import math
-from collections.abc import Mapping
+import threading
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import jax
 
-from engine.api import GenerationRequest, ServedAdapter, Vision
+from engine.api import Failed, GenerationRequest, ServedAdapter, Vision
 from engine.device.kv_sizing import kv_dtype, pool_pages
 from engine.device.mirrored_runner import LeaderRunner
 from engine.device.process_group import Build, Lead
 from engine.device.runner import DeviceRunner
 from engine.device.runner_api import Report, Runner
-from engine.encoders.encoder_model import EncoderRunner
 from engine.engine_config import EngineConfig
 from engine.lora.peft_adapter import LoraAdapter
 from engine.model.families.qwen2_vl.image_processing import served_rules
 from engine.model.loading.loader import LoadedModel
 from engine.serving.adapter_table import AdapterTable
 from engine.serving.admission import admit
-from engine.serving.intake_front import IntakeFront
+from engine.serving.intake_front import GENERATE, IntakeFront
 from engine.serving.kv_pages import PagePool
 from engine.serving.prefix_disk import PrefixDisk, namespace_digest
 from engine.serving.rows import Sink
 from engine.serving.scheduler import Scheduler
 from engine.stats import Bucket, HeldArrays
+from engine.tasks.task_registry import TaskRunner
+
+log = logging.getLogger(__name__)
 
 
 class Engine(IntakeFront):
-    """One engine thread, one queue. submit/cancel/stats are thread-safe and never block on the device."""
+    """One engine thread, one queue: generation in lanes and `tasks` beside. submit/cancel/stats are
+    thread-safe and never block on the device."""
 
     def __init__(
         self,
@@ -57,14 +67,14 @@ class Engine(IntakeFront):
         eos_token_ids: frozenset[int],
         report: Report,
         disk_namespace: bytes | None = None,
-        encoders: Mapping[str, EncoderRunner] | None = None,
+        tasks: Sequence[TaskRunner[Any]] = (),
         vision: Vision | None = None,
     ) -> None:
-        """Compiles the runner's shapes (reporting progress), then starts the engine thread.
-        `pages` counts the runner's KV pages with the null page. With `config.prefix_disk_dir`,
-        the prefix cache keeps pages on disk under `disk_namespace` (what they depend on).
-        `encoders`, by name, run on the same engine thread (engine/encoders/encoding.py). `vision`:
-        how the model takes images (None: it takes none)."""
+        """Compiles the runner's shapes and the tasks' (reporting progress), then starts the engine
+        thread. `pages` counts the runner's KV pages with the null page. With
+        `config.prefix_disk_dir`, the prefix cache keeps pages on disk under `disk_namespace` (what
+        they depend on). `tasks` run on the same engine thread. `vision`: how the model takes
+        images (None: it takes none)."""
         pages_per_row = math.ceil(runner.max_context / config.page_size)
         # Every lane may need a private copy of a shared partial page; one row must always fit alone.
         if pages < pages_per_row + config.decode_lanes + 1:
@@ -72,7 +82,7 @@ class Engine(IntakeFront):
                 f"KV pool of {pages} pages cannot hold one full-context row ({pages_per_row} pages) "
                 f"plus {config.decode_lanes} lanes; raise the KV memory or lower max_context"
             )
-        super().__init__(config.decode_lanes, config.max_queue, encoders or {})
+        super().__init__(config.decode_lanes, config.max_queue, tasks)
         self.max_context = runner.max_context
         self.vision = vision
         self.eos_token_ids = eos_token_ids | config.stop_token_ids
@@ -85,11 +95,10 @@ class Engine(IntakeFront):
             self._disk = PrefixDisk(root, disk_namespace, runner.page_bytes, cap, self._intake.fetched)
         self.adapters = AdapterTable(runner.adapter_slots, runner.adapter_rank)
         self._scheduler = Scheduler(
-            runner, self._pool, self._intake, config.prefill_chunk, self._disk, self.encoders, self.adapters
+            runner, self._pool, self._intake, config.prefill_chunk, self._tasks, self._disk, self.adapters
         )
         runner.compile(report)
-        for name, encoder in self.encoders.items():
-            encoder.compile(report, f"compiling encoder {name}")
+        self._tasks.compile(report)
         runner.watch_compiles(self._scheduler.thread)
         self._scheduler.thread.start()
 
@@ -99,7 +108,7 @@ class Engine(IntakeFront):
         model: LoadedModel,
         config: EngineConfig,
         report: Report,
-        encoders: Mapping[str, EncoderRunner] | None = None,
+        tasks: Sequence[TaskRunner[Any]] = (),
         group: Lead | None = None,
     ) -> "Engine":
         """Sizes and allocates the KV page pool on the model's devices, compiles every shape
@@ -133,9 +142,12 @@ class Engine(IntakeFront):
         )
         eos = frozenset(model.config.eos_token_ids)
         vision = None if runner.image_token_id is None or rules is None else Vision(runner.image_token_id, rules)
-        return cls(runner, pages, config, eos, report, namespace, encoders, vision)
+        return cls(runner, pages, config, eos, report, namespace, tasks, vision)
 
-    def submit(self, request: GenerationRequest, sink: Sink) -> int:
+    def tasks(self) -> frozenset[str]:
+        return super().tasks() | {GENERATE}
+
+    def _generate(self, request: GenerationRequest, sink: Sink) -> int:
         admission = admit(request, self.max_context, self.decode_lanes, self.runner.image_token_id)
         stop_ids = request.stop_token_ids | (frozenset() if request.sampling.ignore_eos else self.eos_token_ids)
         adapter = None if request.adapter is None else self.adapters.use(request.adapter)
@@ -189,8 +201,45 @@ class Engine(IntakeFront):
         return self.runner.pending_buckets()
 
     def held_arrays(self) -> HeldArrays:
-        """The device arrays of its runner and encoders; for a report of what freeing it gives back."""
-        held = self.runner.held_arrays()
-        for encoder in self.encoders.values():
-            held += encoder.held_arrays()
-        return held
+        """The device arrays of its runner and tasks; for a report of what freeing it gives back."""
+        return self.runner.held_arrays() + self._tasks.held_arrays()
+
+
+class TaskEngine(IntakeFront):
+    """An engine of task runners alone, on an engine thread of its own: the same front, intake and
+    batches as `Engine`'s tasks, without generation."""
+
+    def __init__(self, tasks: Sequence[TaskRunner[Any]], max_context: int, max_queue: int, report: Report) -> None:
+        """Compiles the tasks' shapes (reporting progress), then starts the engine thread.
+        `max_context`: the longest input a request may hold."""
+        super().__init__(0, max_queue, tasks)
+        self.max_context = max_context
+        self.vision: Vision | None = None  # it generates nothing, so takes no images
+        self._tasks.compile(report)
+        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._intake.stop()
+        self._thread.join()
+
+    def held_arrays(self) -> HeldArrays:
+        return self._tasks.held_arrays()
+
+    def _run(self) -> None:
+        tasks = self._tasks
+        try:
+            while True:
+                work = self._intake.next_work(tasks.busy)
+                tasks.add(work.task_jobs)
+                if work.stopping:
+                    tasks.fail_all(Failed("unavailable", "the engine stopped"), self._intake.abandon_task_jobs())
+                    return
+                if work.cancels:
+                    tasks.cancel(set(work.cancels))
+                tasks.run_batches()
+        except Exception as error:  # the engine thread must never die silently: fail every request
+            reason = f"{type(error).__name__}: {error}"
+            log.error("engine thread died: %s", reason, exc_info=error)
+            tasks.fail_all(Failed("fault", f"the engine failed: {reason}"), self._intake.abandon_task_jobs())
+            self._intake.died("fault", reason)

@@ -2,8 +2,9 @@
 outside `engine` for everything that is not a request (those are `engine.api`'s).
 
 - loading a checkpoint (`load_model`) and the context it serves (`with_served_context`);
-- building a generation engine (`Engine.build` from an `EngineConfig`), an encoder's engine
-  (`EncoderEngine`) and the runners of encoders and of a decoder's embedding pass;
+- building a generation engine (`Engine.build` from an `EngineConfig`, with the tasks it serves
+  beside generation, e.g. `EncodeTask`), an engine of tasks alone (`TaskEngine`: an encoder as the
+  model) and the runners of encoders and of a decoder's embedding pass;
 - a process group (docs/deploy.md): joining it, the leader's side (`Lead`, `lead_load`) and a
   follower's (`follow`);
 - the compilation cache (`use_compilation_cache`) and the KV pool's sizing (`longest_row`);
@@ -20,20 +21,20 @@ from engine.device.kv_sizing import pool_pages
 from engine.device.mirrored_runner import follow, lead_load
 from engine.device.process_group import Channel, GroupSpec, Lead, Stop, in_group, is_leader, join, leave
 from engine.device.runner_api import Report
-from engine.encoders.decoder_embedding import (
-    DecoderEmbedding,
-    decoder_embedding,
-    decoder_embedding_runner,
-    is_embedding_decoder,
-)
-from engine.encoders.encoder_engine import EncoderEngine
-from engine.encoders.encoder_model import EncoderRunner, LoadedEncoder, is_encoder_checkpoint, load_encoder
-from engine.engine import Engine
+from engine.engine import Engine, TaskEngine
 from engine.engine_config import EngineConfig
 from engine.lora.adapter_formats import NEEDED, adapter_weights_file, read_lora_adapter
 from engine.lora.peft_adapter import TARGETS, LoraAdapter
 from engine.model.loading.loader import LoadedModel, load_model, with_served_context
 from engine.model.model_config import CONTEXT_EXTENSION_KINDS, ModelConfig
+from engine.tasks.encode.decoder_embedding import (
+    DecoderEmbedding,
+    decoder_embedding,
+    decoder_embedding_runner,
+    is_embedding_decoder,
+)
+from engine.tasks.encode.encode_task import EncodeTask
+from engine.tasks.encode.encoder_model import EncoderRunner, LoadedEncoder, is_encoder_checkpoint, load_encoder
 
 __all__ = [
     # loading a checkpoint
@@ -45,11 +46,12 @@ __all__ = [
     "with_served_context",
     # building what serves it
     "DecoderEmbedding",
-    "EncoderEngine",
+    "EncodeTask",
     "EncoderRunner",
     "Engine",
     "EngineConfig",
     "LoadedEncoder",
+    "TaskEngine",
     "decoder_embedding",
     "decoder_embedding_runner",
     "is_embedding_decoder",

@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 from starlette.requests import HTTPConnection
 
-from engine.api import GenerationEngine
+from engine.api import EngineFront
 from handlers.generation.volatile_lines import volatile_line_pattern
 from handlers.response_store import ResponseStore
 from text import ChatTemplate, Tokenizer
@@ -31,7 +31,7 @@ FailedSetting = Literal["embedding_model", "rerank_model"]
 @dataclass(frozen=True)
 class EncoderService:
     """An encoder served beside the model (or as the model), as the HTTP side sees it: what the
-    engine loaded (engine/encoders/) and how its inputs are tokenized (text/encoder_inputs.py)."""
+    engine loaded (engine/tasks/encode/) and how its inputs are tokenized (text/encoder_inputs.py)."""
 
     kind: EncoderKind
     dimensions: int
@@ -242,7 +242,7 @@ class ModelService(Protocol):
     def decode_lanes(self) -> int: ...
 
     @property
-    def engine(self) -> GenerationEngine | None:
+    def engine(self) -> EngineFront | None:
         """The running engine once the model serves, else None."""
         ...
 

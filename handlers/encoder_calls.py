@@ -96,7 +96,7 @@ async def encode(model: ModelService, name: str, inputs: Sequence[EncoderInput])
         loop.call_soon_threadsafe(settle, event)
 
     try:
-        request_id = engine.encode(EncodeRequest(name, tuple(inputs)), sink)
+        request_id = engine.submit(EncodeRequest(name, tuple(inputs)), sink)
     except QueueFull as full:
         raise ApiError(
             429,

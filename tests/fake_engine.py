@@ -5,7 +5,8 @@ until the grammar is complete, a scripted token the grammar forbids (or any past
 replaced by the lowest allowed id, so a constrained row always writes what the grammar admits. It admits
 requests by the engine's own rules (engine/serving/admission.py: the context, `n`, the output budget and
 its finish) and honours `logprobs`, `cancel` and a blocking `gate` to hold a request in flight. Encode
-requests go to real encoder runners, if it has any, each input alone, refused as the engine refuses.
+requests go to real encoder runners, if it has any, each input alone, refused as the engine refuses;
+its one face, `submit`, takes either.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -24,15 +26,15 @@ from engine.api import (
     Finished,
     GenerationRequest,
     QueueFull,
+    TaskRequest,
     TokenLogprob,
     Tokens,
     Usage,
     Vision,
 )
-from engine.device.runner_api import EncodeRunner
-from engine.encoders.encoding import check_encode
 from engine.serving.admission import Admission, admit
 from engine.stats import Bucket, EngineStats, Histogram
+from engine.tasks.encode.encode_task import ENCODE, EncodeRunner, check_encode
 
 Script = Callable[[GenerationRequest, int], Sequence[int]]
 
@@ -62,7 +64,16 @@ class FakeEngine:
         self.gate.set()
         self._ids = itertools.count(1)
 
-    def submit(self, request: GenerationRequest, sink: Callable[[EngineEvent], None]) -> int:
+    def tasks(self) -> frozenset[str]:
+        return frozenset({"generate", ENCODE} if self.encoders else {"generate"})
+
+    def submit(self, request: TaskRequest[Any], sink: Callable[[Any], None]) -> int:
+        if isinstance(request, EncodeRequest):
+            return self._encode(request, sink)
+        assert isinstance(request, GenerationRequest), request
+        return self._generate(request, sink)
+
+    def _generate(self, request: GenerationRequest, sink: Callable[[EngineEvent], None]) -> int:
         if self.queue_full_after is not None and len(self.submitted) >= self.queue_full_after:
             raise QueueFull(retry_after_s=3)
         image_token = None if self.vision is None else self.vision.image_token_id
@@ -73,7 +84,7 @@ class FakeEngine:
         threading.Thread(target=self._run, args=(request_id, request, sink), daemon=True).start()
         return request_id
 
-    def encode(self, request: EncodeRequest, sink: Callable[[EncodeEvent], None]) -> int:
+    def _encode(self, request: EncodeRequest, sink: Callable[[EncodeEvent], None]) -> int:
         check_encode(request, self.encoders)
         runner = self.encoders[request.encoder]
         values = np.concatenate([runner.run([item]) for item in request.inputs])

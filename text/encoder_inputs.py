@@ -2,8 +2,8 @@
 client's token ids, wrapped in the tokenizer's own special tokens and, when asked, cut to a limit
 the way Hugging Face's "longest_first" truncation cuts them.
 
-The same for the encoder families (engine/encoders/encoder_model.py) and a decoder's embedding pass
-(engine/encoders/decoder_embedding.py), which differ only in their tokenizers and token types.
+The same for the encoder families (engine/tasks/encode/encoder_model.py) and a decoder's embedding pass
+(engine/tasks/encode/decoder_embedding.py), which differ only in their tokenizers and token types.
 """
 
 from collections.abc import Sequence

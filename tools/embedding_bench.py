@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 from bench import REPO, llama_command, machine_line, pooled_command, running, write_section
 
-from engine.encoders.encoder_model import load_encoder
+from engine.tasks.encode.encoder_model import load_encoder
 from tests.engine.minilm import CORPUS, minilm_path
 from text.encoder_inputs import EncoderTokenizer
 

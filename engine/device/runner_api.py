@@ -23,7 +23,7 @@ from typing import Literal, NewType, Protocol
 
 import numpy as np
 
-from engine.api import Constraint, EncoderInput, SamplingParams
+from engine.api import Constraint, SamplingParams
 from engine.lora.peft_adapter import LoraAdapter
 from engine.model.image_tower import PreparedImage
 from engine.stats import Bucket, HeldArrays
@@ -250,25 +250,4 @@ class Runner(Protocol):
 
     def held_arrays(self) -> HeldArrays:
         """The device arrays it holds: its KV pool, the model's parameters and the LoRA slots."""
-        ...
-
-
-class EncodeRunner(Protocol):
-    """An encoder's verbs on the engine thread (engine/encoders/encoder_model.py's `EncoderRunner` on JAX):
-    a batch of inputs in, their embeddings or relevance logits out."""
-
-    @property
-    def max_tokens(self) -> int:
-        """The most tokens one input may hold."""
-        ...
-
-    @property
-    def vocab_size(self) -> int: ...
-
-    def rows_for(self, length: int) -> int:
-        """The most inputs of up to `length` tokens one batch holds."""
-        ...
-
-    def run(self, inputs: Sequence[EncoderInput]) -> np.ndarray:
-        """Embeddings [N, D] or relevance logits [N], float32, for len(inputs) <= rows_for(the longest)."""
         ...

@@ -1,31 +1,35 @@
 """`Intake`: what the engine thread shares with every other thread, under one lock.
 
+Every task's requests come through here: generation requests into the inbox, another task's into
+the task jobs (engine/tasks/task_registry.py), both under the one queue bound, counters and metrics.
+
 Threads: handler threads enqueue requests, cancels and adapter jobs, drain, wait for idleness,
 read stats and change the queue bound (`set_max_queue`, a configuration change); the engine
-thread takes the inbox, the encode requests, the adapter jobs, the cancels and the disk tier's
+thread takes the inbox, the task jobs, the adapter jobs, the cancels and the disk tier's
 finished loads (`next_work`, which waits on the condition when there is
 nothing to do: nothing polls) and records what happened to each request. The disk tier's IO
 thread hands over each finished load (`fetched`). Either side holds the lock only for these
 exchanges and counters: never across a device call or a sink call.
 
-A request is pending from `enqueue` until its rows first hold lanes (`admitted`), then running
-until it closes. A full queue is refused with a `Retry-After` estimate (engine/serving/retry_after.py).
+A generation request is pending from `enqueue` until its rows first hold lanes (`admitted`), then
+running until it closes; another task's request is pending until it ends (`task_ended`). A full
+queue is refused with a `Retry-After` estimate (engine/serving/retry_after.py).
 """
 
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-from engine.api import EncodeEvent, EncodeRequest, EngineState, EngineUnavailable, GenerationRequest, QueueFull
-from engine.encoders.encoding import EncodeJob
+from engine.api import EngineState, EngineUnavailable, GenerationRequest, QueueFull, TaskRequest
 from engine.serving.adapter_table import AdapterJob, AdapterUse
 from engine.serving.admission import Admission
 from engine.serving.prefix_disk import Loaded
 from engine.serving.retry_after import retry_after_seconds, smoothed_hold
 from engine.serving.rows import Request, Row, Sink
 from engine.stats import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, LatencyHistogram
+from engine.tasks.task_registry import TaskJob
 
 FinishReason = Literal["stop", "length", "cancelled", "timeout"]
 COUNTERS = (
@@ -38,7 +42,6 @@ COUNTERS = (
     "refusals",
     "draft_tokens",
     "draft_accepted",
-    "encode_requests",
     "decode_steps",
     "decode_host_ns",
 )
@@ -50,7 +53,7 @@ class Work(NamedTuple):
     inbox: deque[Request]
     cancels: dict[int, FinishReason]
     fetched: list[Loaded]
-    encodes: list[EncodeJob]
+    task_jobs: list[TaskJob[Any]]
     adapter_jobs: list[AdapterJob]
     stopping: bool
 
@@ -65,7 +68,7 @@ class Intake:
         self._inbox: deque[Request] = deque()
         self._cancels: dict[int, FinishReason] = {}
         self._fetched: list[Loaded] = []
-        self._encodes: deque[EncodeJob] = deque()
+        self._task_jobs: list[TaskJob[Any]] = []
         self._adapter_jobs: list[AdapterJob] = []
         self._pending_requests = 0  # submitted, not yet holding lanes
         self._pending_rows = 0
@@ -75,6 +78,7 @@ class Intake:
         self._average_hold: float | None = None
         self._stopping = False
         self.counters = dict.fromkeys(COUNTERS, 0)
+        self.task_requests: Counter[str] = Counter()  # another task's requests answered, by task
         self.ttft = LatencyHistogram(TTFT_BUCKETS)
         self.itl = LatencyHistogram(ITL_BUCKETS)
         self.e2e = LatencyHistogram(E2E_BUCKETS)
@@ -105,9 +109,9 @@ class Intake:
             self._wake.notify_all()  # wait_idle callers share the condition
             return entry.id
 
-    def enqueue_encode(self, request: EncodeRequest, sink: Callable[[EncodeEvent], None]) -> int:
-        """Queues an encode request already valid on its face; raises EngineUnavailable or QueueFull.
-        It counts as a pending request until its values are sent."""
+    def enqueue_task(self, task: str, request: TaskRequest[Any], sink: Callable[[Any], None]) -> int:
+        """Queues a request of `task` (not generation) already valid on its face; raises
+        EngineUnavailable or QueueFull. It counts as a pending request until it ends."""
         with self.lock:
             if self.state != "serving":
                 raise EngineUnavailable(f"the engine is {self.state}")
@@ -116,7 +120,7 @@ class Intake:
                 raise QueueFull(self._retry_after_locked())
             self._next_id += 1
             self._pending_requests += 1
-            self._encodes.append(EncodeJob(self._next_id, request, sink, time.monotonic()))
+            self._task_jobs.append(TaskJob(self._next_id, task, request, sink, time.monotonic()))
             self._wake.notify_all()
             return self._next_id
 
@@ -178,13 +182,13 @@ class Intake:
 
     def next_work(self, busy: bool, timeout: float | None = None) -> Work:
         """The new requests, the cancels (every new request too, when stopping), the finished disk
-        loads, the new encode requests and whether the engine is stopping; waits while there is
+        loads, the new task jobs and whether the engine is stopping; waits while there is
         none of these and the engine is not `busy`, for at most `timeout` seconds (then all are empty)."""
         with self.lock:
             while (
                 not (
                     self._inbox
-                    or self._encodes
+                    or self._task_jobs
                     or self._cancels
                     or self._fetched
                     or self._adapter_jobs
@@ -197,28 +201,28 @@ class Intake:
             inbox, self._inbox = self._inbox, deque()
             cancels, self._cancels = self._cancels, {}
             fetched, self._fetched = self._fetched, []
-            encodes, self._encodes = list(self._encodes), deque()
+            task_jobs, self._task_jobs = self._task_jobs, []
             adapter_jobs, self._adapter_jobs = self._adapter_jobs, []
             if self._stopping:
                 cancels.update({entry.id: "cancelled" for entry in inbox})
-            return Work(inbox, cancels, fetched, encodes, adapter_jobs, self._stopping)
+            return Work(inbox, cancels, fetched, task_jobs, adapter_jobs, self._stopping)
 
-    def abandon_encodes(self) -> list[EncodeJob]:
-        """The encode requests not yet taken, removed (the engine is ending)."""
+    def abandon_task_jobs(self) -> list[TaskJob[Any]]:
+        """The task jobs not yet taken, removed (the engine is ending)."""
         with self.lock:
-            jobs, self._encodes = list(self._encodes), deque()
+            jobs, self._task_jobs = self._task_jobs, []
             self._pending_requests -= len(jobs)
             self._wake.notify_all()
             return jobs
 
-    def encoded(self, job: EncodeJob) -> None:
-        """An encode request ended (its values sent, or cancelled)."""
+    def task_ended(self, job: TaskJob[Any], prompt_tokens: int | None) -> None:
+        """A task job ended: answered, counting its `prompt_tokens`, or (None) cancelled or failed."""
         now = time.monotonic()
         with self.lock:
             self._pending_requests -= 1
-            if job.values is not None and job.done == len(job.request.inputs):
-                self.counters["prompt_tokens"] += job.prompt_tokens
-                self.counters["encode_requests"] += 1
+            if prompt_tokens is not None:
+                self.counters["prompt_tokens"] += prompt_tokens
+                self.task_requests[job.task] += 1
                 self.e2e.observe(now - job.submitted)
             self._wake.notify_all()
 

@@ -1,26 +1,35 @@
-"""`IntakeFront`: what every engine offers other threads over its intake — its state, encode
-requests, cancels, the queue bound, draining, waiting for idleness, and its counters — so that
-`Engine` and `EncoderEngine` share one front instead of a copy.
+"""`IntakeFront`: the front door every engine offers other threads over its intake — one `submit`
+for every task's requests, cancels, the queue bound, draining, waiting for idleness, its state and
+counters — so that `Engine` and `TaskEngine` (engine/engine.py) share one front instead of a copy.
+
+A generation request goes to the engine's lanes (`_generate`: an engine without them refuses it);
+any other request goes to the runner of its task (engine/tasks/task_registry.py), is checked on its
+face there and waits in the same intake, under the same queue bound and counters.
 
 Threads: handler threads and the host's lifecycle thread call these methods; each takes the
 intake's lock briefly (engine/serving/intake.py) and never waits on the device. A subclass runs
 the engine thread and adds what only it has (generation, adapters, a KV pool).
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
-from engine.api import EncodeEvent, EncodeRequest, EngineState
-from engine.encoders.encoder_model import EncoderRunner
-from engine.encoders.encoding import check_encode
+from engine.api import EngineState, GenerationRequest, TaskRequest
 from engine.serving.intake import Intake
+from engine.serving.rows import Sink
 from engine.stats import Bucket, EngineStats
+from engine.tasks.encode.encode_task import ENCODE
+from engine.tasks.task_registry import TaskRegistry, TaskRunner, unserved
+
+GENERATE = "generate"
+EventT = TypeVar("EventT")
 
 
 class IntakeFront:
-    def __init__(self, decode_lanes: int, max_queue: int, encoders: Mapping[str, EncoderRunner]) -> None:
+    def __init__(self, decode_lanes: int, max_queue: int, tasks: Sequence[TaskRunner[Any]]) -> None:
         self.decode_lanes = decode_lanes
-        self.encoders: Mapping[str, EncoderRunner] = dict(encoders)
         self._intake = Intake(decode_lanes, max_queue)
+        self._tasks = TaskRegistry(tasks, self._intake.task_ended)
 
     @property
     def state(self) -> EngineState:
@@ -31,16 +40,25 @@ class IntakeFront:
         """(cause, reason) once the engine thread has died."""
         return self._intake.failure
 
-    def encode(self, request: EncodeRequest, sink: Callable[[EncodeEvent], None]) -> int:
-        check_encode(request, self.encoders)
-        return self._intake.enqueue_encode(request, sink)
+    def tasks(self) -> frozenset[str]:
+        """The tasks it serves: its task runners' (an engine with lanes adds generation's)."""
+        return self._tasks.names()
+
+    def submit(self, request: TaskRequest[EventT], sink: Callable[[EventT], None]) -> int:
+        if isinstance(request, GenerationRequest):
+            return self._generate(request, cast(Sink, sink))
+        runner = self._tasks.runner_for(request, self.tasks())
+        return self._intake.enqueue_task(runner.task, request, sink)
+
+    def _generate(self, request: GenerationRequest, sink: Sink) -> int:
+        raise unserved(request, self.tasks())
 
     def cancel(self, request_id: int) -> None:
         self._intake.cancel(request_id)
 
     def set_max_queue(self, max_queue: int) -> None:
         """How many requests may wait from now on (`--max-queue` changed while serving); past it
-        `submit` and `encode` raise QueueFull. Requests already waiting keep their place."""
+        `submit` raises QueueFull. Requests already waiting keep their place."""
         self._intake.set_max_queue(max_queue)
 
     def drain(self) -> None:
@@ -75,7 +93,7 @@ class IntakeFront:
                 draft_tokens_accepted=counters["draft_accepted"],
                 decode_steps=counters["decode_steps"],
                 decode_host_seconds=counters["decode_host_ns"] / 1e9,
-                encode_requests=counters["encode_requests"],
+                encode_requests=intake.task_requests[ENCODE],
                 time_to_first_token=intake.ttft.snapshot(),
                 inter_token_latency=intake.itl.snapshot(),
                 e2e_latency=intake.e2e.snapshot(),
@@ -84,7 +102,7 @@ class IntakeFront:
                 pending_buckets=self._pending_buckets(),
             )
 
-    # What an engine with a KV pool and compiled steps reports; an encoder engine has neither.
+    # What an engine with a KV pool and compiled steps reports; a task engine has neither.
     def _kv_pages(self) -> tuple[int, int]:
         """(total, used), read under the intake's lock."""
         return 0, 0

@@ -13,8 +13,9 @@ intake; `submit`, `cancel`, `drain` and `shutdown` wake it (and, for a runner th
 The scheduler composes three helpers, each owning its state: the lanes, their waiting queue and
 how rows leave them (finish, preemption; engine/serving/lanes.py), the prefix cache's page names
 and disk tier (engine/serving/prefix_cache.py), and the pipelined decode steps with their
-prompt-lookup drafts (engine/serving/decode_steps.py). It keeps the prompts being prefilled, the
-adapter jobs and the encoder batches, and ends requests (cancels, stall timeouts, its own death).
+prompt-lookup drafts (engine/serving/decode_steps.py). It keeps the prompts being prefilled and
+the adapter jobs, serves the engine's other tasks (engine/tasks/task_registry.py: one batch of each
+between the prefill and the decode step), and ends requests (cancels, stall timeouts, its own death).
 
 A request's n rows share its prompt's KV pages: the prompt is prefilled once, and each row draws
 its own first token from the logits of the prompt's last position (its own key and parameters),
@@ -31,13 +32,11 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
 
 import numpy as np
 
 from engine.api import Failed, Prefilled, TokenLogprob
-from engine.device.runner_api import PREFILL_ROWS, EncodeRunner, InsertedRow, PrefillChunk, PromptLogits, Runner
-from engine.encoders.encoding import Encoding
+from engine.device.runner_api import PREFILL_ROWS, InsertedRow, PrefillChunk, PromptLogits, Runner
 from engine.serving.adapter_table import AdapterJob, AdapterTable
 from engine.serving.decode_steps import DecodeSteps
 from engine.serving.intake import FinishReason, Intake
@@ -46,6 +45,7 @@ from engine.serving.lanes import Lanes
 from engine.serving.prefix_cache import PrefixCache
 from engine.serving.prefix_disk import Loaded, PrefixDisk
 from engine.serving.rows import Prefill, Request, Row
+from engine.tasks.task_registry import TaskRegistry
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +57,15 @@ class Scheduler:
         pool: PagePool,
         intake: Intake,
         prefill_chunk: int,
+        tasks: TaskRegistry,
         disk: PrefixDisk | None = None,
-        encoders: Mapping[str, EncodeRunner] | None = None,
         adapters: AdapterTable | None = None,
     ) -> None:
+        """`tasks`: the engine's other tasks, whose batches run on this thread too."""
         self._runner = runner
         self._adapters = adapters or AdapterTable(0, 0)
         self._adapter_jobs: list[AdapterJob] = []
-        self._encoding = Encoding(encoders or {}, intake.encoded)
+        self._tasks = tasks
         self._pool = pool
         self._intake = intake
         self._page_size = runner.page_size
@@ -83,12 +84,12 @@ class Scheduler:
                 if not busy and not any(work):
                     self._runner.idle()
                     continue
-                inbox, cancels, fetched, encodes, adapter_jobs, stopping = work
-                self._encoding.add(encodes)
+                inbox, cancels, fetched, task_jobs, adapter_jobs, stopping = work
+                self._tasks.add(task_jobs)
                 self._adapter_jobs += adapter_jobs
                 if stopping:
                     cancels.update({entry.id: "cancelled" for entry in self._in_flight()})
-                    self._encoding.fail_all(Failed("unavailable", "the engine stopped"), self._intake.abandon_encodes())
+                    self._tasks.fail_all(Failed("unavailable", "the engine stopped"), self._intake.abandon_task_jobs())
                 self._iterate(inbox, cancels, fetched)
                 if stopping and not self._busy():
                     return
@@ -98,11 +99,7 @@ class Scheduler:
     def _busy(self) -> bool:
         """Whether there is work for the next iteration (a fetch in progress wakes the thread itself)."""
         return bool(
-            self._lanes.waiting
-            or self._prefills
-            or self._decode_steps.busy
-            or self._encoding.busy
-            or self._adapter_jobs
+            self._lanes.waiting or self._prefills or self._decode_steps.busy or self._tasks.busy or self._adapter_jobs
         )
 
     def _iterate(self, inbox: deque[Request], cancels: dict[int, FinishReason], fetched: list[Loaded]) -> None:
@@ -120,15 +117,14 @@ class Scheduler:
             if stall_timeout is not None and now - entry.progress_at >= stall_timeout:
                 cancels.setdefault(entry.id, "timeout")
         if cancels:
-            self._encoding.cancel(set(cancels))
+            self._tasks.cancel(set(cancels))
             self._end_requests(cancels)
         if self._adapter_jobs:
             self._run_adapter_jobs()
         self._admit()
         if self._prefills:
             self._prefill_step()
-        if self._encoding.busy:
-            self._encoding.run_batch()
+        self._tasks.run_batches()
         if self._decode_steps.busy:
             self._decode_steps.step()
 
@@ -293,7 +289,7 @@ class Scheduler:
         kind = self._runner.failure_kind(error)
         reason = f"{type(error).__name__}: {error}"
         log.error("engine thread died (%s): %s", kind, reason, exc_info=error)
-        self._encoding.fail_all(Failed("fault", f"the engine failed: {reason}"), self._intake.abandon_encodes())
+        self._tasks.fail_all(Failed("fault", f"the engine failed: {reason}"), self._intake.abandon_task_jobs())
         for job in self._adapter_jobs:
             job.done.set_exception(RuntimeError(f"the engine failed: {reason}"))
         doomed = self._intake.died(kind, reason)

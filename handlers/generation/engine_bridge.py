@@ -29,10 +29,10 @@ from dataclasses import dataclass, field, replace
 
 from engine.api import (
     EngineEvent,
+    EngineFront,
     EngineUnavailable,
     Failed,
     Finished,
-    GenerationEngine,
     GenerationRequest,
     OutputCap,
     Prefilled,
@@ -77,7 +77,7 @@ class Generation:
 
     def __init__(
         self,
-        engine: GenerationEngine,
+        engine: EngineFront,
         request_id: int,
         queue: asyncio.Queue[EngineEvent],
         rows: int,

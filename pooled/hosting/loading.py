@@ -18,14 +18,15 @@ from engine.api import AdapterRefused
 from engine.errors import CheckpointError
 from engine.front import (
     DecoderEmbedding,
-    EncoderEngine,
     EncoderRunner,
+    EncodeTask,
     Engine,
     EngineConfig,
     Lead,
     LoadedEncoder,
     LoadedModel,
     Report,
+    TaskEngine,
     decoder_embedding,
     decoder_embedding_runner,
     in_group,
@@ -189,7 +190,7 @@ def load_served_encoder(path: Path, settings: Settings) -> ServedEncoder:
 
 
 def decoder_embedder(checkpoint: Checkpoint, settings: Settings) -> ServedEncoder:
-    """A decoder's embedding pass (engine/encoders/decoder_embedding.py) over the checkpoint's own weights."""
+    """A decoder's embedding pass (engine/tasks/encode/decoder_embedding.py) over the checkpoint's own weights."""
     model = checkpoint.model
     embedding = decoder_embedding(model, settings.embedding_max_tokens)
     runner = decoder_embedding_runner(model, embedding, settings.encoder_batch_tokens)
@@ -250,8 +251,8 @@ def load_serving(
     encoders = beside.encoders
     if settings.embeddings:
         encoders[model_id_for(path)] = decoder_embedder(checkpoint, settings)
-    runners = {name: encoder.runner for name, encoder in encoders.items()}
-    engine = Engine.build(context.model, config, report, runners, group)
+    tasks = [EncodeTask({name: encoder.runner for name, encoder in encoders.items()})] if encoders else []
+    engine = Engine.build(context.model, config, report, tasks, group)
     adapters = EngineAdapters(engine, context.model.config, lora_policy(settings))
     try:
         load_start_adapters(adapters, settings)
@@ -281,7 +282,7 @@ def load_encoder_serving(path: Path, settings: Settings, report: Callable[[str, 
     served = load_served_encoder(path, settings)
     tokenizer = Tokenizer(served.face.inputs.tokenizer, bos_token_id=None, eos_token_ids=())
     name, face = model_id_for(path), served.face
-    engine = EncoderEngine(name, face.kind, served.runner, settings.max_queue, report)
+    engine = TaskEngine([EncodeTask({name: served.runner})], face.max_tokens, settings.max_queue, report)
     return Loaded(
         face.max_tokens, face.max_tokens, None, served.quantization, tokenizer, None, engine, {name: face}, face.kind
     )

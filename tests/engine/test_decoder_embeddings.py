@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.encoders.decoder_embedding import (
+from engine.model.loading.loader import load_model
+from engine.tasks.encode.decoder_embedding import (
     DecoderEmbedding,
     decoder_embedding,
     decoder_embedding_runner,
     is_embedding_decoder,
 )
-from engine.encoders.encoder_model import EncoderRunner
-from engine.model.loading.loader import load_model
+from engine.tasks.encode.encoder_model import EncoderRunner
 from tests.engine.tiny_decoder_embedders import TINY_DECODER_EMBEDDERS, build_tiny_decoder_embedder
 from tests.engine.tiny_encoders import SENTENCES
 from text import Tokenizer

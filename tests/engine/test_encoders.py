@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from engine.encoders.encoder_model import (
+from engine.errors import CheckpointError
+from engine.tasks.encode.encoder_model import (
     EncoderRunner,
     LoadedEncoder,
     is_encoder_checkpoint,
     length_buckets,
     load_encoder,
 )
-from engine.errors import CheckpointError
 from tests.engine.tiny_encoders import QUERY, SENTENCES, TINY_ENCODERS, build_tiny_encoder, encoder_tokenizer
 from tests.engine.tiny_gguf_encoders import write_encoder_gguf
 from text.encoder_inputs import longest_first

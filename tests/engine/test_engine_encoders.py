@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from engine.api import Encoded, EncodeEvent, EncodeRequest, EngineEvent, Failed, RequestRefused, Tokens
-from engine.encoders.encoder_model import EncoderRunner, LoadedEncoder, load_encoder
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
 from engine.model.loading.loader import load_model
+from engine.tasks.encode.encode_task import EncodeTask
+from engine.tasks.encode.encoder_model import EncoderRunner, LoadedEncoder, load_encoder
 from tests.engine.engine_harness import WAIT_S, Collected, greedy_request
 from tests.engine.tiny_encoders import QUERY, SENTENCES, build_tiny_encoder, encoder_tokenizer
 
@@ -66,7 +67,7 @@ def engine(
 ) -> Iterator[Engine]:
     model = load_model(tiny_checkpoint("llama_tied"), cache_dir=tmp_path_factory.mktemp("prepared"), progress=False)
     progress: list[str] = []
-    built = Engine.build(model, CONFIG, lambda what, done, total: progress.append(what), runners)
+    built = Engine.build(model, CONFIG, lambda what, done, total: progress.append(what), [EncodeTask(runners)])
     assert "compiling encoder embed" in progress and "compiling encoder rerank" in progress
     yield built
     built.shutdown()
@@ -74,7 +75,7 @@ def engine(
 
 def encode(engine: Engine, request: EncodeRequest) -> Encoded:
     answer = Answer()
-    engine.encode(request, answer)
+    engine.submit(request, answer)
     event = answer.wait()
     assert isinstance(event, Encoded), event
     return event
@@ -131,7 +132,7 @@ def test_a_burst_of_encode_requests_waits_its_turn_between_decode_steps(
     before = engine.stats()
     answers = [Answer() for _ in range(12)]
     for answer in answers:
-        engine.encode(EncodeRequest("embed", long_inputs), answer)
+        engine.submit(EncodeRequest("embed", long_inputs), answer)
     assert all(isinstance(answer.wait(), Encoded) for answer in answers)
     for stream in streams:
         stream.wait()
@@ -144,6 +145,7 @@ def test_a_burst_of_encode_requests_waits_its_turn_between_decode_steps(
 
 
 def test_requests_invalid_on_their_face_are_refused(engine: Engine, encoders: dict[str, LoadedEncoder]) -> None:
+    assert engine.tasks() == {"generate", "encode"}
     encoder = encoders["embed"]
     too_long = encoder_tokenizer(encoder).token_input([5] * (encoder.max_tokens + 1))
     for request, code in (
@@ -154,7 +156,7 @@ def test_requests_invalid_on_their_face_are_refused(engine: Engine, encoders: di
         (EncodeRequest("embed", (encoder_tokenizer(encoder).token_input([10**6]),)), "invalid_input"),
     ):
         with pytest.raises(RequestRefused) as refused:
-            engine.encode(request, Answer())
+            engine.submit(request, Answer())
         assert refused.value.code == code
 
 
@@ -165,7 +167,7 @@ def test_a_cancelled_encode_request_fails_nothing_and_frees_its_place(
     failure, and the engine goes idle: its place in the queue is given back."""
     encoder_input = encoder_tokenizer(encoders["embed"]).encode_text(SENTENCES[0])
     answer = Answer()
-    request_id = engine.encode(EncodeRequest("embed", (encoder_input,) * 200), answer)
+    request_id = engine.submit(EncodeRequest("embed", (encoder_input,) * 200), answer)
     engine.cancel(request_id)
     assert engine.wait_idle(WAIT_S)
     assert answer.event is None or isinstance(answer.event, Encoded)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.encoders.encoder_model import EncoderRunner, LoadedEncoder, load_encoder
+from engine.tasks.encode.encoder_model import EncoderRunner, LoadedEncoder, load_encoder
 from tests.engine.minilm import CORPUS, QUERIES, minilm_path
 from tests.engine.tiny_encoders import encoder_tokenizer
 

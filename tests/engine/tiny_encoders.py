@@ -17,7 +17,7 @@ import numpy as np
 from safetensors.numpy import save_file
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from engine.encoders.encoder_model import LoadedEncoder
+from engine.tasks.encode.encoder_model import LoadedEncoder
 from text.encoder_inputs import EncoderTokenizer
 
 SEED = 4321

@@ -457,11 +457,11 @@ def test_max_queue_reaches_the_running_engine(tmp_path: Path) -> None:
     assert host.engine.max_queue == [0] and host.settings.max_queue == 0  # type: ignore[union-attr]
     intake = Intake(0, 1)
     request = EncodeRequest("x", ())
-    intake.enqueue_encode(request, lambda event: None)
+    intake.enqueue_task("encode", request, lambda event: None)
     with pytest.raises(QueueFull):
-        intake.enqueue_encode(request, lambda event: None)
+        intake.enqueue_task("encode", request, lambda event: None)
     intake.set_max_queue(2)
-    intake.enqueue_encode(request, lambda event: None)
+    intake.enqueue_task("encode", request, lambda event: None)
 
 
 def test_a_reload_loads_the_model_again_with_the_new_settings(tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ from schemathesis.checks import (
 from schemathesis.specs.openapi.checks import negative_data_rejection
 
 from engine.api import Vision
-from engine.encoders.encoder_model import EncoderRunner, load_encoder
 from engine.model.families.qwen2_vl.image_processing import ImageRules
+from engine.tasks.encode.encoder_model import EncoderRunner, load_encoder
 from pooled.configuration.settings import Settings
 from pooled.hosting.loading import encoder_service
 from pooled.web.app import build_app, server_context

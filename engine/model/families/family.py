@@ -62,7 +62,7 @@ class Family:
 class DecoderFamily(Family):
     """A causal decoder: the Llama layout. Subclasses declare their `traits` and override only the
     conversions whose HF tensors differ. Every decoder generates, and embeds through its embedding
-    pass where its checkpoint declares a pooling (engine/encoders/decoder_embedding.py)."""
+    pass where its checkpoint declares a pooling (engine/tasks/encode/decoder_embedding.py)."""
 
     traits: ClassVar[FamilyTraits] = FamilyTraits()
     serves: ClassVar[Mapping[Task, tuple[Input, ...]]] = {"generate": TEXT, "embed": TEXT}

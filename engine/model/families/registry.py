@@ -9,7 +9,7 @@ The rule: a family imports shared code, never the reverse. The shared modules (e
 engine/model/checkpoint, model_config, family_traits, image_tower, forward, kernels, int4, int8,
 gguf_weights, sharding) never import `engine.model.families`; a checkpoint reader receives what it
 needs of a family (e.g. `read_gguf`'s GGUF architecture → family mapping) from its caller, an
-orchestration module above it (engine/model/loading/loader.py, engine/encoders/encoder_model.py,
+orchestration module above it (engine/model/loading/loader.py, engine/tasks/encode/encoder_model.py,
 engine/lora/gguf_adapter.py) that looks the family up here.
 
 Adding a family: its package beside the others, and its instance in `FAMILIES`.

@@ -64,7 +64,7 @@ class Transformer(nn.Module):
     [B,1,V]): a prefill chunk or decode step needs one row of logits, not T. A `draft_step` is a
     decode step over drafts, whose attention takes the decode kernel's arithmetic for every token.
     With `hidden`, the final norm's output [B,T,D] (float32) comes back instead of logits: a
-    decoder's embedding pass (engine/encoders/decoder_embedding.py). With `lora`, each row adds its
+    decoder's embedding pass (engine/tasks/encode/decoder_embedding.py). With `lora`, each row adds its
     adapter slot's deltas to the projections the stack holds (engine/model/layers/lora.py).
     """
 

@@ -5,7 +5,7 @@ checkpoint's sentence-transformers files say so), served like an encoder on /v1/
 The pass has shapes of its own rather than the prefill's: a prefill chunk writes the paged KV
 cache, which an embedding does not need. Inputs are padded on the right, so under causal
 attention no real token sees padding. The rows × tokens buckets compile at start-up like an
-encoder's (engine/encoders/encoder_model.py's `EncoderRunner`), over the decoder's own parameters (no copy).
+encoder's (engine/tasks/encode/encoder_model.py's `EncoderRunner`), over the decoder's own parameters (no copy).
 
 Threads: as for `EncoderRunner`, only the engine thread runs batches.
 """
@@ -17,7 +17,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from engine.encoders.encoder_model import (
+from engine.model.checkpoint.hf_folder import read_hf_config
+from engine.model.layers.pooling import Pooling, pool
+from engine.model.loading.loader import DTYPES, LoadedModel
+from engine.tasks.encode.encoder_model import (
     EncoderKind,
     EncoderRunner,
     declared_max_tokens,
@@ -26,15 +29,12 @@ from engine.encoders.encoder_model import (
     declares_pooling,
     is_encoder_checkpoint,
 )
-from engine.model.checkpoint.hf_folder import read_hf_config
-from engine.model.layers.pooling import Pooling, pool
-from engine.model.loading.loader import DTYPES, LoadedModel
 
 
 @dataclass(frozen=True)
 class DecoderEmbedding:
     """What a decoder served as an embedding model is, as requests see it (the peer of
-    engine/encoders/encoder_model.py's `LoadedEncoder`)."""
+    engine/tasks/encode/encoder_model.py's `LoadedEncoder`)."""
 
     pooling: Pooling
     normalize: bool
