@@ -320,13 +320,7 @@ class DeviceRunner:
 
     def insert(self, lane: int, row: InsertedRow) -> None:
         self._tables.insert(lane, row)
-        sampling = row.sampling
-        penalised = (sampling.repetition_penalty, sampling.presence_penalty, sampling.frequency_penalty) != (
-            1.0,
-            0.0,
-            0.0,
-        )
-        if penalised:
+        if row.sampling.penalised:
             self._reset_lane(lane, row.prompt, row.output)
 
     def add_page(self, lane: int, index: int, page: int) -> None:
