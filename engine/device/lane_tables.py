@@ -22,8 +22,8 @@ import jax
 import numpy as np
 
 from engine.api import MAX_SCORED_IDS
+from engine.device.lane_sampling import RowParams
 from engine.device.runner_api import DecodeRow, InsertedRow
-from engine.device.step import RowParams
 from engine.serving.kv_pages import NULL_PAGE
 
 # Logit-bias entries per row, padded to this many (OpenAI allows up to 300).
