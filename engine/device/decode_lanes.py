@@ -45,6 +45,8 @@ class _Step:
 
 @dataclass(frozen=True)
 class LaneSizes:
+    """What the lanes are sized by."""
+
     lanes: int  # decode lanes (a spare one absorbs padding rows)
     vocab_size: int
     max_context: int
