@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, overload
 
 import numpy as np
 
@@ -21,6 +21,8 @@ from engine.stats import EngineStats, HeldArrays
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
+
+    from jax import Array
 
     from engine.lora.peft_adapter import LoraAdapter
     from engine.model.families.qwen2_vl.image_processing import ImageRules
@@ -30,6 +32,9 @@ MAX_TOKENS_CAP = 32768
 # Most alternatives a token may report (OpenAI's top_logprobs limit); static for the compile.
 MAX_TOP_LOGPROBS = 20
 MAX_SCORED_IDS = 64  # SamplingParams.scored_ids; a table column per id on the device
+# The temperature a request that names none samples at, in every API (OpenAI's and Anthropic's
+# default) and for the engine's own callers: the one place to change it.
+DEFAULT_TEMPERATURE = 1.0
 
 EngineState = Literal["serving", "draining", "dead"]
 AdapterState = Literal["loading", "ready", "unloading"]
@@ -43,7 +48,7 @@ class TaskRequest(Generic[EventT]):
 
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 1.0  # 0 = greedy
+    temperature: float = DEFAULT_TEMPERATURE  # 0 = greedy
     top_k: int = 0  # 0 = off
     top_p: float = 1.0
     min_p: float = 0.0
@@ -60,6 +65,23 @@ class SamplingParams:
     # unlikely (a decision's option labels); at most MAX_SCORED_IDS.
     scored_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+
+    @property
+    def penalised(self) -> bool:
+        """Whether any penalty is on: the row then needs its tokens' penalty state on the device,
+        and a step over a draft cannot serve it (each draw's penalties depend on the one before)."""
+        return penalised(self.repetition_penalty, self.presence_penalty, self.frequency_penalty)
+
+
+@overload
+def penalised(repetition_penalty: float, presence_penalty: float, frequency_penalty: float) -> bool: ...
+@overload
+def penalised(repetition_penalty: Array, presence_penalty: Array, frequency_penalty: Array) -> Array: ...
+def penalised(repetition_penalty: Any, presence_penalty: Any, frequency_penalty: Any) -> Any:
+    """Whether the penalties change a row's logits: a repetition penalty other than 1, or a
+    presence or frequency penalty other than 0. For one row's floats, or row by row for a step's
+    rows on the device (engine/device/sampling.py), where the same rule must hold bit for bit."""
+    return (repetition_penalty != 1.0) | (presence_penalty != 0.0) | (frequency_penalty != 0.0)
 
 
 class Constraint(Protocol):
@@ -89,9 +111,11 @@ class OutputCap:
 
 @dataclass(frozen=True)
 class GenerationRequest(TaskRequest["EngineEvent"]):
-    """What to generate. The engine's admission (engine/serving/admission.py) alone decides what
-    is allowed: the prompt against the context, `n` against the decode lanes, and the output
-    budget (`max_tokens`, the server's `output_cap`, the context left, MAX_TOKENS_CAP)."""
+    """What to generate. The engine's admission (engine/serving/admission.py) decides what this
+    server allows: the prompt against the context, `n` against the decode lanes, and the output
+    budget (`max_tokens`, the server's `output_cap`, the context left, MAX_TOKENS_CAP). The
+    request's own shape is the caller's to keep (the API spec checks it for the handlers):
+    `max_tokens` and `n` at least 1, `prompt_logprobs` from 0 to MAX_TOP_LOGPROBS."""
 
     prompt_ids: tuple[int, ...]
     sampling: SamplingParams

@@ -22,8 +22,8 @@ import jax
 import numpy as np
 
 from engine.api import MAX_SCORED_IDS
+from engine.device.lane_sampling import RowParams
 from engine.device.runner_api import NULL_PAGE, DecodeRow, InsertedRow
-from engine.device.step import RowParams
 
 # Logit-bias entries per row, padded to this many (OpenAI allows up to 300).
 LOGIT_BIAS_SLOTS = 300

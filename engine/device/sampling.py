@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from engine.api import MAX_TOP_LOGPROBS
+from engine.api import MAX_TOP_LOGPROBS, penalised
 
 Array = jax.Array
 _BANNED = -jnp.inf
@@ -60,11 +60,11 @@ def allowed_mask(bitmask: Array, vocab_size: int) -> Array:
     return bits.reshape(bitmask.shape[0], -1)[:, :vocab_size].astype(bool)
 
 
-def _penalised(logits: Array, s: SamplerInputs) -> Array:
+def _adjusted(logits: Array, s: SamplerInputs) -> Array:
     # Each pass below reads or writes the whole [B, V] logits (and the penalties' [B, V] state): a
     # step whose rows set no penalty, or no grammar, skips that pass (a no-op there, bit for bit).
-    penalised = jnp.any((s.repetition_penalty != 1.0) | (s.presence_penalty != 0.0) | (s.frequency_penalty != 0.0))
-    logits = jax.lax.cond(penalised, _penalties, lambda x, _: x, logits, s)
+    any_penalised = jnp.any(penalised(s.repetition_penalty, s.presence_penalty, s.frequency_penalty))
+    logits = jax.lax.cond(any_penalised, _penalties, lambda x, _: x, logits, s)
     logits = _biased(logits, s.bias_ids, s.bias_values)
     constrained = jnp.any(s.allowed != -1)
     return jax.lax.cond(constrained, _allowed_only, lambda x, _: x, logits, s.allowed)
@@ -173,8 +173,7 @@ def plain(
     logprobs: ArrayLike,
 ) -> Array:
     """Whether every row is greedy with at most a logit bias: no penalty, grammar or logprobs."""
-    neutral = (jnp.asarray(repetition_penalty) == 1.0) & (jnp.asarray(presence_penalty) == 0.0)
-    neutral &= jnp.asarray(frequency_penalty) == 0.0
+    neutral = ~penalised(jnp.asarray(repetition_penalty), jnp.asarray(presence_penalty), jnp.asarray(frequency_penalty))
     return jnp.all((jnp.asarray(temperature) <= 0) & neutral & ~jnp.asarray(logprobs)) & jnp.all(
         jnp.asarray(allowed) == -1
     )
@@ -190,7 +189,7 @@ def greedy(logits: Array, bias_ids: ArrayLike, bias_values: ArrayLike, scored_id
 @jax.jit
 def sample(logits: Array, inputs: SamplerInputs) -> Sampled:
     """Chooses one token per row from float32 logits [B, V]; logprobs are zeros unless a row asks."""
-    token = _draw(_penalised(logits, inputs), inputs)
+    token = _draw(_adjusted(logits, inputs), inputs)
     # A log_softmax and a top-k over the vocabulary per row, so only when some row reports them.
     reported = jax.lax.cond(jnp.any(inputs.logprobs), _logprobs, _no_logprobs, logits, token, inputs.scored_ids)
     return Sampled(token, *reported)

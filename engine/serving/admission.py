@@ -1,14 +1,23 @@
-"""The rules a generation request must meet, in one place: the prompt against the context, `n`
-against the decode lanes, and the output budget.
+"""The rules a generation request must meet that depend on this server and its model, in one
+place: the prompt against the context, `n` against the decode lanes, the scored ids, a prompt's
+images against the model's image tokens, and the output budget.
 
-The handlers compute none of this: they pass the request's own fields (and the server's output
-cap) and turn a `RequestRefused` into their API's error, renaming its `field`.
+Each rule lives once. A rule on the request's own shape — `max_tokens` ≥ 1, `n` ≥ 1,
+`prompt_logprobs` from 0 to MAX_TOP_LOGPROBS — is the API spec's (spec/components/schemas): the
+generated models refuse it in the API's own error shape before a handler runs, so the engine
+takes a `GenerationRequest` that meets them as given (engine/api.py says so). "This model takes
+no images" is the handlers' (handlers/generation/images.py): they meet a request's images first,
+before its prompt renders and in routes that never reach the engine (counting tokens), and need
+the model's image rules (`EngineFront.vision`) to prepare them at all.
+
+The handlers compute none of what is here: they pass the request's own fields (and the server's
+output cap) and turn a `RequestRefused` into their API's error, renaming its `field`.
 """
 
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.api import MAX_SCORED_IDS, MAX_TOKENS_CAP, MAX_TOP_LOGPROBS, GenerationRequest, RequestRefused
+from engine.api import MAX_SCORED_IDS, MAX_TOKENS_CAP, GenerationRequest, RequestRefused
 from engine.serving.media import image_runs
 
 
@@ -39,8 +48,6 @@ def admit(
             "which leaves no room to generate. Shorten the prompt.",
             "prompt",
         )
-    if request.n < 1:
-        raise RequestRefused("invalid_n", f"n is {request.n}; it must be at least 1.", "n")
     if request.n > decode_lanes:
         raise RequestRefused(
             "invalid_n",
@@ -56,16 +63,6 @@ def admit(
         )
     if scored and request.sampling.logprobs is None:
         raise RequestRefused("invalid_scored_ids", "Token ids to score need logprobs.", "scored_ids")
-    if request.prompt_logprobs is not None and not 0 <= request.prompt_logprobs <= MAX_TOP_LOGPROBS:
-        raise RequestRefused(
-            "invalid_prompt_logprobs",
-            f"prompt_logprobs is {request.prompt_logprobs}; it must be 0 to {MAX_TOP_LOGPROBS}.",
-            "prompt_logprobs",
-        )
-    if request.max_tokens is not None and request.max_tokens < 1:
-        raise RequestRefused(
-            "invalid_max_tokens", f"max_tokens is {request.max_tokens}; it must be at least 1.", "max_tokens"
-        )
     budget = min(room, MAX_TOKENS_CAP, room if request.max_tokens is None else request.max_tokens)
     cap = request.output_cap
     if cap is not None and cap.tokens <= budget:
@@ -74,9 +71,9 @@ def admit(
 
 
 def _check_images(request: GenerationRequest, image_token_id: int | None) -> None:
-    if image_token_id is None:
-        raise RequestRefused("images_not_supported", "This model takes no images.", "images")
-    runs = image_runs(request.prompt_ids, image_token_id)
+    """The prompt's runs of image tokens must match its images one for one (a model without an
+    image token has no runs: images sent to it are refused here too)."""
+    runs = [] if image_token_id is None else image_runs(request.prompt_ids, image_token_id)
     wanted = [image.tokens for image in request.images]
     if runs != wanted:
         raise RequestRefused(

@@ -161,12 +161,7 @@ class DecodeSteps:
     def _may_draft(self, row: Row) -> bool:
         """Whether a step can check drafts for the row: its grammar's mask and its penalties
         depend on each token before the one drawn, which a step over a draft does not know."""
-        sampling = row.request.request.sampling
-        penalised = (sampling.repetition_penalty, sampling.presence_penalty, sampling.frequency_penalty) != (
-            1.0,
-            0.0,
-            0.0,
-        )
+        penalised = row.request.request.sampling.penalised
         return self._runner.draft_tokens > 0 and row.constraint is None and not penalised
 
     def _drafts(self, rows: list[Row]) -> list[Sequence[int]]:

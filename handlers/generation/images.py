@@ -79,7 +79,10 @@ async def planned(vision: Vision | None, plan: Callable[[], T]) -> T:
 
 
 def check_images_served(images: Sequence[ImagePart], vision: Vision | None, max_images: int) -> None:
-    """Before rendering: a model that takes no images, or too many images, is a 400."""
+    """Before rendering: a model that takes no images, or too many images, is a 400. The one
+    home of both rules: images are met here first, in routes that never reach the engine too
+    (counting tokens), and cannot be prepared without the model's rules; the engine's admission
+    checks only that a prompt's image-token runs match its images."""
     if not images:
         return
     if vision is None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.api import SamplingParams
+from engine.api import DEFAULT_TEMPERATURE, SamplingParams
 from handlers.api_error import ApiError
 
 MAX_LOGIT_BIAS = 10_000
@@ -73,7 +73,7 @@ def openai_sampling_fields(body: OpenAISamplingBody, logprobs: int | None) -> Sa
 
 def sampling_params(fields: SamplingFields, vocab_size: int) -> SamplingParams:
     return SamplingParams(
-        temperature=1.0 if fields.temperature is None else fields.temperature,
+        temperature=DEFAULT_TEMPERATURE if fields.temperature is None else fields.temperature,
         top_k=max(fields.top_k or 0, 0),  # -1 and 0 both mean "all tokens"
         top_p=1.0 if fields.top_p is None else fields.top_p,
         min_p=fields.min_p or 0.0,

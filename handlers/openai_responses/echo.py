@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.api import DEFAULT_TEMPERATURE
 from generated import models
 
 
@@ -17,7 +18,7 @@ def echoed_fields(body: models.CreateResponseRequest, model_id: str) -> dict[str
         "parallel_tool_calls": body.parallel_tool_calls is not False,
         "previous_response_id": body.previous_response_id,
         "reasoning": {"effort": body.reasoning.effort, "summary": body.reasoning.summary} if body.reasoning else None,
-        "temperature": 1.0 if body.temperature is None else body.temperature,
+        "temperature": DEFAULT_TEMPERATURE if body.temperature is None else body.temperature,
         "top_p": 1.0 if body.top_p is None else body.top_p,
         "top_logprobs": body.top_logprobs,
         "text": {

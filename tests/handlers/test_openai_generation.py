@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from engine.api import Failed, Finished, GenerationRequest, Usage
+from engine.api import MAX_TOP_LOGPROBS, Failed, Finished, GenerationRequest, Usage
 from engine.serving.admission import admit
 from generated import models
 from pooled.configuration.settings import Settings
@@ -181,7 +181,6 @@ def test_prompt_over_the_context(api: TestClient) -> None:
         ("/v1/completions", {"prompt": "word " * 3000}, "prompt"),
         ("/v1/responses", {"input": "word " * 3000}, "input"),
         ("/v1/completions", {"prompt": "Hi", "n": 5}, "n"),
-        ("/v1/completions", {"prompt": "Hi", "max_tokens": 0}, "max_tokens"),
     ],
 )
 def test_the_engines_refusal_names_the_apis_own_field(
@@ -192,6 +191,40 @@ def test_the_engines_refusal_names_the_apis_own_field(
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param
     assert fake_engine.submitted == []
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/completions", {"prompt": "Hi", "max_tokens": 0}, "max_tokens"),
+        ("/v1/completions", {"prompt": "Hi", "n": 0}, "n"),
+        (CHAT, {"messages": HI, "n": 0}, "n"),
+        (CHAT, {"messages": HI, "prompt_logprobs": -1}, "prompt_logprobs"),
+        (CHAT, {"messages": HI, "prompt_logprobs": MAX_TOP_LOGPROBS + 1}, "prompt_logprobs"),
+        ("/v1/completions", {"prompt": "Hi", "prompt_logprobs": MAX_TOP_LOGPROBS + 1}, "prompt_logprobs"),
+    ],
+)
+def test_the_requests_own_shape_is_the_specs(
+    api: TestClient, fake_engine: FakeEngine, path: str, body: dict, param: str
+) -> None:
+    """`max_tokens` and `n` at least 1, `prompt_logprobs` from 0 to the engine's MAX_TOP_LOGPROBS:
+    the spec's rules, refused before a handler runs; the engine takes a request as given on them."""
+    response = api.post(path, json=body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+    assert fake_engine.submitted == []
+
+
+def test_the_specs_logprob_limits_are_the_engines() -> None:
+    """The spec states the limit the device's top-k is compiled for (engine/api.py MAX_TOP_LOGPROBS)."""
+    for model, field in [
+        (models.ChatCompletionRequest, "top_logprobs"),
+        (models.ChatCompletionRequest, "prompt_logprobs"),
+        (models.CompletionRequest, "prompt_logprobs"),
+        (models.CreateResponseRequest, "top_logprobs"),
+    ]:
+        limits = [getattr(rule, "le", None) for rule in model.model_fields[field].metadata]
+        assert MAX_TOP_LOGPROBS in limits, (model.__name__, field, limits)
 
 
 def test_max_tokens_clamped_to_the_room_left(api: TestClient, fake_engine: FakeEngine) -> None:

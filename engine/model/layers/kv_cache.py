@@ -38,7 +38,7 @@ class PagedLayerCache:
 @dataclass(frozen=True)
 class NewKV:
     """This step's keys and values of one layer [B,T,K,H], returned for the caller to write into
-    its pages (see `engine.device.step`): a forward pass that only reads the pool lets XLA keep it in
+    its pages (see `engine.device.kv_pool`): a forward pass that only reads the pool lets XLA keep it in
     place, where gathering from and writing to one donated pool makes it copy the whole pool."""
 
     k: Array
