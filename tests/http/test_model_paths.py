@@ -5,14 +5,13 @@ exits 2 with them before it listens."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import gguf as gguf_writer
 
 from pooled.configuration.settings import Settings
 from pooled.hosting.model_paths import model_path_problems, projector_for
-from tests.http.test_serve_process import free_port
+from tests.pooled_servers import POOLED, free_port
 
 
 def gguf(path: Path) -> Path:
@@ -80,7 +79,7 @@ def test_serve_exits_2_naming_every_bad_path_before_it_listens(tmp_path: Path) -
     arguments = ["--embedding-model", str(tmp_path / "empty"), "--rerank-model", str(tmp_path / "missing")]
     arguments += ["--lora", f"a={tmp_path / 'notes.txt'}", "--max-loras", "1"]
     finished = subprocess.run(
-        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *arguments],
+        [POOLED, "serve", "--port", str(port), *arguments],
         cwd=tmp_path,
         capture_output=True,
         text=True,
