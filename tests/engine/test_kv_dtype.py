@@ -12,6 +12,8 @@ from engine.engine_config import EngineConfig
 from engine.model.checkpoint.loader import LoadedModel, load_model
 from tests.engine.engine_harness import GREEDY, generate, greedy_request, start
 
+pytestmark = pytest.mark.slow  # builds engines
+
 PROMPTS = [np.random.default_rng(seed).integers(3, 256, 11 + 7 * seed).tolist() for seed in range(3)]
 
 

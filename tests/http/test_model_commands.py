@@ -28,6 +28,9 @@ from tests.http.file_server import Blob, FileServer
 from tests.http.test_downloads import blob
 from tests.pooled_servers import free_port, running_server
 
+# A cold `pooled` process per command, and downloads paced so that Ctrl-C finds them running.
+pytestmark = pytest.mark.slow
+
 CLI_TIMEOUT_S = 60
 
 

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import gguf as gguf_writer
+import pytest
 
 from pooled.configuration.settings import Settings
 from pooled.hosting.model_paths import model_path_problems, projector_for
@@ -70,6 +71,7 @@ def test_each_problem_names_the_flag_and_what_is_wrong(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow  # a `pooled serve` process, which exits before it listens
 def test_serve_exits_2_naming_every_bad_path_before_it_listens(tmp_path: Path) -> None:
     """`--model` as `pooled serve` resolves it (the default model here) passes; the encoder
     folder without a model in it, a missing reranker and an adapter that is no GGUF are refused."""
