@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_FLAGS ?=
 
-.PHONY: setup generate serve test test-packages bench soak agents lint reference
+.PHONY: setup generate serve test test-fast test-packages bench soak agents lint reference
 
 setup: $(STAMP)
 
@@ -28,6 +28,11 @@ serve: generate
 # No `generate` here: the tests check that the committed generated/ matches spec/.
 test: $(STAMP) test-packages
 	$(BIN)/python -m pytest $(PYTEST_FLAGS)
+
+# The inner loop: every test but those marked `server` (a real `pooled serve`) or `slow` (a
+# real engine compiled in-process); docs/testing.md says how the suite is organised.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not server and not slow" $(PYTEST_FLAGS)
 
 # Debian's packages the tests drive: chromium for the Playground's browser tests (tests/ui/;
 # Playwright's own browser download is never used) and nginx for replicas behind a balancer

@@ -3,12 +3,17 @@
 Tests of the engine and end-to-end tests use the real model; here the model
 side is a plain object whose state a test sets, which is all the HTTP layer
 reads.
+
+For the whole run: the persistent XLA cache that `pooled serve` keeps (`$POOLED_CACHE_DIR`/xla)
+holds the programs of the engines tests build in-process too, and every test under tests/e2e and
+tests/ui is marked `server` (it drives a real `pooled serve`; see docs/testing.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +21,22 @@ from fastapi.testclient import TestClient
 
 from handlers.context import FailedPart, ModelState, ReleasedMemory
 from pooled.configuration.settings import Settings
+from pooled.hosting.loading import use_compilation_cache
 from pooled.web.app import build_app, server_context
 
 BASE_URL = "http://127.0.0.1:8080"
+TESTS = Path(__file__).resolve().parent
+SERVER_FOLDERS = {TESTS / "e2e", TESTS / "ui"}  # every test in them drives a real `pooled serve`
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    use_compilation_cache()  # before any test compiles
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.parent in SERVER_FOLDERS:
+            item.add_marker(pytest.mark.server)
 
 
 @dataclass

@@ -11,8 +11,8 @@ import pytest
 
 from engine.model import kernels
 from pooled.hosting.model_host import default_model_path
-from tests.e2e.conftest import running_server
 from tests.engine.tiny_gguf_decoders import EVERY_FORMAT, LAYERS, format_of, matrix_shapes, write_tiny_gguf
+from tests.pooled_servers import running_server
 
 
 @pytest.mark.skipif(not kernels.available(), reason="block formats are served on the native CPU kernels")

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.e2e.conftest import running_process
+from tests.pooled_servers import running_process
 
 IDLE_S = 2
 

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,9 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import running_process
 from tests.e2e.test_switching import servable
-from tests.http.test_serve_process import free_port
+from tests.pooled_servers import POOLED, free_port, running_process
 
 pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="two processes of a group need two cores")
 
@@ -49,7 +47,7 @@ def group(
     env = {**os.environ, **ON_CPU, "JAX_NUM_CPU_DEVICES": "2", "PYTHONUNBUFFERED": "1"}
     log = (tmp_path_factory.mktemp("follower") / "follower.log").open("wb")
     follower = subprocess.Popen(
-        [str(Path(sys.executable).parent / "pooled"), "serve", *joined, "--process-id", "1"],
+        [POOLED, "serve", *joined, "--process-id", "1"],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,
@@ -95,7 +93,10 @@ def answers(base: str) -> list[list[tuple[str, str, Any]]]:
 def single(tmp_path_factory: pytest.TempPathFactory, model: Path) -> list[list[tuple[str, str, Any]]]:
     """The answers of one process over 4 devices: the group's mesh in one process."""
     env = {**ON_CPU, "JAX_NUM_CPU_DEVICES": "4"}
-    with running_process(tmp_path_factory, ["--model", str(model), *ENGINE], env=env) as (base, _):
+    # Every shape first, as a group compiles them: each step then runs on the shape the group's
+    # does (a step padded to a larger shape may round differently), token for token.
+    args = ["--model", str(model), *ENGINE]
+    with running_process(tmp_path_factory, args, env=env, every_shape=True) as (base, _):
         return answers(base)
 
 

@@ -14,9 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import running_process
 from tests.e2e.test_switching import servable
-from tests.http.test_serve_process import free_port
+from tests.pooled_servers import free_port, running_process
 
 REPO = Path(__file__).resolve().parents[2]
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"

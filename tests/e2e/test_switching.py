@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import running_server
 from tests.engine.tiny_checkpoints import build_tiny_checkpoint
 from tests.engine.tiny_encoders import tokenizer_json
+from tests.pooled_servers import running_server
 
 LLAMA, QWEN3 = "pooled/tiny-llama", "pooled/tiny-qwen3"
 

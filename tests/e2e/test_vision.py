@@ -18,9 +18,8 @@ import pytest
 from openai import BadRequestError, OpenAI
 from PIL import Image
 
-from tests.e2e.conftest import running_server
 from tests.engine.tiny_vision_server_model import build_tiny_vision_server_model
-from tests.http.test_serve_process import SMALL_ENGINE
+from tests.pooled_servers import SMALL_ENGINE, running_server
 from tools.vision_gguf import write_pair
 
 
@@ -44,7 +43,9 @@ IMAGE_TOKENS = 12
 @pytest.fixture(scope="module")
 def vision_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     model = build_tiny_vision_server_model(tmp_path_factory.mktemp("vlm") / "model")
-    with running_server(tmp_path_factory, [*SMALL_ENGINE, "--model", str(model), "--max-images", "2"]) as base:
+    # Every shape compiled: the GGUF pair's server (below) answers on the same shapes, greedy.
+    args = [*SMALL_ENGINE, "--model", str(model), "--max-images", "2"]
+    with running_server(tmp_path_factory, args, every_shape=True) as base:
         yield base
 
 
@@ -170,7 +171,8 @@ def test_llama_cpps_gguf_pair_answers_as_the_safetensors_folder(
     language, mmproj = write_pair(folder, tmp_path_factory.mktemp("pair"))
     messages = _chat_messages(OTHER_IMAGE, text="What is in this one?")
     answers = []
-    with running_server(tmp_path_factory, [*SMALL_ENGINE, "--model", str(language), "--mmproj", str(mmproj)]) as pair:
+    args = [*SMALL_ENGINE, "--model", str(language), "--mmproj", str(mmproj)]
+    with running_server(tmp_path_factory, args, every_shape=True) as pair:
         for base in (vision_server, pair):
             client = OpenAI(base_url=f"{base}/v1", api_key="none")
             answers.append(client.chat.completions.create(model="any", messages=messages, max_tokens=4, temperature=0))

@@ -17,6 +17,8 @@ from engine.model.loading.loader import load_model
 from engine.stats import Bucket
 from tests.engine.engine_harness import generate, greedy_request, prompt, reference_greedy
 
+pytestmark = pytest.mark.slow  # builds an engine
+
 CONTEXT = 64  # the tiny model's trained length
 
 

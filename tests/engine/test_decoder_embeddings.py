@@ -23,6 +23,8 @@ from tests.engine.tiny_encoders import SENTENCES
 from text import Tokenizer
 from text.encoder_inputs import EncoderTokenizer
 
+pytestmark = pytest.mark.slow  # decoder embedding passes through XLA
+
 GOLDENS = Path(__file__).parent.parent / "goldens" / "tiny_encoders"
 
 

@@ -20,6 +20,8 @@ from tests.engine.tiny_encoders import QUERY, SENTENCES, TINY_ENCODERS, build_ti
 from tests.engine.tiny_gguf_encoders import write_encoder_gguf
 from text.encoder_inputs import longest_first
 
+pytestmark = pytest.mark.slow  # encoders through XLA against goldens
+
 GOLDENS = Path(__file__).parent.parent / "goldens" / "tiny_encoders"
 
 

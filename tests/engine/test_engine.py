@@ -31,6 +31,8 @@ from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.conftest import Golden
 from tests.engine.engine_harness import GREEDY, Collected, generate, greedy_request, prompt, reference_greedy, start
 
+pytestmark = pytest.mark.slow  # builds engines
+
 CONTEXT = 64  # the tiny model's trained length
 CONFIG = EngineConfig(decode_lanes=4, max_queue=2, page_size=8, prefill_chunk=8)
 

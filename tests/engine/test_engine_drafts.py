@@ -17,6 +17,8 @@ from engine.engine_config import EngineConfig
 from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.engine_harness import generate, prompt, start
 
+pytestmark = pytest.mark.slow  # builds engines
+
 BASE = EngineConfig(decode_lanes=4, max_queue=4, page_size=8, prefill_chunk=16)
 
 

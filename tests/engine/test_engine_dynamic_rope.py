@@ -12,6 +12,8 @@ from engine.engine_config import EngineConfig
 from engine.model.loading.loader import load_model
 from tests.engine.engine_harness import generate, greedy_request, start
 
+pytestmark = pytest.mark.slow  # builds an engine
+
 # The tiny dynamic-NTK model is trained to 8 positions: every prompt here outgrows it.
 CONFIG = EngineConfig(decode_lanes=2, page_size=8, prefill_chunk=8, max_context=48)
 

@@ -18,6 +18,8 @@ from engine.tasks.encode.encoder_model import EncoderRunner, LoadedEncoder, load
 from tests.engine.engine_harness import WAIT_S, Collected, greedy_request
 from tests.engine.tiny_encoders import QUERY, SENTENCES, build_tiny_encoder, encoder_tokenizer
 
+pytestmark = pytest.mark.slow  # builds an engine
+
 CONFIG = EngineConfig(decode_lanes=8, max_queue=24, page_size=8, prefill_chunk=8)
 BATCH_TOKENS = 256  # so a request of many inputs takes several batches
 

@@ -20,6 +20,8 @@ from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.engine_harness import Collected, generate, greedy_request, prompt, reference_greedy, start
 from tests.engine.tiny_lora import build_tiny_adapter
 
+pytestmark = pytest.mark.slow  # builds an engine
+
 CONTEXT = 64
 NAMES = ("llama_all", "llama_qv_rslora", "llama_mlp")
 CONFIG = EngineConfig(decode_lanes=4, page_size=8, prefill_chunk=16, max_loras=3, max_lora_rank=8)

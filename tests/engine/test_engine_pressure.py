@@ -15,6 +15,8 @@ from engine.engine_config import EngineConfig
 from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.engine_harness import generate, greedy_request, reference_greedy, start
 
+pytestmark = pytest.mark.slow  # builds engines
+
 CONTEXT = 64
 # 8 pages hold one full-context row; the pool has just that plus one page per lane.
 CONFIG = EngineConfig(decode_lanes=2, page_size=8, prefill_chunk=16, kv_pages=10)

@@ -24,6 +24,8 @@ from tests.engine.tiny_vision_checkpoints import (
     tiny_vision_prompt,
 )
 
+pytestmark = pytest.mark.slow  # builds an engine
+
 GOLDENS = Path(__file__).resolve().parent.parent / "goldens" / "tiny"
 # Chunks of 16 split both images across chunks; 128 patches hold either image in one tower call.
 CONFIG = EngineConfig(decode_lanes=4, page_size=8, prefill_chunk=16, max_image_pixels=128 * 14 * 14)

@@ -10,6 +10,8 @@ import pytest
 from engine.model.loading.loader import load_model
 from tests.engine.tiny_checkpoints import TINY_MODELS
 
+pytestmark = pytest.mark.slow  # each family's model against transformers' goldens, through XLA
+
 
 @pytest.mark.parametrize("name", sorted(TINY_MODELS))
 def test_float32_logits_match_transformers(

@@ -14,7 +14,10 @@ from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.gguf_blocks import FORMATS
 from tests.engine.tiny_gguf_decoders import Q4_K_M, VOCAB, write_tiny_gguf
 
-pytestmark = pytest.mark.skipif(not kernels.available(), reason="needs the native CPU kernels (a C++ compiler)")
+pytestmark = [
+    pytest.mark.slow,  # a model in every block format through XLA
+    pytest.mark.skipif(not kernels.available(), reason="needs the native CPU kernels (a C++ compiler)"),
+]
 
 TOKENS = jnp.asarray([[1, 17, 250, 3, 99, 42, 7, 300, 12, 5, 64, 128]], jnp.int32)
 

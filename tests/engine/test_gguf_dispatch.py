@@ -11,6 +11,8 @@ from engine.model.checkpoint.raw import RawCheckpoint
 from engine.model.checkpoint.safetensors_dir import read_safetensors_dir
 from engine.model.loading.loader import load_model
 
+pytestmark = pytest.mark.slow  # runs the default model's GGUF through XLA
+
 
 def test_gguf_path_is_read_by_the_gguf_reader(
     tiny_checkpoint: Callable[[str], Path],

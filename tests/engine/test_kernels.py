@@ -19,6 +19,8 @@ from engine.model import int4, int8, kernels
 from engine.model.layers.kv_cache import PagedLayerCache, empty_pool
 from engine.model.layers.paged_attention import paged_attention
 
+pytestmark = pytest.mark.slow  # builds the native kernels and compiles them at many shapes
+
 
 def test_the_kernel_builds_where_a_compiler_is() -> None:
     # Without a compiler the engine falls back to XLA's dot (the rest of this file then checks nothing

@@ -12,6 +12,8 @@ from engine.engine_config import EngineConfig
 from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.engine_harness import GREEDY, generate, greedy_request, start
 
+pytestmark = pytest.mark.slow  # builds engines
+
 PROMPTS = [np.random.default_rng(seed).integers(3, 256, 11 + 7 * seed).tolist() for seed in range(3)]
 
 
@@ -63,7 +65,10 @@ def test_bfloat16_pool_batches_and_reuses_prefixes_exactly(model: LoadedModel) -
 def test_bfloat16_pool_holds_twice_the_pages(model: LoadedModel) -> None:
     pages = {}
     for kv_cache_dtype in ("auto", "bfloat16"):
-        config = EngineConfig(decode_lanes=2, page_size=8, kv_memory_bytes=1 << 20, kv_cache_dtype=kv_cache_dtype)
+        # One prefill chunk size (the pool's size does not depend on it): a few shapes to compile, not dozens.
+        config = EngineConfig(
+            decode_lanes=2, page_size=8, prefill_chunk=8, kv_memory_bytes=1 << 20, kv_cache_dtype=kv_cache_dtype
+        )
         engine = Engine.build(model, config, lambda *_: None)
         try:
             pages[kv_cache_dtype] = engine.stats().kv_pages_total

@@ -22,6 +22,8 @@ from tests.engine.tiny_checkpoints import TINY_MODELS
 from tests.engine.tiny_gguf_lora import write_lora_gguf
 from tests.engine.tiny_lora import TINY_ADAPTERS, build_tiny_adapter
 
+pytestmark = pytest.mark.slow  # runs LoRA'd models through XLA
+
 GOLDENS = Path(__file__).parent.parent / "goldens"
 
 

@@ -19,6 +19,8 @@ from engine.model.kernels import available as kernels_available
 from engine.model.layers.kv_cache import PagedLayerCache, empty_pool, to_pool
 from engine.model.layers.paged_attention import ATTENTION_BLOCK_TOKENS, paged_attention, xla_paged_attention
 
+pytestmark = pytest.mark.slow  # compiles attention at many shapes
+
 K, G, H, PAGE = 2, 2, 8, 4  # kv heads, queries per kv head, head dim, tokens per page
 
 

@@ -15,6 +15,8 @@ from engine.model.checkpoint.prepared_cache import fingerprint
 from engine.model.loading.loader import load_model
 from tests.engine.tiny_checkpoints import build_tiny_checkpoint
 
+pytestmark = pytest.mark.slow  # loads and converts checkpoints
+
 
 def test_second_load_comes_from_cache_with_identical_logits(
     tiny_checkpoint: Callable[[str], Path],

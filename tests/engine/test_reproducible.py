@@ -28,6 +28,8 @@ from pooled.hosting.model_host import default_model_path
 from tests.engine.engine_harness import Collected, generate, start
 from text import Tokenizer
 
+pytestmark = pytest.mark.slow  # builds engines
+
 PAGE = 8
 CONFIG = EngineConfig(decode_lanes=4, max_queue=4, page_size=PAGE, prefill_chunk=64, kv_cache_dtype="bfloat16")
 PROMPT = tuple(np.random.default_rng(11).integers(3, 256, size=5 * PAGE + 3).tolist())

@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a subprocess over simulated devices
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 

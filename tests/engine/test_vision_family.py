@@ -25,6 +25,8 @@ from tests.engine.tiny_vision_checkpoints import (
 )
 from tools.vision_gguf import write_pair
 
+pytestmark = pytest.mark.slow  # the vision tower and decoder through XLA
+
 GOLDENS = Path(__file__).resolve().parent.parent / "goldens" / "tiny"
 
 

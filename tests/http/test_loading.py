@@ -21,6 +21,7 @@ def load(tmp_path: Path, **overrides: object) -> tuple[int, Checkpoint]:
     return checkpoint.model.config.context_length, checkpoint
 
 
+@pytest.mark.slow  # loads the default model
 def test_the_checkpoint_loads_at_its_trained_length(tmp_path: Path) -> None:
     ctx, serving = load(tmp_path)
     assert ctx == 8192
@@ -28,6 +29,7 @@ def test_the_checkpoint_loads_at_its_trained_length(tmp_path: Path) -> None:
     assert serving.tokenizer.encode("Hello") != []
 
 
+@pytest.mark.slow  # loads the default model
 def test_without_ctx_the_default_model_serves_agents_a_32k_context(tmp_path: Path) -> None:
     settings = Settings()
     _, checkpoint = load(tmp_path)
@@ -36,6 +38,7 @@ def test_without_ctx_the_default_model_serves_agents_a_32k_context(tmp_path: Pat
     assert context.model.config.context_length == AGENT_CONTEXT == 32768
 
 
+@pytest.mark.slow  # loads the default model
 def test_context_beyond_training_needs_rope_scaling(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="--rope-scaling"):
         load(tmp_path, ctx=32768)

@@ -114,6 +114,7 @@ def test_lora_flags_repeat_and_read_their_variables() -> None:
         parser.parse_args(["--lora", "no-equals-sign"])
 
 
+@pytest.mark.slow  # builds an engine
 def test_a_start_up_adapter_refused_fails_the_load_naming_it(tmp_path: Path) -> None:
     model = load_model(
         build_tiny_checkpoint("llama_tied", tmp_path / "model"), cache_dir=tmp_path / "c", progress=False

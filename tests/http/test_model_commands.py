@@ -23,11 +23,13 @@ import pytest
 from pooled.models_folder.catalog import load_catalog
 from pooled.models_folder.download_job import download
 from pooled.models_folder.model_ids import model_id_for
-from tests.e2e.conftest import running_server
 from tests.e2e.test_switching import servable
 from tests.http.file_server import Blob, FileServer
 from tests.http.test_downloads import blob
-from tests.http.test_serve_process import free_port
+from tests.pooled_servers import free_port, running_server
+
+# A cold `pooled` process per command, and downloads paced so that Ctrl-C finds them running.
+pytestmark = pytest.mark.slow
 
 CLI_TIMEOUT_S = 60
 
@@ -320,6 +322,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             yield Served(base, Folder(models, catalog, int(base.rsplit(":", 1)[1])), server)
 
 
+@pytest.mark.server
 def test_a_pull_through_the_server_shows_in_its_health(served: Served) -> None:
     pulled = pooled(served.folder, "pull", "extra")
     assert pulled.returncode == 0, pulled.stderr
@@ -329,6 +332,7 @@ def test_a_pull_through_the_server_shows_in_its_health(served: Served) -> None:
     assert (served.folder.models / "extra" / "extra.gguf").read_bytes() == EXTRA
 
 
+@pytest.mark.server
 def test_list_through_the_server_marks_its_model_serving(served: Served) -> None:
     listed = rows(served.folder)
     assert listed[SERVED]["serving"] is True and listed[SERVED]["state"] == "verified"
@@ -338,6 +342,7 @@ def test_list_through_the_server_marks_its_model_serving(served: Served) -> None
     assert "verified, serving" in line and "through the server" in table.stderr
 
 
+@pytest.mark.server
 def test_rm_of_the_served_model_is_refused_with_the_servers_message(served: Served) -> None:
     refused = pooled(served.folder, "rm", SERVED)
     assert refused.returncode == 1
@@ -347,6 +352,7 @@ def test_rm_of_the_served_model_is_refused_with_the_servers_message(served: Serv
     assert unknown.returncode == 2 and "extra, slow, smollm2-135m-instruct-q4_1, tiny-llama" in unknown.stderr
 
 
+@pytest.mark.server
 def test_a_second_pull_is_refused_and_ctrl_c_cancels_the_servers_download(served: Served) -> None:
     def health_download() -> dict[str, Any]:
         download: dict[str, Any] = httpx.get(f"{served.base}/health", timeout=10).json()["download"]

@@ -5,14 +5,14 @@ exits 2 with them before it listens."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import gguf as gguf_writer
+import pytest
 
 from pooled.configuration.settings import Settings
 from pooled.hosting.model_paths import model_path_problems, projector_for
-from tests.http.test_serve_process import free_port
+from tests.pooled_servers import POOLED, free_port
 
 
 def gguf(path: Path) -> Path:
@@ -71,6 +71,7 @@ def test_each_problem_names_the_flag_and_what_is_wrong(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow  # a `pooled serve` process, which exits before it listens
 def test_serve_exits_2_naming_every_bad_path_before_it_listens(tmp_path: Path) -> None:
     """`--model` as `pooled serve` resolves it (the default model here) passes; the encoder
     folder without a model in it, a missing reranker and an adapter that is no GGUF are refused."""
@@ -80,7 +81,7 @@ def test_serve_exits_2_naming_every_bad_path_before_it_listens(tmp_path: Path) -
     arguments = ["--embedding-model", str(tmp_path / "empty"), "--rerank-model", str(tmp_path / "missing")]
     arguments += ["--lora", f"a={tmp_path / 'notes.txt'}", "--max-loras", "1"]
     finished = subprocess.run(
-        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *arguments],
+        [POOLED, "serve", "--port", str(port), *arguments],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import (
@@ -66,6 +67,8 @@ _model = StubModel(
     encoders={name: encoder_service(encoder, encoder_tokenizer(encoder)) for name, encoder in _encoders.items()},
 )
 app = build_app(Settings(), server_context(Settings(), _model))
+pytestmark = pytest.mark.slow  # hundreds of generated requests
+
 schema = schemathesis.openapi.from_asgi("/v1/openapi.json", app, headers={"host": "127.0.0.1:8080"})
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,7 +20,9 @@ import pytest
 from tests.engine.tiny_decoder_embedders import build_tiny_decoder_embedder
 from tests.engine.tiny_encoders import SENTENCES, build_tiny_encoder
 from tests.engine.tiny_gguf_encoders import write_encoder_gguf
-from tests.http.test_serve_process import free_port
+from tests.pooled_servers import POOLED, free_port
+
+pytestmark = pytest.mark.server
 
 GOLDENS = Path(__file__).parent.parent / "goldens" / "tiny_encoders"
 
@@ -45,7 +46,7 @@ def serving(tmp_path: Path, *args: str) -> Iterator[tuple[str, subprocess.Popen[
     port = free_port()
     log = (tmp_path / "serve.log").open("wb")
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *args],
+        [POOLED, "serve", "--port", str(port), *args],
         cwd=tmp_path,
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -5,9 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,25 +16,20 @@ import httpx
 import pytest
 
 from engine.model import kernels
+from tests.pooled_servers import (
+    CONTEXT,
+    DECODE_LANES,
+    POOLED,
+    SMALL_ENGINE,
+    STARTUP_TIMEOUT_S,
+    free_port,
+    fresh_prefix_cache,
+)
 
-STARTUP_TIMEOUT_S = 900  # cold: loading plus the engine's compile plan on 2 CPU cores
-# The e2e suite's engine shape, so the persistent XLA cache serves both.
-CONTEXT = 2048
-DECODE_LANES = 4
-SMALL_ENGINE = ["--ctx", str(CONTEXT), "--decode-lanes", str(DECODE_LANES)]
+pytestmark = pytest.mark.server
+
 STREAMS = 32  # in flight when SIGTERM arrives: 4 decoding, the rest queued
 QUEUE = ["--max-queue", str(STREAMS)]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def fresh_prefix_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A server's environment for an empty prefix-cache disk tier of its own (none from earlier runs)."""
-    return {"POOLED_PREFIX_CACHE_DIR": str(tmp_path_factory.mktemp("prefix"))}
 
 
 @dataclass
@@ -49,11 +42,13 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """Its own server, not tests/pooled_servers.py's: these tests read its start (every shape
+    compiled before it is ready, its console), its catalog defaults (no flag), and stop it."""
     port = free_port()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     # The installed entry point, run from elsewhere: what a user runs, not the source tree.
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), *SMALL_ENGINE, *QUEUE],
+        [POOLED, "serve", "--port", str(port), *SMALL_ENGINE, *QUEUE],
         cwd=tmp_path_factory.mktemp("cwd"),
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
@@ -188,7 +183,7 @@ def test_a_dead_model_answers_until_sigterm_then_exits_non_zero(tmp_path: Path) 
     broken.write_bytes(b"GGUF" + bytes(60))
     port = free_port()
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "pooled"), "serve", "--port", str(port), "--model", str(broken)],
+        [POOLED, "serve", "--port", str(port), "--model", str(broken)],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

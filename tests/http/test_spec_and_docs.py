@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from openapi_spec_validator import validate
 from starlette.routing import Route
@@ -17,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 HTTP_METHODS = {"get", "post", "put", "delete", "patch"}
 
 
+@pytest.mark.slow  # runs tools/generate.py
 def test_generated_code_matches_spec(tmp_path: Path) -> None:
     subprocess.run([sys.executable, str(REPO / "tools" / "generate.py"), "--out", str(tmp_path)], check=True, cwd=REPO)
     for name in ("openapi.json", "models.py", "routes.py", "__init__.py"):

@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow  # the whole script, its parity-test collection and tiny checkpoint
 
 
 def test_the_device_check_runs_dry_on_the_cpu(tmp_path: Path) -> None:

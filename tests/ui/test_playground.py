@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import running_server
+from tests.pooled_servers import CONTEXT, DECODE_LANES, SMALL_ENGINE, running_server
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -43,9 +43,11 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`pooled serve` with the default model and a key."""
-    args = ["--ctx", "1024", "--decode-lanes", "2", "--api-key", KEY]
-    with running_server(tmp_path_factory, args, AUTH) as base:
+    """`pooled serve` with the default model and a key; the e2e server's shapes, whose compiled
+    programs the persistent XLA cache holds."""
+    args = [*SMALL_ENGINE, "--api-key", KEY]
+    # Every shape first: a stopped answer must free its lane within seconds, not wait for a compile.
+    with running_server(tmp_path_factory, args, AUTH, every_shape=True) as base:
         yield base
 
 
@@ -184,8 +186,8 @@ def test_the_server_view_shows_the_engine_live(page: Any) -> None:
     page.click("#tab-server")
     cards = page.locator("#server-cards")
     sync_api.expect(cards).to_contain_text("decode lanes", timeout=10_000)
-    sync_api.expect(cards.locator(".card", has_text="decode lanes").locator(".value")).to_have_text("2")
-    sync_api.expect(cards.locator(".card", has_text="context").locator(".value")).to_have_text("1024")
+    sync_api.expect(cards.locator(".card", has_text="decode lanes").locator(".value")).to_have_text(str(DECODE_LANES))
+    sync_api.expect(cards.locator(".card", has_text="context").locator(".value")).to_have_text(str(CONTEXT))
     sync_api.expect(cards).to_contain_text("KV cache")
     sync_api.expect(page.locator("#histograms figure").first).to_be_visible(timeout=10_000)
     assert page.locator("#histograms figure").count() == 3

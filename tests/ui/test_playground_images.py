@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.e2e.conftest import running_server
 from tests.engine.tiny_vision_server_model import build_tiny_vision_server_model
+from tests.pooled_servers import SMALL_ENGINE, running_server
 from tests.ui import test_playground as playground
 from tests.ui.test_playground import AUTH, KEY, chat_bodies, last_answer, send, sync_api
 
@@ -47,7 +47,7 @@ IMAGE_URL = "data:image/png;base64," + base64.b64encode(IMAGE).decode()
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`pooled serve` on the tiny vision model, with a key (the `page` fixture enters it)."""
     model = build_tiny_vision_server_model(tmp_path_factory.mktemp("vlm") / "model")
-    args = ["--model", str(model), "--ctx", "1024", "--decode-lanes", "2", "--api-key", KEY]
+    args = ["--model", str(model), *SMALL_ENGINE, "--api-key", KEY]  # tests/e2e/test_vision.py's shapes
     with running_server(tmp_path_factory, args, AUTH) as base:
         yield base
 
