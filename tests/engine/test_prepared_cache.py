@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.model.checkpoint import loader
 from engine.model.checkpoint.hf_folder import checkpoint_files
 from engine.model.checkpoint.prepared_cache import fingerprint
+from engine.model.loading import loader
 from engine.model.loading.loader import load_model
 from tests.engine.tiny_checkpoints import build_tiny_checkpoint
 
