@@ -33,7 +33,7 @@ from typing import Any
 import jax
 
 from engine.api import Failed, GenerationRequest, ServedAdapter, Vision
-from engine.device.kv_sizing import kv_dtype, pool_pages
+from engine.device.kv_sizing import kv_dtype, pool_pages, row_capacity
 from engine.device.mirrored_runner import LeaderRunner
 from engine.device.process_group import Build, Lead
 from engine.device.runner import DeviceRunner
@@ -75,9 +75,9 @@ class Engine(IntakeFront):
         `config.prefix_disk_dir`, the prefix cache keeps pages on disk under `disk_namespace` (what
         they depend on). `tasks` run on the same engine thread. `vision`: how the model takes
         images (None: it takes none)."""
-        pages_per_row = math.ceil(runner.max_context / config.page_size)
-        # Every lane may need a private copy of a shared partial page; one row must always fit alone.
-        if pages < pages_per_row + config.decode_lanes + 1:
+        # One row must always fit alone.
+        if runner.max_context > row_capacity(pages, config.decode_lanes, config.page_size):
+            pages_per_row = math.ceil(runner.max_context / config.page_size)
             raise ValueError(
                 f"KV pool of {pages} pages cannot hold one full-context row ({pages_per_row} pages) "
                 f"plus {config.decode_lanes} lanes; raise the KV memory or lower max_context"

@@ -17,7 +17,7 @@ preparation of a request's inputs, `engine.inputs`'. This module imports JAX.
 import jax
 
 from engine.cache_paths import cache_root
-from engine.device.kv_sizing import pool_pages
+from engine.device.kv_sizing import pool_pages, row_capacity
 from engine.device.mirrored_runner import follow, lead_load
 from engine.device.process_group import Channel, GroupSpec, Lead, Stop, in_group, is_leader, join, leave
 from engine.device.runner_api import Report
@@ -87,6 +87,6 @@ def use_compilation_cache() -> None:
 
 
 def longest_row(model: LoadedModel, config: EngineConfig) -> int:
-    """The most tokens one row may hold in the KV pool `config` sizes for `model`: the pool keeps
-    the null page and one private page per lane beside it (`Engine`'s rule)."""
-    return (pool_pages(model, config) - 1 - config.decode_lanes) * config.page_size
+    """The most tokens one row may hold in the KV pool `config` sizes for `model` (the rule `Engine`
+    checks its pool by)."""
+    return row_capacity(pool_pages(model, config), config.decode_lanes, config.page_size)

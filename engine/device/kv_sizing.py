@@ -45,3 +45,10 @@ def pool_pages(model: LoadedModel, config: EngineConfig) -> int:
         )
         budget = min(NO_FIGURES_KV_MEMORY, every_lane_full)
     return budget // (config.page_size * per_token) + 1
+
+
+def row_capacity(pages: int, lanes: int, page_size: int) -> int:
+    """The most tokens one row may hold in a pool of `pages` (the null page included): beside it
+    the pool keeps the null page and one private page per lane (each lane may need its own copy of
+    a shared partial page)."""
+    return (pages - 1 - lanes) * page_size
