@@ -282,6 +282,10 @@ class AnthropicMessagesRequest(BaseModel):
     top_p: Annotated[StrictFloat | None, Field(ge=0.0, le=1.0)] = None
     top_k: Annotated[StrictInt | None, Field(ge=0)] = None
     stop_sequences: list[str] | None = None
+    ignore_eos: StrictBool | None = None
+    """
+    Extension (vLLM). Generate past the model's end-of-sequence and end-of-turn tokens: the answer ends only at its token limit or a stop sequence (what benchmark clients send for answers of a set length).
+    """
     tools: list[AnthropicToolParam] | None = None
     tool_choice: AnthropicToolChoiceParam | None = None
     thinking: AnthropicThinkingParam | None = None
@@ -818,6 +822,10 @@ class ChatCompletionRequest(BaseModel):
     """
     Up to 16 strings where generation stops (more are clamped to the first 16); each at most 1,024 bytes and 4,096 bytes in all, else 400. The stop string is not part of the output.
     """
+    ignore_eos: StrictBool | None = None
+    """
+    Extension (vLLM). Generate past the model's end-of-sequence and end-of-turn tokens: the answer ends only at its token limit or a `stop` string (what benchmark clients send for answers of a set length).
+    """
     seed: StrictInt | None = None
     """
     Makes sampling reproducible. Without it each request draws its own seed.
@@ -1207,6 +1215,10 @@ class CompletionRequest(BaseModel):
     stop: str | list[str] | None = None
     """
     Up to 16 strings where generation stops (more are clamped to the first 16); each at most 1,024 bytes and 4,096 bytes in all, else 400. The stop string is not part of the output.
+    """
+    ignore_eos: StrictBool | None = None
+    """
+    Extension (vLLM). Generate past the model's end-of-sequence and end-of-turn tokens: the answer ends only at its token limit or a `stop` string (what benchmark clients send for answers of a set length).
     """
     seed: StrictInt | None = None
     logprobs: Annotated[StrictInt | None, Field(ge=0, le=5)] = None
@@ -1779,6 +1791,10 @@ class CreateResponseRequest(BaseModel):
     temperature: Annotated[StrictFloat | None, Field(ge=0.0, le=2.0)] = None
     top_p: Annotated[StrictFloat | None, Field(ge=0.0, le=1.0)] = None
     top_logprobs: Annotated[StrictInt | None, Field(ge=0, le=20)] = None
+    ignore_eos: StrictBool | None = None
+    """
+    Extension (vLLM). Generate past the model's end-of-sequence and end-of-turn tokens: the answer ends only at its token limit (`max_output_tokens`, the server's cap or the context), as benchmark clients want for answers of a set length.
+    """
     reasoning: ResponseReasoningParam | None = None
     text: ResponseTextParam | None = None
     store: StrictBool | None = None

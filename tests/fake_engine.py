@@ -4,7 +4,9 @@ Each row emits its script one token per `Tokens` event, then `Finished`. With a 
 until the grammar is complete, a scripted token the grammar forbids (or any past the script)
 replaced by the lowest allowed id, so a constrained row always writes what the grammar admits. It admits
 requests by the engine's own rules (engine/serving/admission.py: the context, `n`, the output budget and
-its finish) and honours `logprobs`, `cancel` and a blocking `gate` to hold a request in flight. Encode
+its finish), stops on the model's stop ids (`stop_ids`) unless `ignore_eos` and always on the request's own
+(`stop_token_ids`), as the engine does, and honours `logprobs`, `cancel` and a blocking `gate` to hold a
+request in flight. Encode
 requests go to real encoder runners, if it has any, each input alone, refused as the engine refuses;
 its one face, `submit`, takes either.
 """
@@ -107,6 +109,7 @@ class FakeEngine:
 
     def _run(self, request_id: int, request: GenerationRequest, sink: Callable[[EngineEvent], None]) -> None:
         admission = self.admitted[request_id]
+        stop_ids = request.stop_token_ids | (frozenset() if request.sampling.ignore_eos else self.stop_ids)
         self.gate.wait()
         for row in range(request.n):
             constraint = request.constraint() if request.constraint else None
@@ -130,7 +133,7 @@ class FakeEngine:
                     constraint.fill_mask(mask)
                     token = _allowed(mask, token)
                     constraint.accept(token)
-                if token in self.stop_ids:
+                if token in stop_ids:
                     reason, stop_id = "stop", token
                     break
                 logprobs = None

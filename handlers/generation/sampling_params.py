@@ -31,6 +31,7 @@ class SamplingFields:
     logit_bias: Mapping[str, float] | None = None
     seed: int | None = None
     logprobs: int | None = None  # top alternatives per token; None: no logprobs at all
+    ignore_eos: bool | None = None  # vLLM's: past the model's EOS and end-of-turn ids, to the token limit
 
 
 class OpenAISamplingBody(Protocol):
@@ -54,6 +55,8 @@ class OpenAISamplingBody(Protocol):
     def logit_bias(self) -> Mapping[str, float] | None: ...
     @property
     def seed(self) -> int | None: ...
+    @property
+    def ignore_eos(self) -> bool | None: ...
 
 
 def openai_sampling_fields(body: OpenAISamplingBody, logprobs: int | None) -> SamplingFields:
@@ -68,6 +71,7 @@ def openai_sampling_fields(body: OpenAISamplingBody, logprobs: int | None) -> Sa
         logit_bias=body.logit_bias,
         seed=body.seed,
         logprobs=logprobs,
+        ignore_eos=body.ignore_eos,
     )
 
 
@@ -83,6 +87,7 @@ def sampling_params(fields: SamplingFields, vocab_size: int) -> SamplingParams:
         logit_bias=logit_bias(fields.logit_bias, vocab_size),
         seed=fields.seed,
         logprobs=fields.logprobs,
+        ignore_eos=bool(fields.ignore_eos),
     )
 
 

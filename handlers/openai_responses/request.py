@@ -83,7 +83,10 @@ def plan_response(
     logprobs = body.top_logprobs is not None or INCLUDE_LOGPROBS in (body.include or [])
     sampling = sampling_params(
         SamplingFields(
-            temperature=body.temperature, top_p=body.top_p, logprobs=(body.top_logprobs or 0) if logprobs else None
+            temperature=body.temperature,
+            top_p=body.top_p,
+            logprobs=(body.top_logprobs or 0) if logprobs else None,
+            ignore_eos=body.ignore_eos,
         ),
         tokenizer.vocab_size,
     )

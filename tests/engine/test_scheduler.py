@@ -322,6 +322,25 @@ def test_steps_chain_on_the_device_unless_a_grammar_needs_the_token(engine: Engi
     assert_idle(engine)
 
 
+def test_ignore_eos_passes_the_models_stop_ids_but_not_the_requests() -> None:
+    """The model's EOS and the tokenizer's end-of-turn ids (`EngineConfig.stop_token_ids`) end a
+    row unless it asks `ignore_eos`; the request's own stop ids end it either way."""
+    tokens = prompt(31, 7)
+    expected = reference(tokens, 12, GREEDY)
+    end_of_turn, eos, own = expected[3], expected[5], expected[8]
+    assert [expected.index(token) for token in (end_of_turn, eos, own)] == [3, 5, 8]
+    engine = build(dataclasses.replace(CONFIG, stop_token_ids=frozenset({end_of_turn})), eos=frozenset({eos}))
+    try:
+        plain = generate(engine, request(tokens, 12, SamplingParams(temperature=0.0)))
+        assert plain.tokens[0] == expected[:3] and plain.finished[0].stop_token_id == end_of_turn
+        ignoring = generate(engine, request(tokens, 12))
+        assert ignoring.tokens[0] == expected and ignoring.finished[0].reason == "length"
+        own_stop = generate(engine, request(tokens, 12, stop_token_ids=frozenset({own})))
+        assert own_stop.tokens[0] == expected[:8] and own_stop.finished[0].stop_token_id == own
+    finally:
+        engine.shutdown()
+
+
 def test_stop_tokens_logprobs_and_a_raising_sink(engine: Engine) -> None:
     tokens = prompt(27, 7)
     expected = reference(tokens, 10, GREEDY)
