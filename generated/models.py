@@ -669,7 +669,10 @@ class ChatCompletionChunk(BaseModel):
     created: StrictInt
     model: str
     choices: list[ChatCompletionChunkChoice]
-    usage: CompletionUsage | None = None
+    usage: CompletionUsage | UsageSoFar | None = None
+    """
+    With `stream_options.include_usage`: the request's usage on the final chunk, null on the others, or with `continuous_usage_stats` the counts so far.
+    """
 
 
 class ChatCompletionChunkChoice(BaseModel):
@@ -1132,7 +1135,10 @@ class CompletionChunk(BaseModel):
     created: StrictInt
     model: str
     choices: list[CompletionChunkChoice]
-    usage: CompletionUsage | None = None
+    usage: CompletionUsage | UsageSoFar | None = None
+    """
+    With `stream_options.include_usage`: the request's usage on the final chunk, null on the others, or with `continuous_usage_stats` the counts so far.
+    """
 
 
 class CompletionChunkChoice(BaseModel):
@@ -3771,7 +3777,7 @@ class StreamOptions(BaseModel):
     )
     include_usage: StrictBool | None = None
     """
-    Send one more chunk before `data: [DONE]` with `usage` set and no choices; every other chunk has `usage` null.
+    Send one more chunk before `data: [DONE]` with the request's `usage` and no choices; every other chunk has `usage` null (unless `continuous_usage_stats`).
     """
     include_obfuscation: StrictBool | None = None
     """
@@ -3779,7 +3785,7 @@ class StreamOptions(BaseModel):
     """
     continuous_usage_stats: StrictBool | None = None
     """
-    vLLM extension; accepted and ignored.
+    Extension (vLLM). With `include_usage`, every other chunk carries `usage` too, counted so far (UsageSoFar: the prompt's tokens and the tokens of the chunk's choice up to this chunk). Without `include_usage` it adds nothing, as in vLLM.
     """
 
 
@@ -3864,3 +3870,16 @@ class TokenizerInfoResponse(BaseModel):
     """
     The context the server runs, in tokens.
     """
+
+
+class UsageSoFar(BaseModel):
+    """
+    A chunk's counts under `stream_options.continuous_usage_stats` (vLLM's shape): the tokens of the prompt its choice answers, and the tokens that choice has generated up to and including this chunk.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    prompt_tokens: Annotated[StrictInt, Field(ge=0)]
+    completion_tokens: Annotated[StrictInt, Field(ge=0)]
+    total_tokens: Annotated[StrictInt, Field(ge=0)]

@@ -22,6 +22,7 @@ class RowEvent:
     row: int
     piece: Piece
     finish: FinishReason | None  # set on the row's last event
+    tokens: int  # the row's completion tokens so far, this event's included
 
 
 @dataclass
@@ -54,14 +55,14 @@ async def row_events(generation: Generation, rows: Sequence[RowText], usage: Usa
                     break
             if text.stopped:
                 open_rows.discard(event.row)
-                yield RowEvent(event.row, piece, "stop")
+                yield RowEvent(event.row, piece, "stop", text.tokens)
             elif piece:
-                yield RowEvent(event.row, piece, None)
+                yield RowEvent(event.row, piece, None, text.tokens)
         elif isinstance(event, Finished):
             if not cached_reported:
                 usage.cached_tokens += event.usage.cached_prompt_tokens
                 cached_reported = True
             open_rows.discard(event.row)
-            yield RowEvent(event.row, text.finish(), "length" if event.reason == "length" else "stop")
+            yield RowEvent(event.row, text.finish(), "length" if event.reason == "length" else "stop", text.tokens)
         if not open_rows:
             return

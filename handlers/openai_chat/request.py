@@ -16,6 +16,7 @@ from handlers.generation.prompt import ChatPrompt, FunctionTool, Message, render
 from handlers.generation.sampling_params import openai_sampling_fields, sampling_params
 from handlers.generation.stop_strings import stop_strings
 from handlers.generation.tool_choice import ToolMode, ToolUse, tool_use
+from handlers.openai_usage import StreamUsage
 from text import ChatTemplate, Tokenizer
 
 TEXT_PART_TYPES = ("text", "input_text", "output_text")
@@ -30,7 +31,7 @@ class ChatPlan:
     stops: tuple[str, ...]
     tools: ToolUse
     logprobs: bool
-    include_usage: bool
+    stream_usage: StreamUsage
 
 
 def plan_chat(
@@ -68,8 +69,7 @@ def plan_chat(
         prompt_logprobs=body.prompt_logprobs,
         images=prepared,
     )
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    return ChatPlan(generation, prompt, stops, tools, logprobs, include_usage)
+    return ChatPlan(generation, prompt, stops, tools, logprobs, StreamUsage.asked(body.stream_options))
 
 
 def chat_messages(messages: Sequence[models.ChatMessage], images: list[ImagePart]) -> list[Message]:

@@ -2,8 +2,9 @@
 
 A stream sends, per choice, a first chunk with the role, then one chunk per piece of text (with
 that piece's logprobs), then a chunk with the finish reason; with `include_usage` a last chunk
-with no choices carries the usage; then `data: [DONE]`. An error after the 200 is the stream's
-last line, an OpenAI error object, with no `[DONE]`.
+with no choices carries the usage (and with `continuous_usage_stats` every other chunk its
+choice's usage so far); then `data: [DONE]`. An error after the 200 is the stream's last line, an
+OpenAI error object, with no `[DONE]`.
 """
 
 from __future__ import annotations
@@ -138,21 +139,23 @@ class ChatStream:
     async def lines(self) -> AsyncGenerator[str, None]:
         rows = _rows(self._plan, self._tokenizer)
         usage = UsageCount(prompt_tokens=len(self._plan.generation.prompt_ids))
+        so_far = self._plan.stream_usage.so_far
         opening = models.ChatCompletionChunkDelta(role="assistant", content="")
         for index in range(len(rows)):
-            yield self._chunk([self._choice(index, opening)])
+            yield self._chunk([self._choice(index, opening)], so_far(usage.prompt_tokens, 0))
         try:
             async for event in row_events(self._generation, rows, usage):
                 choice = self._piece_choice(event.row, event.piece) if event.piece else None
                 if choice is not None and (choice.delta.model_fields_set or choice.logprobs):
-                    yield self._chunk([choice])
+                    yield self._chunk([choice], so_far(usage.prompt_tokens, event.tokens))
                 if event.finish:
                     finish = _finish(event.finish, rows[event.row])
-                    yield self._chunk([self._choice(event.row, models.ChatCompletionChunkDelta(), finish)])
+                    ending = self._choice(event.row, models.ChatCompletionChunkDelta(), finish)
+                    yield self._chunk([ending], so_far(usage.prompt_tokens, event.tokens))
         except ApiError as error:
             yield data_line(openai_error_body(error))
             return
-        if self._plan.include_usage:
+        if self._plan.stream_usage.final:
             usage.add_rows(rows)
             yield self._chunk([], usage_model(usage))
         yield data_line("[DONE]")
@@ -178,7 +181,9 @@ class ChatStream:
         return models.ChatCompletionChunkChoice(index=row, delta=delta, finish_reason=finish)
 
     def _chunk(
-        self, choices: list[models.ChatCompletionChunkChoice], usage: models.CompletionUsage | None = None
+        self,
+        choices: list[models.ChatCompletionChunkChoice],
+        usage: models.CompletionUsage | models.UsageSoFar | None = None,
     ) -> str:
         chunk = models.ChatCompletionChunk(
             id=self._identity.id,
@@ -187,6 +192,6 @@ class ChatStream:
             model=self._identity.model,
             choices=choices,
         )
-        if self._plan.include_usage:
+        if self._plan.stream_usage.final:
             chunk.usage = usage  # OpenAI sends `usage: null` on every other chunk when usage is asked for
         return data_line(chunk.model_dump(mode="json", exclude_unset=True))

@@ -15,6 +15,7 @@ from generated import models
 from handlers.api_error import ApiError
 from handlers.generation.sampling_params import openai_sampling_fields, sampling_params
 from handlers.generation.stop_strings import stop_strings
+from handlers.openai_usage import StreamUsage
 from text import Tokenizer
 
 DEFAULT_MAX_TOKENS = 16
@@ -29,7 +30,7 @@ class CompletionPlan:
     logprobs: bool
     logprobs_top: int  # the alternatives a token reports (`logprobs`)
     prompt_logprobs: int | None  # vLLM's: each prompt token's alternatives in `prompt_logprobs`
-    include_usage: bool
+    stream_usage: StreamUsage
 
     @property
     def n(self) -> int:
@@ -71,7 +72,7 @@ def plan_completion(
         logprobs=body.logprobs is not None,
         logprobs_top=body.logprobs or 0,
         prompt_logprobs=body.prompt_logprobs,
-        include_usage=bool(body.stream_options and body.stream_options.include_usage),
+        stream_usage=StreamUsage.asked(body.stream_options),
     )
 
 

@@ -118,16 +118,20 @@ async def completion_stream(run: CompletionRun, model_id: str) -> AsyncGenerator
     identity = AnswerIdentity.new("cmpl-", model_id)
     text_lengths: dict[int, int] = {}
 
-    def chunk(choices: list[models.CompletionChunkChoice], usage: models.CompletionUsage | None = None) -> str:
+    def chunk(
+        choices: list[models.CompletionChunkChoice], usage: models.CompletionUsage | models.UsageSoFar | None = None
+    ) -> str:
         body = models.CompletionChunk(
             id=identity.id, object="text_completion", created=identity.created, model=identity.model, choices=choices
         )
-        if run.plan.include_usage:
+        if run.plan.stream_usage.final:
             body.usage = usage
         return data_line(body.model_dump(mode="json", exclude_unset=True))
 
     try:
         async for index, event in run.events():
+            prompt_tokens = len(run.plan.requests[index // run.plan.n].prompt_ids)
+            so_far = run.plan.stream_usage.so_far(prompt_tokens, event.tokens)
             first = index not in text_lengths
             offset = text_lengths.get(index, 0)
             text_lengths[index] = offset + len(event.piece.content)
@@ -140,14 +144,13 @@ async def completion_stream(run: CompletionRun, model_id: str) -> AsyncGenerator
                 choice = models.CompletionChunkChoice(
                     index=index, text=event.piece.content, logprobs=logprobs, finish_reason=None
                 )
-                yield chunk([choice])
+                yield chunk([choice], so_far)
             if event.finish:
-                yield chunk(
-                    [models.CompletionChunkChoice(index=index, text="", logprobs=None, finish_reason=event.finish)]
-                )
+                ending = models.CompletionChunkChoice(index=index, text="", logprobs=None, finish_reason=event.finish)
+                yield chunk([ending], so_far)
     except ApiError as error:
         yield data_line(openai_error_body(error))
         return
-    if run.plan.include_usage:
+    if run.plan.stream_usage.final:
         yield chunk([], usage_model(run.usage))
     yield data_line("[DONE]")

@@ -74,6 +74,15 @@ def test_ignore_eos_answers_run_to_the_token_limit(client: OpenAI) -> None:
     for sampling in ({"temperature": 0}, {"temperature": 0.7, "seed": 1}, {"temperature": 0.7, "seed": 2}):
         answer = client.chat.completions.create(**common, **sampling, extra_body={"ignore_eos": True})
         assert answer.usage and (answer.usage.completion_tokens, answer.choices[0].finish_reason) == (40, "length")
+    # Streamed, with usage on every chunk as benchmark clients ask (vLLM's continuous_usage_stats).
+    options: Any = {"include_usage": True, "continuous_usage_stats": True}
+    stream = client.chat.completions.create(
+        **common, stream=True, stream_options=options, extra_body={"ignore_eos": True}
+    )
+    chunks = list(stream)
+    counts = [chunk.usage.completion_tokens for chunk in chunks if chunk.usage]
+    assert len(counts) == len(chunks) and counts == sorted(counts) and counts[-1] == 40
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
 
 
 def test_repeated_prompt_is_served_from_the_prefix_cache(client: OpenAI) -> None:

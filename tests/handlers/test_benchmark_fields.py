@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from generated import models
 from tests.fake_engine import FakeEngine
 from text import Tokenizer
 
@@ -140,3 +141,65 @@ def test_ignore_eos_keeps_the_requests_own_stop_strings(api: TestClient) -> None
     body = {"messages": HI, "max_completion_tokens": 50, "ignore_eos": True, "stop": ["help"]}
     (choice,) = api.post("/v1/chat/completions", json=body).json()["choices"]
     assert (choice["message"]["content"], choice["finish_reason"]) == ("Hello there, how can I ", "stop")
+
+
+def usage_so_far(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def test_continuous_usage_counts_each_chat_choice_so_far(api: TestClient, tokenizer: Tokenizer) -> None:
+    """vLLM's `continuous_usage_stats`: every chunk carries the prompt's tokens and its choice's
+    tokens up to that chunk; the last chunk still carries the request's whole usage."""
+    script = tokenizer.encode("Hello there, how can I help?")
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    body = {"messages": HI, "n": 2, "stream": True, "stream_options": options}
+    *chunks, last = payloads(api.post("/v1/chat/completions", json=body))
+    for chunk in [*chunks, last]:
+        models.ChatCompletionChunk.model_validate(chunk)
+    assert last["choices"] == [] and last["usage"]["completion_tokens"] == 2 * len(script)
+    prompt_tokens = last["usage"]["prompt_tokens"]
+    texts, counts = ["", ""], [[], []]
+    for chunk in chunks:
+        (choice,) = chunk["choices"]
+        index, count = choice["index"], chunk["usage"]["completion_tokens"]
+        assert chunk["usage"] == usage_so_far(prompt_tokens, count)
+        texts[index] += choice["delta"].get("content") or ""
+        assert tokenizer.decode(script[:count]).startswith(texts[index])  # no text before its tokens are counted
+        counts[index].append(count)
+    for mine in counts:
+        assert mine[0] == 0 and mine == sorted(mine) and mine[-1] == len(script)  # the role chunk, then so far
+
+
+def test_continuous_usage_counts_each_completion_choice_against_its_prompt(api: TestClient) -> None:
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    body = {"prompt": ["Hi", "Tell me more about it"], "n": 2, "stream": True, "stream_options": options}
+    *chunks, last = payloads(api.post("/v1/completions", json=body))
+    for chunk in [*chunks, last]:
+        models.CompletionChunk.model_validate(chunk)
+    prompts = {chunk["choices"][0]["index"] // 2: chunk["usage"]["prompt_tokens"] for chunk in chunks}
+    assert prompts[0] < prompts[1] and last["usage"]["prompt_tokens"] == prompts[0] + prompts[1]
+    finals = {}
+    for chunk in chunks:
+        (choice,) = chunk["choices"]
+        assert chunk["usage"] == usage_so_far(prompts[choice["index"] // 2], chunk["usage"]["completion_tokens"])
+        finals[choice["index"]] = chunk["usage"]["completion_tokens"]
+    assert sorted(finals) == [0, 1, 2, 3] and sum(finals.values()) == last["usage"]["completion_tokens"]
+
+
+@pytest.mark.parametrize("options", [{"include_usage": True}, {"continuous_usage_stats": True}])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_without_both_options_chunks_carry_no_running_usage(api: TestClient, path: str, options: Any) -> None:
+    """`include_usage` alone: null on every chunk but the last; `continuous_usage_stats` alone adds
+    nothing, as in vLLM."""
+    body = {"messages": HI} if path.endswith("chat/completions") else {"prompt": "Hi"}
+    chunks = payloads(api.post(path, json={**body, "stream": True, "stream_options": options}))
+    if options.get("include_usage"):
+        *chunks, last = chunks
+        assert last["choices"] == [] and last["usage"]["completion_tokens"] > 0
+        assert all(chunk["usage"] is None for chunk in chunks)
+    else:
+        assert all("usage" not in chunk for chunk in chunks)
