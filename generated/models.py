@@ -1538,6 +1538,26 @@ class Config(BaseModel):
     """
     `--max-output-tokens-finish` (live)
     """
+    temp: Annotated[StrictFloat, Field(ge=0.0, le=2.0)]
+    """
+    `--temp` (live): the temperature of a request that names none
+    """
+    top_k: Annotated[StrictInt, Field(ge=0)]
+    """
+    `--top-k` (live): the top-k of a request that names none
+    """
+    top_p: Annotated[StrictFloat, Field(ge=0.0, le=1.0)]
+    """
+    `--top-p` (live): the top-p of a request that names none
+    """
+    min_p: Annotated[StrictFloat, Field(ge=0.0, le=1.0)]
+    """
+    `--min-p` (live): the min-p of a request that names none
+    """
+    repeat_penalty: Annotated[StrictFloat, Field(gt=0.0)]
+    """
+    `--repeat-penalty` (live): the repetition penalty of a request that names none
+    """
     keepalive_interval: Annotated[StrictFloat, Field(gt=0.0)]
     """
     `--keepalive-interval` (live)
@@ -1705,6 +1725,11 @@ class ConfigOrigins(BaseModel):
     request_timeout: ConfigOrigin
     max_output_tokens: ConfigOrigin
     max_output_tokens_finish: ConfigOrigin
+    temp: ConfigOrigin
+    top_k: ConfigOrigin
+    top_p: ConfigOrigin
+    min_p: ConfigOrigin
+    repeat_penalty: ConfigOrigin
     keepalive_interval: ConfigOrigin
     volatile_line_pattern: ConfigOrigin
 

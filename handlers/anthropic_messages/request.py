@@ -74,7 +74,9 @@ def plan_message(
     stops = stop_strings(body.stop_sequences, "stop_sequences")
     prompt, tools, images = messages_prompt(body, template, tokenizer, volatile, vision, limits)
     sampling = sampling_params(
-        SamplingFields(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k), tokenizer.vocab_size
+        SamplingFields(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k),
+        tokenizer.vocab_size,
+        limits.sampling,
     )
     generation = GenerationRequest(
         prompt_ids=prompt.token_ids,

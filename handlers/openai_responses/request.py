@@ -86,6 +86,7 @@ def plan_response(
             temperature=body.temperature, top_p=body.top_p, logprobs=(body.top_logprobs or 0) if logprobs else None
         ),
         tokenizer.vocab_size,
+        limits.sampling,
     )
     plan = rendered.tool_plan
     forced = plan.forced_custom
