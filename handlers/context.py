@@ -290,7 +290,7 @@ class ModelService(Protocol):
 
 SettingKind = Literal["string", "integer", "number", "boolean", "list"]
 SettingChange = Literal["live", "reload", "restart"]  # how a change takes effect
-SettingOrigin = Literal["default", "catalog", "profile", "file", "env", "flag", "live"]
+SettingOrigin = Literal["default", "gguf", "generation_config", "catalog", "profile", "file", "env", "flag", "live"]
 
 
 @dataclass(frozen=True)
@@ -321,9 +321,9 @@ class SettingView:
 
 @dataclass(frozen=True)
 class OriginView:
-    """Where a setting's value came from; `file` for one from the config file or its profile,
-    `profile` for one from the profile, `catalog` (the entry's id) and `reason` for one from the
-    served model's catalog entry."""
+    """Where a setting's value came from; `file` for one from the config file or its profile, or
+    from the served model's GGUF or generation_config.json; `profile` for one from the profile,
+    `catalog` (the entry's id) and `reason` for one from the served model's catalog entry."""
 
     origin: SettingOrigin
     file: str | None = None

@@ -23,15 +23,25 @@ _API = SamplingParams()  # the APIs' own defaults
 
 @dataclass(frozen=True)
 class SamplingDefaults:
-    """What a request's omitted sampling fields take: the values of the settings --temp, --top-k,
-    --top-p, --min-p and --repeat-penalty (where each came from: pooled/configuration/
-    setting_sources.py). Built with none, the APIs' own defaults."""
+    """What a request's omitted sampling fields take: the values of the settings `DEFAULT_SETTINGS`
+    names (where each came from: pooled/configuration/setting_sources.py). Built with none, the
+    APIs' own defaults."""
 
     temperature: float = _API.temperature
     top_k: int = _API.top_k  # 0: off
     top_p: float = _API.top_p
     min_p: float = _API.min_p
     repetition_penalty: float = _API.repetition_penalty
+
+
+# Each of SamplingDefaults' fields → the setting that sets it (llama-server's flags, by name).
+DEFAULT_SETTINGS = {
+    "temperature": "temp",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "repetition_penalty": "repeat_penalty",
+}
 
 
 @dataclass(frozen=True)

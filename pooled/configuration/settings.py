@@ -37,7 +37,8 @@ VISION_MAX_BODY = 384 * MIB
 API_SAMPLING = SamplingParams()
 # Where a sampling setting's value comes from when the user sets none (setting_sources.py).
 _MODEL_FIRST = (
-    "Where no flag, variable or config file sets it: the served model's own (its catalog entry's), else "
+    "Where no flag, variable or config file sets it: the served model's own recommendation (its catalog "
+    "entry's, else its GGUF's `general.sampling.{gguf}` or its generation_config.json's `{config}`), else "
     "this default, the APIs' own."
 )
 
@@ -357,28 +358,28 @@ class Settings(EngineSettings):
         API_SAMPLING.temperature,
         number(minimum=0, maximum=2),
         "The temperature a request that names none samples at (0: greedy), on every API. "
-        f"{_MODEL_FIRST} As llama-server's --temp.",
+        f"{_MODEL_FIRST.format(gguf='temp', config='temperature')} As llama-server's --temp.",
         change="live",
     )
     top_k: int = setting(
         API_SAMPLING.top_k,
         integer(minimum=0),
         "The top-k of a request that names none: only the k likeliest tokens are drawn from (0: all). "
-        f"{_MODEL_FIRST} As llama-server's --top-k.",
+        f"{_MODEL_FIRST.format(gguf='top_k', config='top_k')} As llama-server's --top-k.",
         change="live",
     )
     top_p: float = setting(
         API_SAMPLING.top_p,
         number(minimum=0, maximum=1),
         "The top-p of a request that names none: only the likeliest tokens whose probabilities sum to it "
-        f"are drawn from (1: all). {_MODEL_FIRST} As llama-server's --top-p.",
+        f"are drawn from (1: all). {_MODEL_FIRST.format(gguf='top_p', config='top_p')} As llama-server's --top-p.",
         change="live",
     )
     min_p: float = setting(
         API_SAMPLING.min_p,
         number(minimum=0, maximum=1),
         "The min-p of a request that names none: tokens less likely than it times the likeliest are not "
-        f"drawn (0: off). {_MODEL_FIRST} As llama-server's --min-p.",
+        f"drawn (0: off). {_MODEL_FIRST.format(gguf='min_p', config='min_p')} As llama-server's --min-p.",
         change="live",
     )
     repeat_penalty: float = setting(
@@ -386,7 +387,7 @@ class Settings(EngineSettings):
         number(above=0),
         "The repetition penalty of a request that names none (1: off), as vLLM's repetition_penalty: over "
         "the whole prompt and output, not llama.cpp's last 64 tokens. "
-        f"{_MODEL_FIRST} As llama-server's "
+        f"{_MODEL_FIRST.format(gguf='penalty_repeat', config='repetition_penalty')} As llama-server's "
         "--repeat-penalty.",
         change="live",
     )
