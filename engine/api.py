@@ -32,8 +32,8 @@ MAX_TOKENS_CAP = 32768
 # Most alternatives a token may report (OpenAI's top_logprobs limit); static for the compile.
 MAX_TOP_LOGPROBS = 20
 MAX_SCORED_IDS = 64  # SamplingParams.scored_ids; a table column per id on the device
-# The temperature a request that names none samples at, in every API (OpenAI's and Anthropic's
-# default) and for the engine's own callers: the one place to change it.
+# The APIs' own default temperature (OpenAI's and Anthropic's), as SamplingParams' other defaults are
+# theirs: what the server's --temp and its kin default to (pooled/configuration/settings.py).
 DEFAULT_TEMPERATURE = 1.0
 
 EngineState = Literal["serving", "draining", "dead"]

@@ -1556,6 +1556,26 @@ class Config(BaseModel):
     """
     `--max-output-tokens-finish` (live)
     """
+    temp: Annotated[StrictFloat, Field(ge=0.0, le=2.0)]
+    """
+    `--temp` (live): the temperature of a request that names none
+    """
+    top_k: Annotated[StrictInt, Field(ge=0)]
+    """
+    `--top-k` (live): the top-k of a request that names none
+    """
+    top_p: Annotated[StrictFloat, Field(ge=0.0, le=1.0)]
+    """
+    `--top-p` (live): the top-p of a request that names none
+    """
+    min_p: Annotated[StrictFloat, Field(ge=0.0, le=1.0)]
+    """
+    `--min-p` (live): the min-p of a request that names none
+    """
+    repeat_penalty: Annotated[StrictFloat, Field(gt=0.0)]
+    """
+    `--repeat-penalty` (live): the repetition penalty of a request that names none
+    """
     keepalive_interval: Annotated[StrictFloat, Field(gt=0.0)]
     """
     `--keepalive-interval` (live)
@@ -1624,13 +1644,23 @@ class ConfigOrigin(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    origin: Literal["default", "catalog", "profile", "file", "env", "flag", "live"]
+    origin: Literal[
+        "default",
+        "gguf",
+        "generation_config",
+        "catalog",
+        "profile",
+        "file",
+        "env",
+        "flag",
+        "live",
+    ]
     """
-    `default`; `catalog`, the served model's catalog entry (its `[model.serving]` table: a default of that model's own); `profile`, a `[profile.NAME]` table of the config file (`--profile`); `file`, the config file (`--config`); `env`, its `POOLED_*` variable; `flag`, its command-line flag; `live`, changed by `PATCH /v1/config` since the start.
+    Where a setting's value came from: `default`, its default (for the sampling settings, the APIs' own); `gguf`, the served model's GGUF file (its `general.sampling.*` keys, llama.cpp's); `generation_config`, the served safetensors model's generation_config.json; `catalog`, the served model's catalog entry (its `[model.serving]` table: a default of that model's own); `profile`, a `[profile.NAME]` table of the config file (`--profile`); `file`, the config file (`--config`); `env`, its `POOLED_*` variable; `flag`, its command-line flag; `live`, changed by `PATCH /v1/config` since the start. A model's own (`gguf`, `generation_config`, `catalog`) sit below everything the user sets, the catalog's above the file's.
     """
     file: str | None = None
     """
-    The config file, for a value from it or its profile.
+    The config file, for a value from it or its profile; the served model's GGUF file or generation_config.json, for a value from it.
     """
     profile: str | None = None
     """
@@ -1723,6 +1753,11 @@ class ConfigOrigins(BaseModel):
     request_timeout: ConfigOrigin
     max_output_tokens: ConfigOrigin
     max_output_tokens_finish: ConfigOrigin
+    temp: ConfigOrigin
+    top_k: ConfigOrigin
+    top_p: ConfigOrigin
+    min_p: ConfigOrigin
+    repeat_penalty: ConfigOrigin
     keepalive_interval: ConfigOrigin
     volatile_line_pattern: ConfigOrigin
 
@@ -2074,6 +2109,7 @@ class Health(BaseModel):
     """
     With `quantization` gguf, the block formats the matrices are served in, each with how many matrices it holds (e.g. a Q4_K_M file of SmolLM2: `{"Q4_K": 16, "Q5_0": 166, "Q6_K": 14, "Q8_0": 14}`); null otherwise or before the model is loaded.
     """
+    sampling_defaults: HealthSamplingDefaults
     queue: Annotated[StrictInt, Field(ge=0)]
     """
     Requests waiting or running.
@@ -2221,6 +2257,66 @@ class HealthReleased(BaseModel):
     still_held_bytes: Annotated[StrictInt, Field(ge=0)]
     """
     Bytes of the engine's arrays that something still held after the unload (0 unless memory leaks).
+    """
+
+
+class HealthSamplingCount(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    value: Annotated[StrictInt, Field(ge=0)]
+    """
+    0 is off (every token).
+    """
+    origin: Literal[
+        "default",
+        "gguf",
+        "generation_config",
+        "catalog",
+        "profile",
+        "file",
+        "env",
+        "flag",
+        "live",
+    ]
+    """
+    Where a setting's value came from: `default`, its default (for the sampling settings, the APIs' own); `gguf`, the served model's GGUF file (its `general.sampling.*` keys, llama.cpp's); `generation_config`, the served safetensors model's generation_config.json; `catalog`, the served model's catalog entry (its `[model.serving]` table: a default of that model's own); `profile`, a `[profile.NAME]` table of the config file (`--profile`); `file`, the config file (`--config`); `env`, its `POOLED_*` variable; `flag`, its command-line flag; `live`, changed by `PATCH /v1/config` since the start. A model's own (`gguf`, `generation_config`, `catalog`) sit below everything the user sets, the catalog's above the file's.
+    """
+
+
+class HealthSamplingDefaults(BaseModel):
+    """
+    What a generation request's omitted sampling fields take, on every API (Chat Completions, Completions, Responses, Messages), and where each came from: a request's own value always wins. Each is a setting (`temperature` is `--temp`, `top_k` `--top-k`, `top_p` `--top-p`, `min_p` `--min-p`, `repetition_penalty` `--repeat-penalty`, as llama-server names them), so its origin is the setting's (`GET /v1/config/origins`): one the user set (`flag`, `env`, `file`, `profile`, `live`), else the served model's own recommendation (`catalog`, its catalog entry's; `gguf`, its GGUF's `general.sampling.*` keys; `generation_config`, its generation_config.json), else `default`, the APIs' own.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    temperature: HealthSamplingNumber
+    top_k: HealthSamplingCount
+    top_p: HealthSamplingNumber
+    min_p: HealthSamplingNumber
+    repetition_penalty: HealthSamplingNumber
+
+
+class HealthSamplingNumber(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    value: Annotated[StrictFloat, Field(ge=0.0)]
+    origin: Literal[
+        "default",
+        "gguf",
+        "generation_config",
+        "catalog",
+        "profile",
+        "file",
+        "env",
+        "flag",
+        "live",
+    ]
+    """
+    Where a setting's value came from: `default`, its default (for the sampling settings, the APIs' own); `gguf`, the served model's GGUF file (its `general.sampling.*` keys, llama.cpp's); `generation_config`, the served safetensors model's generation_config.json; `catalog`, the served model's catalog entry (its `[model.serving]` table: a default of that model's own); `profile`, a `[profile.NAME]` table of the config file (`--profile`); `file`, the config file (`--config`); `env`, its `POOLED_*` variable; `flag`, its command-line flag; `live`, changed by `PATCH /v1/config` since the start. A model's own (`gguf`, `generation_config`, `catalog`) sit below everything the user sets, the catalog's above the file's.
     """
 
 

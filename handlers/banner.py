@@ -7,6 +7,7 @@ from fastapi.responses import PlainTextResponse, Response
 
 from handlers.client_setup import client_settings
 from handlers.context import ModelService, ServerContext, context
+from handlers.sampling_defaults import sampling_defaults
 
 
 def context_line(model: ModelService) -> str:
@@ -68,10 +69,35 @@ def banner(server: ServerContext) -> str:
     if model.state == "serving":
         lines += ["", *encoder_lines(model, origin)]
     if model.state == "serving" and chat:
-        lines += ["", context_line(model), weights_line(model), *model_defaults_lines(server)]
+        lines += ["", context_line(model), weights_line(model), *sampling_lines(server), *model_defaults_lines(server)]
         lines += ["", "Connect your tools (docs/connect-your-tools.md):"]
         lines += ["", client_settings(origin, model.model_id)]
     return "\n".join(lines) + "\n"
+
+
+# Where a sampling default came from, in the banner's words.
+ORIGIN_WORDS = {
+    "default": "API default",
+    "gguf": "the GGUF's",
+    "generation_config": "generation_config.json",
+    "catalog": "catalog",
+    "profile": "config profile",
+    "file": "config file",
+    "env": "POOLED_* variable",
+    "flag": "flag",
+    "live": "set live",
+}
+
+
+def sampling_lines(server: ServerContext) -> list[str]:
+    """The sampling a request that names none gets, and where each value came from."""
+    shown = ", ".join(
+        f"{default.field} {default.value:g} ({ORIGIN_WORDS[default.origin]})" for default in sampling_defaults(server)
+    )
+    return [
+        f"Sampling defaults: {shown}",
+        "  for requests that name none; --temp, --top-k, --top-p, --min-p and --repeat-penalty set them.",
+    ]
 
 
 def model_defaults_lines(server: ServerContext) -> list[str]:

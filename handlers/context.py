@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol
 from starlette.requests import HTTPConnection
 
 from engine.api import EngineFront
+from handlers.generation.sampling_params import SamplingDefaults
 from handlers.generation.volatile_lines import volatile_line_pattern
 from handlers.response_store import ResponseStore
 from text import ChatTemplate, Tokenizer
@@ -289,7 +290,7 @@ class ModelService(Protocol):
 
 SettingKind = Literal["string", "integer", "number", "boolean", "list"]
 SettingChange = Literal["live", "reload", "restart"]  # how a change takes effect
-SettingOrigin = Literal["default", "catalog", "profile", "file", "env", "flag", "live"]
+SettingOrigin = Literal["default", "gguf", "generation_config", "catalog", "profile", "file", "env", "flag", "live"]
 
 
 @dataclass(frozen=True)
@@ -320,9 +321,9 @@ class SettingView:
 
 @dataclass(frozen=True)
 class OriginView:
-    """Where a setting's value came from; `file` for one from the config file or its profile,
-    `profile` for one from the profile, `catalog` (the entry's id) and `reason` for one from the
-    served model's catalog entry."""
+    """Where a setting's value came from; `file` for one from the config file or its profile, or
+    from the served model's GGUF or generation_config.json; `profile` for one from the profile,
+    `catalog` (the entry's id) and `reason` for one from the served model's catalog entry."""
 
     origin: SettingOrigin
     file: str | None = None
@@ -372,9 +373,10 @@ class AccessRules:
 
 @dataclass(frozen=True)
 class GenerationLimits:
-    """Server-wide bounds on each generation (from `pooled.configuration.settings`). Handlers read
-    `ServerContext.limits` once per request; a configuration change replaces the whole object
-    (one assignment), so a request sees the old bounds or the new ones, never a mix."""
+    """Server-wide bounds on each generation, and the sampling its request leaves to the server
+    (from `pooled.configuration.settings`). Handlers read `ServerContext.limits` once per request;
+    a configuration change replaces the whole object (one assignment), so a request sees the old
+    values or the new ones, never a mix."""
 
     request_timeout_s: float = 300.0  # a request this long without progress answers 504 and frees its lanes
     max_output_tokens: int | None = None  # a cap on every request's output, besides the engine's own
@@ -384,6 +386,7 @@ class GenerationLimits:
     max_embedding_inputs: int = 2048  # inputs of one embeddings request, documents of one rerank
     max_images: int = 16  # images in one generation request
     image_fetch: ImageFetch | None = None  # None: image URLs are refused, only inline images taken
+    sampling: SamplingDefaults = SamplingDefaults()  # what a request's omitted sampling fields take
 
 
 DEFAULT_LIMITS = GenerationLimits()

@@ -13,6 +13,7 @@ from engine.stats import EngineStats
 from generated import models
 from handlers.context import ServerContext, context
 from handlers.models_folder import download_progress
+from handlers.sampling_defaults import sampling_defaults
 
 
 def _engine(stats: EngineStats) -> models.HealthEngine:
@@ -42,6 +43,10 @@ def health(server: ServerContext) -> models.Health:
             "rope_scaling": model.rope_scaling,
             "quantization": model.quantization,
             "weight_formats": dict(model.weight_formats) if model.weight_formats else None,
+            "sampling_defaults": {
+                default.field: {"value": default.value, "origin": default.origin}
+                for default in sampling_defaults(server)
+            },
             "queue": server.counters.in_flight,
             "served": server.counters.served,
             "progress": model.progress,

@@ -69,7 +69,8 @@ def serve(loaded: setting_sources.LoadedSettings) -> int:
     settings = loaded.settings
 
     def ready() -> None:
-        live.serve_model(serving_defaults(catalog, host.model_id))  # a switch brings the new model's own
+        # A switch brings the new model's own: its catalog entry's and its checkpoint's.
+        live.serve_model(serving_defaults(catalog, host.model_id), host.checkpoint_defaults)
         print(banner(context), flush=True)
 
     loader = load_serving if group is None else functools.partial(load_serving, group=lead(group, settings))

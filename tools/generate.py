@@ -169,22 +169,19 @@ def generate(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     document = write_bundle(out / "openapi.json")
     ops = operations(document)
+    # datamodel-code-generator formats with the settings it finds from the output's folder, so it
+    # writes outside the repo whatever `out` is: in generated/ it would find pyproject.toml's line
+    # length, elsewhere ruff's default, and the two split long lines differently.
     with tempfile.TemporaryDirectory() as scratch:
         models_input = Path(scratch) / "openapi.json"
         models_input.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        models = Path(scratch) / "models.py"
         subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "datamodel_code_generator",
-                "--input",
-                str(models_input),
-                "--output",
-                str(out / "models.py"),
-            ],
+            [sys.executable, "-m", "datamodel_code_generator", "--input", str(models_input), "--output", str(models)],
             cwd=REPO,
             check=True,
         )
+        (out / "models.py").write_text(models.read_text(encoding="utf-8"), encoding="utf-8")
     check_handlers(ops)
     template = jinja2.Environment(
         loader=jinja2.FileSystemLoader(REPO / "tools" / "templates"), keep_trailing_newline=True
@@ -194,8 +191,7 @@ def generate(out: Path) -> None:
         '"""Code generated from spec/ by tools/generate.py; do not edit."""\n', encoding="utf-8"
     )
     ruff = [sys.executable, "-m", "ruff", "--config", str(REPO / "pyproject.toml")]
-    # datamodel-code-generator formats with the settings it finds from the output's folder: outside
-    # the repo an import block may come out split, which the import sort joins again.
+    # Formatted outside the repo, the models' import block may come out split: the import sort joins it.
     imports = [*ruff, "check", "--fix-only", "--quiet", "--select", "I,F401"]
     subprocess.run([*imports, "--config", "lint.isort.split-on-trailing-comma = false", str(out)], cwd=REPO, check=True)
     subprocess.run([*ruff, "format", "--quiet", str(out)], cwd=REPO, check=True)

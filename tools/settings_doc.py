@@ -13,11 +13,16 @@ PAGE = """# Configuration
 
 Every setting of `pooled serve` is a flag, an environment variable and a key of the config
 file. A flag wins over the variable, which wins over the config file (`--config`), which wins
-over its profile (`--profile`), which wins over the served model's own defaults (its catalog
-entry's `[model.serving]` table: the default model's output cap, `--max-output-tokens 512
---max-output-tokens-finish stop`), which win over the default. This page is written by
-`tools/settings_doc.py` from the table in `pooled/configuration/settings.py` (a test checks that it lists each
-setting with its default).
+over its profile (`--profile`), which wins over the served model's own defaults, which win over
+the default. A model's own defaults are its catalog entry's `[model.serving]` table (the default
+model's output cap, `--max-output-tokens 512 --max-output-tokens-finish stop`, and its model
+card's sampling, `--temp 0.2 --top-p 0.9`), then the sampling its checkpoint recommends (a GGUF's
+`general.sampling.*` keys, as llama-server reads them; a safetensors folder's
+generation_config.json, as vLLM reads it). The sampling settings (`--temp`, `--top-k`, `--top-p`,
+`--min-p`, `--repeat-penalty`, named as llama-server's flags) are what a request's omitted
+sampling fields take, on every API; a request's own value always wins, and their defaults are the
+APIs' own. This page is written by `tools/settings_doc.py` from the table in
+`pooled/configuration/settings.py` (a test checks that it lists each setting with its default).
 
 The *change* column says how a change takes effect on a running server (`PATCH /v1/config`,
 docs/api.md): `live`, at once (the next request observes it); `reload`, by loading the model

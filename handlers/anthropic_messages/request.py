@@ -76,6 +76,7 @@ def plan_message(
     sampling = sampling_params(
         SamplingFields(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, ignore_eos=body.ignore_eos),
         tokenizer.vocab_size,
+        limits.sampling,
     )
     generation = GenerationRequest(
         prompt_ids=prompt.token_ids,

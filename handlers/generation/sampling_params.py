@@ -1,8 +1,11 @@
 """Sampling parameters: an API's fields → the engine's `SamplingParams`.
 
-A logit bias naming no token of the model, or more than `MAX_LOGIT_BIAS` biases, is a 400 naming
-the field. The prompt against the context, `n` against the decode lanes and the output budget
-are the engine's to decide (engine/serving/admission.py).
+A field the request leaves out takes the server's default for it (`SamplingDefaults`: the settings
+--temp, --top-k, --top-p, --min-p and --repeat-penalty in force, which the served model's own
+recommendation sets where the user did not); one the request gives always wins, `temperature: 0`
+included (greedy). A logit bias naming no token of the model, or more than `MAX_LOGIT_BIAS`
+biases, is a 400 naming the field. The prompt against the context, `n` against the decode lanes
+and the output budget are the engine's to decide (engine/serving/admission.py).
 """
 
 from __future__ import annotations
@@ -11,10 +14,34 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.api import DEFAULT_TEMPERATURE, SamplingParams
+from engine.api import SamplingParams
 from handlers.api_error import ApiError
 
 MAX_LOGIT_BIAS = 10_000
+_API = SamplingParams()  # the APIs' own defaults
+
+
+@dataclass(frozen=True)
+class SamplingDefaults:
+    """What a request's omitted sampling fields take: the values of the settings `DEFAULT_SETTINGS`
+    names (where each came from: pooled/configuration/setting_sources.py). Built with none, the
+    APIs' own defaults."""
+
+    temperature: float = _API.temperature
+    top_k: int = _API.top_k  # 0: off
+    top_p: float = _API.top_p
+    min_p: float = _API.min_p
+    repetition_penalty: float = _API.repetition_penalty
+
+
+# Each of SamplingDefaults' fields → the setting that sets it (llama-server's flags, by name).
+DEFAULT_SETTINGS = {
+    "temperature": "temp",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "repetition_penalty": "repeat_penalty",
+}
 
 
 @dataclass(frozen=True)
@@ -75,13 +102,15 @@ def openai_sampling_fields(body: OpenAISamplingBody, logprobs: int | None) -> Sa
     )
 
 
-def sampling_params(fields: SamplingFields, vocab_size: int) -> SamplingParams:
+def sampling_params(fields: SamplingFields, vocab_size: int, defaults: SamplingDefaults) -> SamplingParams:
     return SamplingParams(
-        temperature=DEFAULT_TEMPERATURE if fields.temperature is None else fields.temperature,
-        top_k=max(fields.top_k or 0, 0),  # -1 and 0 both mean "all tokens"
-        top_p=1.0 if fields.top_p is None else fields.top_p,
-        min_p=fields.min_p or 0.0,
-        repetition_penalty=fields.repetition_penalty or 1.0,
+        temperature=defaults.temperature if fields.temperature is None else fields.temperature,
+        top_k=defaults.top_k if fields.top_k is None else max(fields.top_k, 0),  # -1 and 0 both mean "all tokens"
+        top_p=defaults.top_p if fields.top_p is None else fields.top_p,
+        min_p=defaults.min_p if fields.min_p is None else fields.min_p,
+        repetition_penalty=defaults.repetition_penalty
+        if fields.repetition_penalty is None
+        else fields.repetition_penalty,
         presence_penalty=fields.presence_penalty or 0.0,
         frequency_penalty=fields.frequency_penalty or 0.0,
         logit_bias=logit_bias(fields.logit_bias, vocab_size),

@@ -57,6 +57,7 @@ def plan_chat(
     sampling = sampling_params(
         openai_sampling_fields(body, (body.top_logprobs or 0) if logprobs else None),
         tokenizer.vocab_size,
+        limits.sampling,
     )
     requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     generation = GenerationRequest(

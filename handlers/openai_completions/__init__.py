@@ -19,7 +19,7 @@ async def create_completion(request: Request, body: models.CompletionRequest) ->
     ready = await serving_for(request, body.model, COMPLETIONS_API.unavailable)
     model, tokenizer, limits = ready.model, ready.tokenizer, ready.server.limits
     adapter = chosen_adapter(model, body.model, body.lora_adapter)
-    plan = plan_completion(body, tokenizer, adapter)
+    plan = plan_completion(body, tokenizer, adapter, limits)
     generations, close = await open_generations(model, plan.requests, limits, COMPLETIONS_API)
     run = CompletionRun(plan, generations, tokenizer)
     answering = answering_model(model, adapter)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from engine.api import GenerationRequest
 from generated import models
 from handlers.api_error import ApiError
+from handlers.context import DEFAULT_LIMITS, GenerationLimits
 from handlers.generation.sampling_params import openai_sampling_fields, sampling_params
 from handlers.generation.stop_strings import stop_strings
 from handlers.openai_usage import StreamUsage
@@ -41,6 +42,7 @@ def plan_completion(
     body: models.CompletionRequest,
     tokenizer: Tokenizer,
     adapter: str | None = None,
+    limits: GenerationLimits = DEFAULT_LIMITS,
 ) -> CompletionPlan:
     if body.suffix:
         raise ApiError(400, "'suffix' (fill-in-the-middle) is not supported by pooled.", param="suffix")
@@ -51,6 +53,7 @@ def plan_completion(
     sampling = sampling_params(
         openai_sampling_fields(body, body.logprobs),
         tokenizer.vocab_size,
+        limits.sampling,
     )
     requested = DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens
     requests = [

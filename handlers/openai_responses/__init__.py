@@ -42,7 +42,8 @@ async def prepared_response(
         lambda: plan_response(body, model.chat_template, tokenizer, server.responses, adapter, vision, server.limits),
     )
     store = server.responses if body.store is not False else None
-    return ready, ResponseRun(plan, echoed_fields(body, answering_model(model, adapter)), store, tokenizer)
+    echoed = echoed_fields(body, answering_model(model, adapter), plan.generation.sampling)
+    return ready, ResponseRun(plan, echoed, store, tokenizer)
 
 
 async def count_response_input_tokens(

@@ -1,14 +1,16 @@
-"""The request fields a Response object repeats back, with OpenAI's defaults where the request was silent."""
+"""The request fields a Response object repeats back, with OpenAI's defaults where the request was
+silent; its temperature and top_p are those it samples with (`sampling`: the request's own, else
+the server's defaults)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from engine.api import DEFAULT_TEMPERATURE
+from engine.api import SamplingParams
 from generated import models
 
 
-def echoed_fields(body: models.CreateResponseRequest, model_id: str) -> dict[str, Any]:
+def echoed_fields(body: models.CreateResponseRequest, model_id: str, sampling: SamplingParams) -> dict[str, Any]:
     text_format = body.text.format if body.text and body.text.format else None
     fields: dict[str, Any] = {
         "model": model_id,
@@ -18,8 +20,8 @@ def echoed_fields(body: models.CreateResponseRequest, model_id: str) -> dict[str
         "parallel_tool_calls": body.parallel_tool_calls is not False,
         "previous_response_id": body.previous_response_id,
         "reasoning": {"effort": body.reasoning.effort, "summary": body.reasoning.summary} if body.reasoning else None,
-        "temperature": DEFAULT_TEMPERATURE if body.temperature is None else body.temperature,
-        "top_p": 1.0 if body.top_p is None else body.top_p,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
         "top_logprobs": body.top_logprobs,
         "text": {
             "format": text_format.model_dump(

@@ -89,6 +89,7 @@ def plan_response(
             ignore_eos=body.ignore_eos,
         ),
         tokenizer.vocab_size,
+        limits.sampling,
     )
     plan = rendered.tool_plan
     forced = plan.forced_custom

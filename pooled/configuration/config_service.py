@@ -67,6 +67,8 @@ class SettingsConfig:
         views = {"file": OriginView("file", file), "profile": OriginView("profile", file, settings.profile)}
         if (model := self._live.model_defaults) is not None:
             views["catalog"] = OriginView("catalog", catalog=model.model, reason=model.reason)
+        if (checkpoint := self._live.checkpoint_defaults) is not None:
+            views[checkpoint.origin] = OriginView(checkpoint.origin, checkpoint.file)
         return {name: views.get(origin, OriginView(origin)) for name, origin in self._live.origins.items()}
 
     async def change(self, changes: Mapping[str, Any], reload: bool) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """`LiveSettings`: the settings in force on a running server, and where each value came from.
 
 `PATCH /v1/config` writes here, and so does a change of model (`serve_model`: the new model's
-catalog defaults replace the old one's); `GET /v1/config` and the server's parts that apply a change
-(the generation limits, the guards' origins, the engine's queue bound: see pooled/web/app.py and
-pooled/cli.py, which subscribe them) read from here. A change is checked whole before anything is
-swapped, so a request with one bad value changes nothing.
+own defaults, its catalog entry's and its checkpoint's, replace the old one's); `GET /v1/config`
+and the server's parts that apply a change (the generation limits and sampling defaults, the
+guards' origins, the engine's queue bound: see pooled/web/app.py and pooled/cli.py, which
+subscribe them) read from here. A change is checked whole before anything is swapped, so a
+request with one bad value changes nothing.
 
 Threads: `apply` runs on the event loop (the PATCH handler); `current` and `origins` may be read
 from any thread. One lock guards the pair (settings, origins), swapped together; subscribers are
@@ -21,6 +22,7 @@ from typing import Any
 
 from pooled.configuration.setting_sources import (
     BY_NAME,
+    CheckpointDefaults,
     LoadedSettings,
     ModelDefaults,
     Origin,
@@ -46,6 +48,7 @@ class LiveSettings:
         self._settings = loaded.settings
         self._origins: dict[str, Origin] = dict(loaded.origins)
         self._model_defaults = loaded.model_defaults
+        self._checkpoint_defaults = loaded.checkpoint_defaults
         self._subscribers: list[Callable[[Settings], None]] = []
 
     @property
@@ -61,6 +64,12 @@ class LiveSettings:
     def model_defaults(self) -> ModelDefaults | None:
         """The served model's catalog defaults: where the settings of origin `catalog` came from."""
         return self._model_defaults
+
+    @property
+    def checkpoint_defaults(self) -> CheckpointDefaults | None:
+        """The served checkpoint's own sampling: where the settings of origin `gguf` or
+        `generation_config` came from."""
+        return self._checkpoint_defaults
 
     def subscribe(self, callback: Callable[[Settings], None]) -> None:
         """`callback(settings)` after every change, with the settings now in force."""
@@ -103,15 +112,17 @@ class LiveSettings:
                 callback(self._settings)
             return self._settings
 
-    def serve_model(self, defaults: ModelDefaults | None) -> Settings:
-        """The newly served model's catalog defaults (None: it has none) in place of the last
-        model's, under every value the user set (pooled/configuration/settings.py's
-        `with_model_defaults`). Returns the settings now in force."""
+    def serve_model(self, defaults: ModelDefaults | None, checkpoint: CheckpointDefaults | None = None) -> Settings:
+        """The newly served model's own defaults, its catalog entry's and its checkpoint's (None:
+        it has none), in place of the last model's, under every value the user set
+        (pooled/configuration/setting_sources.py's `with_model_defaults`). Returns the settings now
+        in force."""
         with self._lock:
-            loaded = LoadedSettings(self._settings, self._origins, self._model_defaults)
-            served = with_model_defaults(loaded, defaults)
+            loaded = LoadedSettings(self._settings, self._origins, self._model_defaults, self._checkpoint_defaults)
+            served = with_model_defaults(loaded, defaults, checkpoint)
             changed = served.settings != self._settings
-            self._settings, self._origins, self._model_defaults = served.settings, dict(served.origins), defaults
+            self._settings, self._origins = served.settings, dict(served.origins)
+            self._model_defaults, self._checkpoint_defaults = defaults, checkpoint
             if changed:
                 for callback in self._subscribers:
                     callback(self._settings)

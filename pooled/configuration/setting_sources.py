@@ -4,8 +4,10 @@ variables, the config file and its profiles, the served model's catalog defaults
 `load` is the one place precedence is decided: a flag wins over a `POOLED_*` variable, which
 wins over the config file (`--config`), which wins over its profile (`--profile`), which wins
 over the default; it says where each value came from (`LoadedSettings.origins`). Below them
-all but the default come the served model's own defaults (its catalog entry's `[model.serving]`
-table, `with_model_defaults`), known only once `--model` is resolved.
+all but the default come the served model's own defaults (`with_model_defaults`): its catalog
+entry's `[model.serving]` table, known once `--model` is resolved, then the sampling its
+checkpoint's files recommend, known once it is loaded. The catalog's go first: an entry is
+written for its exact file, so where it differs from the file's keys it does on purpose.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from pooled.configuration.config_file import ConfigFile, read_config_file
 from pooled.configuration.setting_types import Change, Kind, Parser, Rule, SettingsError
 from pooled.configuration.settings import Settings
 
-Origin = Literal["default", "catalog", "profile", "file", "env", "flag", "live"]
+Origin = Literal["default", "gguf", "generation_config", "catalog", "profile", "file", "env", "flag", "live"]
+# The origins of a served model's own defaults, which a change of model replaces.
+MODEL_ORIGINS: tuple[Origin, ...] = ("default", "gguf", "generation_config", "catalog")
 
 
 SETTINGS: tuple[Field[Any], ...] = fields(Settings)
@@ -134,14 +138,27 @@ class ModelDefaults:
 
 
 @dataclass(frozen=True)
+class CheckpointDefaults:
+    """Settings the served checkpoint's own files recommend: the sampling of its GGUF's
+    `general.sampling.*` keys or its generation_config.json (pooled/configuration/
+    model_sampling.py)."""
+
+    origin: Literal["gguf", "generation_config"]
+    file: str  # the GGUF file or the generation_config.json
+    values: Mapping[str, Any]  # setting name → value, of the setting's kind
+
+
+@dataclass(frozen=True)
 class LoadedSettings:
     """The settings in force and where each came from (`config` and `profile` say which file
     and profile, for the settings whose origin is `file` or `profile`; `model_defaults` which
-    catalog entry, for those whose origin is `catalog`)."""
+    catalog entry, for those whose origin is `catalog`; `checkpoint_defaults` which file, for
+    those whose origin is `gguf` or `generation_config`)."""
 
     settings: Settings
     origins: Mapping[str, Origin]
     model_defaults: ModelDefaults | None = None
+    checkpoint_defaults: CheckpointDefaults | None = None
 
     @classmethod
     def of(cls, settings: Settings) -> LoadedSettings:
@@ -184,22 +201,28 @@ def load_with_origins(arguments: Mapping[str, Any], environ: Mapping[str, str] =
     return LoadedSettings(Settings(**values), origins_found)
 
 
-def with_model_defaults(loaded: LoadedSettings, defaults: ModelDefaults | None) -> LoadedSettings:
+def with_model_defaults(
+    loaded: LoadedSettings, defaults: ModelDefaults | None, checkpoint: CheckpointDefaults | None = None
+) -> LoadedSettings:
     """The served model's defaults under everything the user set: a setting whose value is the
-    built-in default, or an earlier model's catalog default, takes this model's value (origin
-    `catalog`), or the built-in default where this model has none (None: a model the catalog
-    does not know)."""
+    built-in default, or an earlier model's, takes this model's catalog value (origin `catalog`),
+    else its checkpoint's (origin `gguf` or `generation_config`), else the built-in default
+    (None: a model the catalog does not know, a checkpoint that recommends nothing)."""
     values: dict[str, Any] = {}
     origins: dict[str, Origin] = dict(loaded.origins)
-    model_values = defaults.values if defaults is not None else {}
+    catalog_values = defaults.values if defaults is not None else {}
+    checkpoint_values = checkpoint.values if checkpoint is not None else {}
     for item in SETTINGS:
-        if origins[item.name] not in ("default", "catalog"):
+        name = item.name
+        if origins[name] not in MODEL_ORIGINS:
             continue
-        if item.name in model_values:
-            values[item.name], origins[item.name] = model_values[item.name], "catalog"
+        if name in catalog_values:
+            values[name], origins[name] = catalog_values[name], "catalog"
+        elif checkpoint is not None and name in checkpoint_values:
+            values[name], origins[name] = checkpoint_values[name], checkpoint.origin
         else:
-            values[item.name], origins[item.name] = item.default, "default"
-    return LoadedSettings(replace(loaded.settings, **values), origins, defaults)
+            values[name], origins[name] = item.default, "default"
+    return LoadedSettings(replace(loaded.settings, **values), origins, defaults, checkpoint)
 
 
 def _file_layers(config: str | None, profile: str | None) -> list[tuple[Origin, Mapping[str, Any], str]]:

@@ -163,9 +163,12 @@ def integer(minimum: int | None = None, maximum: int | None = None, nullable: bo
     return Parser(name, "integer", _integer_text, rule=rule, nulls=("", "auto", "none") if nullable else None)
 
 
-def number(above: float | None = None, minimum: float | None = None, nullable: bool = False) -> Parser:
+def number(
+    above: float | None = None, minimum: float | None = None, maximum: float | None = None, nullable: bool = False
+) -> Parser:
     """Seconds and such; a nullable one reads "", "none" and "off" as unset."""
-    rule = Rule(minimum=minimum, exclusive_minimum=above) if above is not None or minimum is not None else None
+    bounded = above is not None or minimum is not None or maximum is not None
+    rule = Rule(minimum=minimum, exclusive_minimum=above, maximum=maximum) if bounded else None
     return Parser("float", "number", float, rule=rule, nulls=("", "none", "off") if nullable else None)
 
 

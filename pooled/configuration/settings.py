@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.api import SamplingParams
 from pooled.configuration.engine_settings import EngineSettings
 from pooled.configuration.setting_types import (
     MIB,
@@ -31,6 +32,15 @@ from pooled.configuration.setting_types import (
 
 # The body limit while the model takes images (seed 004): images come inline as base64.
 VISION_MAX_BODY = 384 * MIB
+
+# The APIs' own sampling defaults, the sampling settings' defaults (engine/api.py keeps them).
+API_SAMPLING = SamplingParams()
+# Where a sampling setting's value comes from when the user sets none (setting_sources.py).
+_MODEL_FIRST = (
+    "Where no flag, variable or config file sets it: the served model's own recommendation (its catalog "
+    "entry's, else its GGUF's `general.sampling.{gguf}` or its generation_config.json's `{config}`), else "
+    "this default, the APIs' own."
+)
 
 
 @dataclass(frozen=True)
@@ -341,6 +351,44 @@ class Settings(EngineSettings):
         "(`length`, `max_tokens`, an incomplete response). stop: as the end of the turn (`stop`, "
         "`end_turn`, a completed response), for a small model that never ends an agent's turn itself: "
         "Claude Code treats a `max_tokens` stop as an error and sends the request again.",
+        change="live",
+    )
+    # A request's omitted sampling fields, on every API, take these (llama-server's flags, by name).
+    temp: float = setting(
+        API_SAMPLING.temperature,
+        number(minimum=0, maximum=2),
+        "The temperature a request that names none samples at (0: greedy), on every API. "
+        f"{_MODEL_FIRST.format(gguf='temp', config='temperature')} As llama-server's --temp.",
+        change="live",
+    )
+    top_k: int = setting(
+        API_SAMPLING.top_k,
+        integer(minimum=0),
+        "The top-k of a request that names none: only the k likeliest tokens are drawn from (0: all). "
+        f"{_MODEL_FIRST.format(gguf='top_k', config='top_k')} As llama-server's --top-k.",
+        change="live",
+    )
+    top_p: float = setting(
+        API_SAMPLING.top_p,
+        number(minimum=0, maximum=1),
+        "The top-p of a request that names none: only the likeliest tokens whose probabilities sum to it "
+        f"are drawn from (1: all). {_MODEL_FIRST.format(gguf='top_p', config='top_p')} As llama-server's --top-p.",
+        change="live",
+    )
+    min_p: float = setting(
+        API_SAMPLING.min_p,
+        number(minimum=0, maximum=1),
+        "The min-p of a request that names none: tokens less likely than it times the likeliest are not "
+        f"drawn (0: off). {_MODEL_FIRST.format(gguf='min_p', config='min_p')} As llama-server's --min-p.",
+        change="live",
+    )
+    repeat_penalty: float = setting(
+        API_SAMPLING.repetition_penalty,
+        number(above=0),
+        "The repetition penalty of a request that names none (1: off), as vLLM's repetition_penalty: over "
+        "the whole prompt and output, not llama.cpp's last 64 tokens. "
+        f"{_MODEL_FIRST.format(gguf='penalty_repeat', config='repetition_penalty')} As llama-server's "
+        "--repeat-penalty.",
         change="live",
     )
     keepalive_interval: float = setting(

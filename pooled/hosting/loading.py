@@ -39,6 +39,7 @@ from engine.front import (
 )
 from handlers.context import EncoderKind, EncoderService, FailedPart, FailedSetting
 from pooled.configuration.context_policy import ServedContext, served_context
+from pooled.configuration.model_sampling import checkpoint_defaults
 from pooled.configuration.setting_sources import flag_name
 from pooled.configuration.settings import Settings
 from pooled.hosting.adapter_admin import EngineAdapters
@@ -247,6 +248,7 @@ def load_serving(
         return load_encoder_serving(path, settings, report)
     else:
         checkpoint, config, context = load_generation(path, settings)
+    recommended = checkpoint_defaults(path)
     beside = load_encoders(settings, report)  # an encoder's steps run on this process's first device alone
     encoders = beside.encoders
     if settings.embeddings:
@@ -271,6 +273,7 @@ def load_serving(
         adapters=adapters,
         failed_parts=beside.failed,
         weight_formats=checkpoint.model.weight_formats,
+        checkpoint_defaults=recommended,
     )
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from engine.api import ServedEngine
 from handlers.context import AdapterAdmin, EncoderService, FailedPart, ModelKind, ModelState, ReleasedMemory
+from pooled.configuration.setting_sources import CheckpointDefaults
 from pooled.configuration.settings import Settings
 from pooled.hosting.released_memory import ReleaseWatch
 from pooled.human_units import human_size
@@ -85,6 +86,7 @@ class Loaded:
     adapters: AdapterAdmin | None = None  # a generating model's LoRA adapters
     failed_parts: tuple[FailedPart, ...] = ()  # the models beside it that did not load
     weight_formats: Mapping[str, int] = field(default_factory=dict)  # GGUF block format → matrices (gguf)
+    checkpoint_defaults: CheckpointDefaults | None = None  # the sampling its files recommend
 
 
 Loader = Callable[[Path, Settings, Callable[[str, int, int], None]], Loaded]
@@ -151,6 +153,12 @@ class ModelHost:
     @property
     def weight_formats(self) -> Mapping[str, int] | None:
         return self._loaded.weight_formats if self._loaded and self._loaded.weight_formats else None
+
+    @property
+    def checkpoint_defaults(self) -> CheckpointDefaults | None:
+        """The sampling the served checkpoint's files recommend, once it is loaded."""
+        loaded = self._loaded
+        return loaded.checkpoint_defaults if loaded is not None else None
 
     @property
     def progress(self) -> dict[str, Any] | None:

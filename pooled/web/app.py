@@ -10,6 +10,7 @@ from starlette.types import ASGIApp
 
 from generated.routes import router
 from handlers.context import AccessRules, GenerationLimits, ImageFetch, ModelLibrary, ModelService, ServerContext
+from handlers.generation.sampling_params import SamplingDefaults
 from handlers.generation.volatile_lines import volatile_line_pattern
 from handlers.openai_responses.websocket import responses_socket
 from handlers.response_store import ResponseStore
@@ -66,6 +67,9 @@ def generation_limits(settings: Settings) -> GenerationLimits:
             ImageFetch(settings.image_fetch_timeout, settings.image_fetch_max_bytes)
             if settings.image_url_fetch
             else None
+        ),
+        sampling=SamplingDefaults(
+            settings.temp, settings.top_k, settings.top_p, settings.min_p, settings.repeat_penalty
         ),
     )
 

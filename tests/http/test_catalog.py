@@ -97,11 +97,11 @@ def test_a_user_file_replaces_an_entry_of_the_same_id_and_adds_new_ones(tmp_path
     assert catalog[ENCODER] == load_catalog()[ENCODER]
 
 
-def test_the_default_entry_is_served_with_a_finished_turn_at_512_tokens() -> None:
+def test_the_default_entry_is_served_with_a_finished_turn_at_512_tokens_and_its_cards_sampling() -> None:
     serving = load_catalog()[DEFAULT].serving
     assert serving is not None and serving.model == DEFAULT
-    assert serving.values == {"max_output_tokens": 512, "max_output_tokens_finish": "stop"}
-    assert "Claude Code" in serving.reason
+    assert serving.values == {"max_output_tokens": 512, "max_output_tokens_finish": "stop", "temp": 0.2, "top_p": 0.9}
+    assert "Claude Code" in serving.reason and "model card" in serving.reason
     assert load_catalog()[ENCODER].serving is None
 
 

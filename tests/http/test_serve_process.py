@@ -132,6 +132,39 @@ def test_the_default_models_catalog_defaults_apply_without_flags(served: Served)
     assert "Defaults of the catalog's smollm2-135m-instruct-q4_1: --max-output-tokens 512, " in printed
 
 
+def test_the_readmes_curl_samples_as_the_default_models_card_recommends(served: Served) -> None:
+    """The README's curl names no sampling field: it samples at the temperature 0.2 and top-p 0.9
+    of the default model's card (its catalog entry), not at the APIs' temperature 1 over the whole
+    vocabulary, as `/health`, `/v1/config` and the banner say. What reaches the engine is that: a
+    seeded request samples token for token as the same one naming them, and again the same."""
+    base = served.base
+    assert httpx.get(f"{base}/health").json()["sampling_defaults"] == {
+        "temperature": {"value": 0.2, "origin": "catalog"},
+        "top_k": {"value": 0, "origin": "default"},
+        "top_p": {"value": 0.9, "origin": "catalog"},
+        "min_p": {"value": 0.0, "origin": "default"},
+        "repetition_penalty": {"value": 1.0, "origin": "default"},
+    }
+    values, origins = httpx.get(f"{base}/v1/config").json(), httpx.get(f"{base}/v1/config/origins").json()
+    assert (values["temp"], values["top_p"]) == (0.2, 0.9)
+    assert origins["temp"]["origin"] == origins["top_p"]["origin"] == "catalog"
+    curl = {"model": "pooled", "messages": [{"role": "user", "content": "Hi"}]}
+    answer = httpx.post(f"{base}/v1/chat/completions", json=curl, timeout=600).json()
+    assert answer["choices"][0]["message"]["content"].strip()
+
+    def text(body: dict[str, object]) -> str:
+        reply = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=600).json()
+        return str(reply["choices"][0]["message"]["content"])
+
+    seeded = {**curl, "seed": 7, "max_tokens": 24}
+    named = {**seeded, "temperature": 0.2, "top_p": 0.9, "top_k": 0, "min_p": 0, "repetition_penalty": 1}
+    assert text(seeded) == text(named) == text(seeded)
+    response = httpx.post(f"{base}/v1/responses", json={"model": "pooled", "input": "Hi", "max_output_tokens": 4})
+    assert (response.json()["temperature"], response.json()["top_p"]) == (0.2, 0.9)  # what it sampled with
+    printed = served.log.read_text(errors="replace")
+    assert "Sampling defaults: temperature 0.2 (catalog), top_k 0 (API default), top_p 0.9 (catalog), " in printed
+
+
 def test_the_console_shows_the_load_stages_and_no_librarys_info_lines(served: Served) -> None:
     """At the default --log-level: absl's and orbax's INFO lines while the weights load, and JAX's,
     stay out; pooled's own say each stage once."""

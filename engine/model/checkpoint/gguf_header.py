@@ -104,6 +104,22 @@ class _Cursor:
             return items.tolist()
         return [self.value(item_kind) for _ in range(count)]
 
+    def skip(self, kind: GGUFValueType) -> None:
+        """Past a value without decoding it (a string array still takes a read of each length)."""
+        if kind == GGUFValueType.STRING:
+            self.offset += 8 + struct.unpack_from("<Q", self.data, self.offset)[0]
+            return
+        if kind != GGUFValueType.ARRAY:
+            self.offset += struct.calcsize(_SCALARS[kind])
+            return
+        item_kind = GGUFValueType(self.scalar(GGUFValueType.UINT32))
+        count = self.scalar(GGUFValueType.UINT64)
+        if item_kind in _SCALARS:
+            self.offset += count * struct.calcsize(_SCALARS[item_kind])
+            return
+        for _ in range(count):
+            self.skip(item_kind)
+
 
 def read_header(path: Path) -> GGUFHeader:
     """The header of the GGUF file at `path` (magic already checked). ValueError, struct.error or
@@ -159,6 +175,22 @@ def _tensors(data: mmap.mmap, infos: list[_TensorInfo], start: int) -> list[Head
 
 
 def open_reader(path: Path) -> GGUFHeader:
+    _check_magic(path)
+    try:
+        return read_header(path)
+    except _CORRUPT as error:
+        raise _corrupt(path, error) from error
+
+
+# What reading a truncated or corrupt header raises.
+_CORRUPT = (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError, struct.error)
+
+
+def _corrupt(path: Path, error: Exception) -> CheckpointError:
+    return CheckpointError(f"{path}: truncated or corrupt GGUF file ({' '.join(str(error).split())})")
+
+
+def _check_magic(path: Path) -> None:
     try:
         with open(path, "rb") as file:
             magic = file.read(len(GGUF_MAGIC))
@@ -166,11 +198,6 @@ def open_reader(path: Path) -> GGUFHeader:
         raise CheckpointError(f"{path}: cannot open GGUF file: {error.strerror}") from error
     if magic != GGUF_MAGIC:
         raise CheckpointError(f"{path}: not a GGUF file (bad magic {magic!r})")
-    try:
-        return read_header(path)
-    except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError, struct.error) as error:
-        detail = " ".join(str(error).split())
-        raise CheckpointError(f"{path}: truncated or corrupt GGUF file ({detail})") from error
 
 
 _SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value types
@@ -200,6 +227,33 @@ def gguf_architecture(path: Path) -> str | None:
     except (OSError, struct.error, UnicodeDecodeError):
         return None
     return None
+
+
+def read_gguf_scalars(path: Path, prefix: str) -> dict[str, Any]:
+    """The metadata entries whose keys start with `prefix` and whose values are not arrays, every
+    other value skipped undecoded: for the default model a third of `read_header`'s time, most of
+    it stepping over the vocabulary's strings. A file that is no GGUF, or a truncated one, is a
+    CheckpointError."""
+    _check_magic(path)
+    found: dict[str, Any] = {}
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        cursor = _Cursor(data)
+        cursor.offset = 4  # the magic
+        try:
+            version = cursor.scalar(GGUFValueType.UINT32)
+            if version not in (2, 3):
+                raise ValueError(f"GGUF version {version} is not read here (2 and 3 are)")
+            cursor.offset += 8  # the tensor count
+            for _ in range(cursor.scalar(GGUFValueType.UINT64)):
+                key = cursor.string()
+                kind = GGUFValueType(cursor.scalar(GGUFValueType.UINT32))
+                if key.startswith(prefix) and kind != GGUFValueType.ARRAY:
+                    found[key] = cursor.value(kind)
+                else:
+                    cursor.skip(kind)
+        except _CORRUPT as error:
+            raise _corrupt(path, error) from error
+    return found
 
 
 def read_gguf_metadata(path: Path, prefix: str = "") -> dict[str, Any]:
