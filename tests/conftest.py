@@ -5,12 +5,15 @@ side is a plain object whose state a test sets, which is all the HTTP layer
 reads.
 
 For the whole run: the persistent XLA cache that `pooled serve` keeps (`$POOLED_CACHE_DIR`/xla)
-holds the programs of the engines tests build in-process too, and every test under tests/e2e and
-tests/ui is marked `server` (it drives a real `pooled serve`; see docs/testing.md).
+holds the programs of the engines tests build in-process too; XLA compiles them, in this process and
+in every `pooled serve` it starts, without LLVM's optimisation passes (TEST_XLA_FLAGS); and every
+test under tests/e2e and tests/ui is marked `server` (it drives a real `pooled serve`; see
+docs/testing.md).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +30,18 @@ from pooled.web.app import build_app, server_context
 BASE_URL = "http://127.0.0.1:8080"
 TESTS = Path(__file__).resolve().parent
 SERVER_FOLDERS = {TESTS / "e2e", TESTS / "ui"}  # every test in them drives a real `pooled serve`
+# A test runs each program a few times, so compiling is most of what it costs: without LLVM's
+# passes an engine compiles about a third faster (and its steps run slower, by up to half on a
+# decode step). Speed is all a test gives up: it compares answers with others from the same run
+# (same flags) or with the goldens within their tolerances, and the dots are library calls that
+# the flag does not touch. `make bench` and `pooled serve` keep XLA's default.
+TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Read when jax starts its CPU backend (the first array, after this) and inherited by every
+    # server a test starts (tests/pooled_servers.py passes the environment on).
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
     use_compilation_cache()  # before any test compiles
 
 

@@ -1,6 +1,11 @@
-"""LoRA adapters on a real `pooled serve` (the default model, two adapter slots, nine decode
-lanes): one adapter loaded at start by `--lora`, others loaded and unloaded over HTTP under the
-trust policy while streams run, and every generation route running with the adapter it names."""
+"""LoRA adapters on a real `pooled serve` (a tiny random Llama GGUF in the default model's Q4_1
+blocks, with its tokenizer and chat template; two adapter slots, nine decode lanes): one adapter
+loaded at start by `--lora`, others loaded and unloaded over HTTP under the trust policy while
+streams run, and every generation route running with the adapter it names.
+
+A tiny model, not the default one: what is tested is the adapters' path through the server (slots,
+policy, routes, hot loads beside streams), which a model's size does not change, and the default
+model's nine lanes and adapter slots compiled shapes no other server shares (minutes, cold)."""
 
 from __future__ import annotations
 
@@ -17,16 +22,18 @@ from typing import Any
 import httpx
 import pytest
 
+from pooled.hosting.model_host import default_model_path
+from tests.engine.tiny_gguf_decoders import FFN, HEADS, HIDDEN, KV_HEADS, LAYERS, write_tiny_gguf
 from tests.engine.tiny_lora import ALL, write_peft_adapter
 from tests.pooled_servers import running_server
 
-# SmolLM2-135M's shapes, which an adapter for the default model must have.
-SMOLLM2 = {
-    "hidden_size": 576,
-    "intermediate_size": 1536,
-    "num_attention_heads": 9,
-    "num_key_value_heads": 3,
-    "num_hidden_layers": 30,
+# The tiny model's shapes, which an adapter for it must have.
+TINY = {
+    "hidden_size": HIDDEN,
+    "intermediate_size": FFN,
+    "num_attention_heads": HEADS,
+    "num_key_value_heads": KV_HEADS,
+    "num_hidden_layers": LAYERS,
 }
 # Scaled well past a trained adapter's, so that it changes greedy answers within a few tokens.
 STRONG = {"r": 8, "lora_alpha": 64, "target_modules": list(ALL)}
@@ -48,15 +55,17 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    model = tmp_path_factory.mktemp("models") / "tiny-llama.gguf"
+    write_tiny_gguf(model, {"default": "Q4_1"}, tied=True, tokenizer_from=default_model_path())
     root = tmp_path_factory.mktemp("lora-root")
-    start = write_peft_adapter(tmp_path_factory.mktemp("operator") / "start", SMOLLM2, STRONG, seed=1)
-    write_peft_adapter(root / "hot", SMOLLM2, STRONG, seed=2)
-    write_peft_adapter(root / "wide", SMOLLM2, {**STRONG, "r": 16}, seed=3)
-    write_peft_adapter(root / "other-model", {**SMOLLM2, "hidden_size": 64}, STRONG, seed=4)
+    start = write_peft_adapter(tmp_path_factory.mktemp("operator") / "start", TINY, STRONG, seed=1)
+    write_peft_adapter(root / "hot", TINY, STRONG, seed=2)
+    write_peft_adapter(root / "wide", TINY, {**STRONG, "r": 16}, seed=3)
+    write_peft_adapter(root / "other-model", {**TINY, "hidden_size": 64}, STRONG, seed=4)
     (root / "escape").symlink_to(start, target_is_directory=True)
     # One lane more than the streams, for the request that uses the adapter loaded beside them.
-    args = ["--ctx", "512", "--decode-lanes", str(STREAMS + 1), "--max-loras", "2", "--max-lora-rank", "8"]
-    args += ["--lora-root", str(root), "--lora", f"start={start}"]
+    args = ["--model", str(model), "--ctx", "256", "--decode-lanes", str(STREAMS + 1)]
+    args += ["--max-loras", "2", "--max-lora-rank", "8", "--lora-root", str(root), "--lora", f"start={start}"]
     # Every shape first: tests compare greedy answers of requests sent at different times, which
     # must run on the same shapes (a step padded to a larger shape may round differently).
     with running_server(tmp_path_factory, args, every_shape=True) as base:
