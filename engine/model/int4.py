@@ -33,6 +33,7 @@ Two paths compute with these weights (engine/model/int8.py picks one):
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Array = jax.Array
 
@@ -75,6 +76,26 @@ def pack(weights: Array) -> Array:
 
     stored = jnp.concatenate([codes, group_major(scales), group_major(mins)], axis=-1)
     return stored.reshape(*lead, n, packed_bytes(k))
+
+
+def from_q4_1_rows(rows: np.ndarray) -> np.ndarray:
+    """A GGUF's Q4_1 rows, uint8 [N, K/BLOCK · 20] (each block an f16 scale, an f16 minimum and 16
+    bytes of codes: input j in the low nibble of byte j, input j + 16 in the high one) → the layout
+    `pack` gives their floats: the same codes, scales and minimums, only moved (numpy, no rounding)."""
+    n, size = rows.shape
+    groups, count = n // GROUP, size // BLOCK_BYTES
+    blocks = rows.reshape(groups, GROUP, count, BLOCK_BYTES)
+    scales, mins, file_codes = blocks[..., 0:2], blocks[..., 2:4], blocks[..., 4:]
+    levels = np.concatenate([file_codes & 0x0F, file_codes >> 4], axis=-1)  # [g, c, b, inputs in order]
+    levels = levels.reshape(groups, GROUP, count, BLOCK // STEP, 2, STEP // 2)
+    codes = levels[..., 0, :] | (levels[..., 1, :] << 4)  # [g, c, b, s, j]
+    codes = np.moveaxis(codes, 1, 3).reshape(groups, count, -1)  # [g, b, s, c, j]
+
+    def group_major(values: np.ndarray) -> np.ndarray:  # f16 bytes [g, c, b, 2] → [g, b, c · 2]
+        return np.swapaxes(values, 1, 2).reshape(groups, count, -1)
+
+    stored = np.concatenate([codes, group_major(scales), group_major(mins)], axis=-1)
+    return stored.reshape(n, packed_bytes(count * BLOCK))
 
 
 def fields(packed: Array) -> tuple[Array, Array, Array]:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine.errors import CheckpointError
-from engine.model import kernels
+from engine.model import int4, kernels
 from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.gguf_blocks import FORMATS
 from tests.engine.tiny_gguf_decoders import Q4_K_M, VOCAB, write_tiny_gguf
@@ -69,7 +69,19 @@ def test_auto_keeps_floats_for_unserved_matrices_and_gguf_says_why(tmp_path: Pat
         load_model(path, cache_dir=tmp_path / "cache", progress=False, quantization="gguf")
 
 
-def test_all_q4_1_projections_keep_w4a8(tmp_path: Path) -> None:
+def test_all_q4_1_projections_keep_w4a8_from_the_files_blocks(tmp_path: Path) -> None:
+    """w4a8 moves the file's Q4_1 blocks into its layout: the same bytes packing the file's floats
+    gives, and no prepared copy of weights the file holds."""
     path = write_tiny_gguf(tmp_path / "q41.gguf", {"default": "Q4_1", "token_embd": "Q8_0", "output": "Q8_0"})
-    assert load_model(path, cache_dir=tmp_path / "cache", progress=False, quantization="auto").quantization == "w4a8"
+    model = load_model(path, cache_dir=tmp_path / "cache", progress=False, quantization="auto")
+    assert model.quantization == "w4a8" and not model.from_cache
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+    floats = load_model(path, cache_dir=tmp_path / "floats", progress=False, quantization="none")
+    q = floats.params["layer_1"]["attn"]["q"]["kernel"]  # [D, heads, head_dim]: llama's q rows, unpermuted
+    expected = int4.pack(jnp.transpose(q, (1, 2, 0)).reshape(*q.shape[1:], -1))
+    np.testing.assert_array_equal(np.asarray(model.params["layer_1"]["attn"]["q"]["kernel"]), np.asarray(expected))
+    down = floats.params["layer_0"]["mlp"]["down"]["kernel"]  # [F, D]
+    np.testing.assert_array_equal(
+        np.asarray(model.params["layer_0"]["mlp"]["down"]["kernel"]), np.asarray(int4.pack(down.T))
+    )
     assert load_model(path, cache_dir=tmp_path / "cache", progress=False, quantization="gguf").quantization == "gguf"

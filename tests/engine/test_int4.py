@@ -7,6 +7,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from gguf import GGMLQuantizationType, quants
 
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
@@ -43,6 +44,19 @@ def test_packing_finds_a_q4_1_files_own_blocks() -> None:
     np.testing.assert_array_equal(got_codes, codes)
     np.testing.assert_array_equal(got_scales, scales)
     np.testing.assert_array_equal(got_mins, mins)
+
+
+def test_a_q4_1_files_rows_move_into_the_layout_that_packing_their_floats_gives() -> None:
+    """A GGUF's Q4_1 rows (as llama.cpp's reference quantizer writes them) moved into the layout
+    byte for byte as `pack` of their dequantized floats: w4a8 serves a Q4_1 file without
+    dequantizing it."""
+    rng = np.random.default_rng(2)
+    floats = rng.standard_t(3, (16, 96)).astype(np.float32)
+    floats[3, 32:64] = 0.25  # a constant block: scale 0
+    rows = quants.quantize(floats, GGMLQuantizationType.Q4_1)
+    assert rows.dtype == np.uint8 and rows.shape == (16, 3 * int4.BLOCK_BYTES)
+    dequantized = quants.dequantize(rows, GGMLQuantizationType.Q4_1).astype(np.float32)
+    np.testing.assert_array_equal(int4.from_q4_1_rows(rows), np.asarray(int4.pack(jnp.asarray(dequantized))))
 
 
 def test_packing_rounds_any_weights_to_half_a_step() -> None:

@@ -32,9 +32,13 @@ class BlockMatrix:
     def reshape(self, *shape: int) -> "BlockMatrix":
         return self
 
+    def rows(self) -> np.ndarray:
+        """The file's rows in HF's row order, [N, row bytes]."""
+        return self.source if self.transform is None else self.transform(self.source)
+
     def fitted(self, shape: tuple[int, ...], name: str) -> np.ndarray:
         """The rows as the parameter's [*channels, row bytes]."""
-        rows = self.source if self.transform is None else self.transform(self.source)
+        rows = self.rows()
         if math.prod(shape[:-1]) != self.shape[0] or shape[-1] != rows.shape[-1]:
             raise CheckpointError(
                 f"parameter {name} has shape {shape} but the file's {self.format} rows are {rows.shape}"

@@ -9,7 +9,7 @@ with comes back as a `BlockMatrix` instead: the file's own rows, never dequantiz
 import copy
 import itertools
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -162,7 +162,7 @@ class GGUFTensors(Mapping[str, np.ndarray]):
 
     def __init__(self, tensors: list[HeaderTensor], hf_config: dict, path: Path, interleaved_qk: bool = False) -> None:
         """`interleaved_qk`: the family's `FamilyTraits.gguf_interleaved_qk`."""
-        self._blocks = False
+        self._block_formats: frozenset[str] = frozenset()
         self._interleaved_qk = interleaved_qk
         self._joined: Mapping[str, np.ndarray] = {}
         self._entries: dict[str, tuple[HeaderTensor, int | None, _Transform | None]] = {}
@@ -188,11 +188,11 @@ class GGUFTensors(Mapping[str, np.ndarray]):
         fix = _rotary_fix(part, hf_config) if self._interleaved_qk else None
         self._entries[f"{prefix}.{BLOCK_TENSORS[part]}.{suffix}"] = (tensor, None, fix)
 
-    def as_blocks(self) -> "GGUFTensors":
-        """These tensors with each matrix in a served block format as a `BlockMatrix` (the joined
-        ones stay float)."""
+    def as_blocks(self, formats: Collection[str] = tuple(gguf_weights.FORMATS)) -> "GGUFTensors":
+        """These tensors with each matrix in one of `formats` (default: every served block format)
+        as a `BlockMatrix` (the joined ones stay float)."""
         view = copy.copy(self)
-        view._blocks = True
+        view._block_formats = frozenset(formats)
         return view
 
     def joined(self, other: Mapping[str, np.ndarray]) -> "GGUFTensors":
@@ -205,7 +205,7 @@ class GGUFTensors(Mapping[str, np.ndarray]):
         if name in self._joined:
             return self._joined[name]
         tensor, expert, transform = self._entries[name]
-        if self._blocks and expert is None and _is_matrix(tensor) and tensor.tensor_type.name in gguf_weights.FORMATS:
+        if expert is None and _is_matrix(tensor) and tensor.tensor_type.name in self._block_formats:
             shape = (int(tensor.shape[1]), int(tensor.shape[0]))  # ggml lists the input dimension first
             return cast(np.ndarray, BlockMatrix(tensor.data, tensor.tensor_type.name, shape, transform))
         data = tensor.data if expert is None else tensor.data[expert]

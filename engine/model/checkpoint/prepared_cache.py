@@ -14,9 +14,10 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orbax.checkpoint as ocp
+if TYPE_CHECKING:
+    import orbax.checkpoint as ocp
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,14 @@ def fingerprint(files: Sequence[Path], dtype: str) -> str:
     return digest.hexdigest()[:32]
 
 
+def _checkpointer() -> "ocp.StandardCheckpointer":
+    """orbax, imported on first use: it takes a second or more to import, and a start that restores
+    nothing (a GGUF served from its blocks) needs none of it."""
+    import orbax.checkpoint as ocp
+
+    return ocp.StandardCheckpointer()
+
+
 class PreparedCache:
     """`lookup` → metadata of a complete entry; `restore` → params placed with the given shardings."""
 
@@ -52,7 +61,7 @@ class PreparedCache:
 
     def restore(self, target: Any) -> Any:
         """`target` is a tree of jax.ShapeDtypeStruct carrying the sharding to restore into."""
-        with ocp.StandardCheckpointer() as checkpointer:
+        with _checkpointer() as checkpointer:
             return checkpointer.restore((self.entry / _PARAMS).absolute(), target)
 
     def save(self, params: Any, meta: dict[str, Any]) -> None:
@@ -61,7 +70,7 @@ class PreparedCache:
         try:
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir(parents=True)
-            with ocp.StandardCheckpointer() as checkpointer:
+            with _checkpointer() as checkpointer:
                 checkpointer.save((staging / _PARAMS).absolute(), params)
             (staging / _META).write_text(json.dumps(meta))
             shutil.rmtree(self.entry, ignore_errors=True)

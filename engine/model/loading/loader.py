@@ -12,7 +12,8 @@ need of it.
 3. With `quantization="w8a8"`, turn the projections and the output head into int8 weights with
    per-channel scales (`engine/model/int8.py`); with "w4a8" into Q4_1 blocks (`engine/model/int4.py`). The
    cache keeps the float parameters: the quantization is a serving choice, cheap to redo at each
-   load.
+   load. A GGUF's Q4_1 matrices are moved into that layout from the file's
+   own blocks instead (no float copy, no prepared cache: the file is the prepared form).
 4. With "gguf", a GGUF file's matrices stay in their own blocks (`engine/model/gguf_weights.py`):
    the family's conversion passes each through as a `BlockMatrix`, the loader copies the file's
    rows to the devices and keeps no float copy; no prepared cache either (the file is the prepared
@@ -25,7 +26,7 @@ GGUF whose matrices are all in block formats the kernels compute with, else none
 
 import logging
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, overload
@@ -38,7 +39,7 @@ from tqdm import tqdm
 
 from engine.cache_paths import cache_root
 from engine.errors import CheckpointError
-from engine.model import gguf_weights, int8, kernels
+from engine.model import gguf_weights, int4, int8, kernels
 from engine.model.checkpoint.block_matrix import BlockMatrix
 from engine.model.checkpoint.hf_folder import checkpoint_files
 from engine.model.checkpoint.prepared_cache import PreparedCache, fingerprint
@@ -149,7 +150,9 @@ def load_model(
     cache = PreparedCache(cache_root(cache_dir), files_fingerprint)
     mesh = make_mesh(devices)
 
-    meta = cache.lookup() if prepared_cache else None
+    # A GGUF's header is read at every load (its tensors stay in the mapped file until used): what
+    # it is served as depends on it, and a GGUF served from its blocks needs no prepared copy.
+    meta = cache.lookup() if prepared_cache and not is_gguf else None
     raw = _read(path, is_gguf, projector) if meta is None else None
     if meta is None:
         assert raw is not None
@@ -169,15 +172,34 @@ def load_model(
     if quantization in ("auto", "gguf"):
         quantization = resolve_quantization(meta, family, mesh, required=quantization == "gguf")
     params: Any  # the family's parameter tree
+    restored = False
     if quantization == "gguf":
-        raw = raw or _read(path, is_gguf, projector)
+        assert raw is not None
         config, params = _block_params(raw, family, config, dtype, mesh, progress)
         model = family.model(config, DTYPES[dtype])
     else:
         model = family.model(config, DTYPES[dtype])
         shapes, logical = abstract_params(model)
         shardings = shardings_for(shapes, logical, mesh)
-        params = _restore(cache, shapes, shardings) if raw is None else None
+        # The int8 or int4 model's parameters, which the float ones become below.
+        quantized = (
+            abstract_params(family.model(replace(config, matmul_weights=QUANTIZATIONS[quantization]), DTYPES[dtype]))
+            if quantization in ("w8a8", "w4a8")
+            else None
+        )
+        packed = None
+        if quantization == "w4a8" and quantized is not None:
+            packed = _q4_1_packed(raw, family, config, (shapes, logical), quantized)
+        if packed is not None:
+            packed_shapes, packed_logical, entries = packed
+            params = _prepare(
+                iter(entries), packed_shapes, shardings_for(packed_shapes, packed_logical, mesh), progress
+            )
+        elif prepared_cache and cache.lookup() is not None:
+            params = _restore(cache, shapes, shardings)
+            restored = params is not None
+        else:
+            params = None
         if params is None:
             raw = raw or _read(path, is_gguf, projector)
             params = _prepare(family.convert(raw.tensors, config), shapes, shardings, progress)
@@ -185,9 +207,10 @@ def load_model(
                 log.info("saving prepared parameters to %s", cache.entry)
                 cache.save(params, meta)
     if quantization in ("w8a8", "w4a8"):
+        assert quantized is not None
         config = replace(config, matmul_weights=QUANTIZATIONS[quantization])
         model = family.model(config, DTYPES[dtype])
-        params = _int8_params(params, model, mesh)
+        params = _int8_params(params, *quantized, mesh)
     elif quantization == "none" and config.tie_word_embeddings and dtype == "float32" and _native_matmuls(mesh):
         config = replace(config, tie_word_embeddings=False)
         model = family.model(config, DTYPES[dtype])
@@ -207,7 +230,7 @@ def load_model(
         # edited one is served (a GGUF's lives in the fingerprinted file itself).
         chat_template=meta["chat_template"] if is_gguf else read_chat_template(path),
         image_processor=meta.get("image_processor") if is_gguf or config.vision is None else read_image_processor(path),
-        from_cache=raw is None,
+        from_cache=restored,
         quantization=quantization,
         fingerprint=files_fingerprint,
     )
@@ -267,6 +290,59 @@ def _block_params(
     return config, _prepare(iter(entries), shapes, shardings_for(shapes, logical, mesh), progress)
 
 
+def _q4_1_packed(
+    raw: RawCheckpoint | None,
+    family: DecoderFamily,
+    config: ModelConfig,
+    floats: tuple[Any, Any],
+    int4_model: tuple[Any, Any],
+) -> tuple[Any, Any, list[tuple[str, Any]]] | None:
+    """w4a8 from a GGUF: the shapes and logical axes to place by (the float model's, the Q4_1
+    matrices' leaves packed) and the converted entries with each Q4_1 matrix the file's own blocks
+    in engine/model/int4.py's layout (moved, not requantized: `pack` of their floats finds the same
+    blocks). The rest
+    (the embedding) stays float, quantized as any w4a8 model's. None where a Q4_1 matrix is not a
+    packed weight of the w4a8 model (its channels or depth do not pack): its floats are packed then.
+    """
+    from engine.model.checkpoint.gguf_file import GGUFTensors
+
+    if raw is None or not isinstance(raw.tensors, GGUFTensors):
+        return None
+    (shapes, logical), (int4_shapes, int4_logical) = floats, int4_model
+    entries = list(family.convert(raw.tensors.as_blocks(("Q4_1",)), config))  # views of the file, the embedding
+    blocks = {key for key, leaf in _entry_leaves(entries) if isinstance(leaf, BlockMatrix)}
+    packed = {key for key, leaf in _entry_leaves(int4_shapes.items()) if leaf.dtype == jnp.uint8}
+    if not blocks or blocks != packed:
+        return None
+    moved = [
+        (name, jax.tree.map(lambda leaf: _moved_q4_1(leaf) if isinstance(leaf, BlockMatrix) else leaf, host))
+        for name, host in entries
+    ]
+    return _with_packed(shapes, int4_shapes, packed), _with_packed(logical, int4_logical, packed), moved
+
+
+def _moved_q4_1(matrix: BlockMatrix) -> BlockMatrix:
+    return BlockMatrix(int4.from_q4_1_rows(matrix.rows()), "Q4_1", matrix.shape)
+
+
+def _entry_leaves(entries: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+    for name, host in entries:
+        for key, leaf in jax.tree_util.tree_flatten_with_path(host)[0]:
+            yield _name(name, key), leaf
+
+
+def _with_packed(floats: dict[str, Any], packed: dict[str, Any], keys: set[str], prefix: str = "") -> dict[str, Any]:
+    """The tree `floats` with the leaves at `keys` taken from `packed` (a tree of the same names)."""
+    return {
+        name: _with_packed(leaf, packed[name], keys, f"{prefix}{name}/")
+        if isinstance(leaf, dict)
+        else packed[name]
+        if f"{prefix}{name}" in keys
+        else leaf
+        for name, leaf in floats.items()
+    }
+
+
 def _native_matmuls(mesh: Mesh) -> bool:
     """Whether float matmuls run on the native CPU kernel (engine/model/layers/linear.py float_matmuls)."""
     return mesh.devices.flat[0].platform == "cpu" and kernels.available()
@@ -284,17 +360,16 @@ def _untied_head(params: Any, model: Any, mesh: Mesh) -> Any:
     return untie(params)
 
 
-def _int8_params(params: Any, model: Any, mesh: Mesh) -> Any:
-    """Float parameters → the int8 model's tree: each int8 weight `w` with its `w_scale`, or packed
-    to Q4_1 (uint8) on its own."""
-    shapes, logical = abstract_params(model)
+def _int8_params(params: Any, shapes: Any, logical: Any, mesh: Mesh) -> Any:
+    """Float parameters → the int8 model's tree (its `shapes` and `logical` axes): each int8 weight
+    `w` with its `w_scale`, or packed to Q4_1 (uint8) on its own (or as it is, packed already)."""
 
     def convert(floats: dict[str, Any], shapes: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name, shape in shapes.items():
             if isinstance(shape, dict):
                 out[name] = convert(floats[name], shape)
-            elif name in floats and shape.dtype in (jnp.int8, jnp.uint8):
+            elif name in floats and shape.dtype in (jnp.int8, jnp.uint8) and floats[name].dtype != shape.dtype:
                 # An embedding table's channels are its rows (tokens); a kernel's are its last axes.
                 packed = shape.dtype == jnp.uint8
                 weight = int8.quantize(
