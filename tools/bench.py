@@ -524,16 +524,22 @@ def pooled_bytes_per_step(model: Path, quantization: str) -> int:
     return int(sum(int(t.n_elements) * element_bytes(t.name, len(t.shape)) for t in tensors))
 
 
+def pooled_flags(prefix_dir: str, extra: list[str], slots: int, long: bool) -> list[str]:
+    """pooled's flags in a round: a prefix-cache disk tier of the run's own (cold at the first
+    start, warm after the restart); without the long figures the context and lanes llama-server's
+    slots hold, so peak RSS compares the same KV cache (with them pooled's default context, which
+    they need); `extra` (--pooled-args) last, so it wins."""
+    same_context = [] if long else ["--ctx", str(SLOT_CONTEXT), "--decode-lanes", str(slots)]
+    return [*same_context, "--prefix-cache-dir", prefix_dir, *extra]
+
+
 def measure_pooled(model: Path, tokenizer: Tokenizer, pooled_args: list[str], slots: int, long: bool) -> Report:
     url = "http://127.0.0.1:8091"
     with (
         tempfile.TemporaryDirectory(prefix="bench-prefix-") as prefix,
         tempfile.TemporaryDirectory(prefix="bench-cache-") as cache,
     ):
-        # A prefix-cache disk tier of the run's own: cold at the first start, warm after the restart.
-        args = ["--prefix-cache-dir", prefix, *pooled_args]
-        if not long:  # the context llama-server's slots hold: peak RSS compares like with like
-            args = ["--ctx", str(SLOT_CONTEXT), "--decode-lanes", str(slots), *args]
+        args = pooled_flags(prefix, pooled_args, slots, long)
         # A prepared-weights and compilation cache of the run's own, so the first start compiles
         # from nothing and the second finds it filled; the native kernels, built once per machine,
         # are linked in (building them is not the model's start).
