@@ -47,14 +47,16 @@ test-packages:
 		echo "$(TEST_PACKAGES) could not be installed: the tests that drive them will be skipped"
 
 # QUANT_ARGS go to the figures on the default model requantized by llama-quantize (Q4_K_M and
-# Q8_0, served from their own blocks), EMBEDDING_ARGS to the embeddings figures
-# (tools/embedding_bench.py), LORA_ARGS to the LoRA ones (tools/lora_bench.py), HOST_PATH_ARGS to
-# the host path's CPU proxy (tools/host_path_bench.py), VISION_ARGS to the image chats against
-# llama-server --mmproj (tools/vision_bench.py).
+# Q8_0, served from their own blocks) and on a random-weight Qwen2-0.5B in Q4_K_M (made once in
+# the bench folder by tools/random_checkpoint.py, tools/qwen2_gguf.py and llama-quantize),
+# EMBEDDING_ARGS to the embeddings figures (tools/embedding_bench.py), LORA_ARGS to the LoRA ones
+# (tools/lora_bench.py), HOST_PATH_ARGS to the host path's CPU proxy (tools/host_path_bench.py),
+# VISION_ARGS to the image chats against llama-server --mmproj (tools/vision_bench.py).
 QUANT_ARGS ?= --no-long --rounds 2
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py $(ARGS)
 	for type in Q4_K_M Q8_0; do $(BIN)/python tools/bench.py --quantize $$type $(QUANT_ARGS) || exit 1; done
+	$(BIN)/python tools/bench.py --model-shape qwen2-0.5b --quantize Q4_K_M $(QUANT_ARGS)
 	$(BIN)/python tools/embedding_bench.py $(EMBEDDING_ARGS)
 	$(BIN)/python tools/lora_bench.py $(LORA_ARGS)
 	$(BIN)/python tools/host_path_bench.py $(HOST_PATH_ARGS)

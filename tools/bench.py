@@ -4,6 +4,7 @@
     python tools/bench.py --only pooled         # one server
     python tools/bench.py --base-url URL        # an already running OpenAI-compatible server, printed only
     python tools/bench.py --quantize Q4_K_M     # the default model requantized by llama-quantize
+    python tools/bench.py --model-shape qwen2-0.5b --quantize Q4_K_M   # a random Qwen2-0.5B, Q4_K_M
 
 Each server is started, measured and stopped in turn, so they never compete for
 the CPU; keep the machine otherwise quiet (llama-server with 2 threads collapses
@@ -27,7 +28,9 @@ so both servers do the same work:
   was given (the standard library's `textwrap.TextWrapper._wrap_chunks`, one name changed), and
   for pooled the same with prompt-lookup drafts off (`--draft-tokens 0`) and the drafts'
   acceptance rate (`/metrics`);
-- peak RSS of the server process;
+- peak RSS of the server process; without the long figures pooled serves the context each of
+  llama-server's slots holds (`--ctx` 4096, as many decode lanes as slots), so both hold the
+  same KV cache;
 - start to ready: pooled's first start in a round compiles from nothing (a prepared-weights
   and compilation cache of the run's own, the native kernels linked in), its second start is warm
   (that cache filled); llama-server's start;
@@ -72,6 +75,7 @@ PROMPT_SIZES = (128, 1024, 3072)
 LONG_SIZES = (8192, 16384, 21000)
 LONG_CONTEXT = 32768
 LONG_DECODE_TOKENS = 64  # decoded after the ~16k prompt
+SLOT_CONTEXT = 4096  # tokens a llama-server slot holds for the main figures (pooled's --ctx without the long ones)
 CONCURRENCY = (1, 4, 16, 32)
 DECODE_TOKENS = 128
 CONCURRENT_TOKENS = 64
@@ -520,14 +524,22 @@ def pooled_bytes_per_step(model: Path, quantization: str) -> int:
     return int(sum(int(t.n_elements) * element_bytes(t.name, len(t.shape)) for t in tensors))
 
 
-def measure_pooled(model: Path, tokenizer: Tokenizer, pooled_args: list[str], long: bool) -> Report:
+def pooled_flags(prefix_dir: str, extra: list[str], slots: int, long: bool) -> list[str]:
+    """pooled's flags in a round: a prefix-cache disk tier of the run's own (cold at the first
+    start, warm after the restart); without the long figures the context and lanes llama-server's
+    slots hold, so peak RSS compares the same KV cache (with them pooled's default context, which
+    they need); `extra` (--pooled-args) last, so it wins."""
+    same_context = [] if long else ["--ctx", str(SLOT_CONTEXT), "--decode-lanes", str(slots)]
+    return [*same_context, "--prefix-cache-dir", prefix_dir, *extra]
+
+
+def measure_pooled(model: Path, tokenizer: Tokenizer, pooled_args: list[str], slots: int, long: bool) -> Report:
     url = "http://127.0.0.1:8091"
     with (
         tempfile.TemporaryDirectory(prefix="bench-prefix-") as prefix,
         tempfile.TemporaryDirectory(prefix="bench-cache-") as cache,
     ):
-        # A prefix-cache disk tier of the run's own: cold at the first start, warm after the restart.
-        args = ["--prefix-cache-dir", prefix, *pooled_args]
+        args = pooled_flags(prefix, pooled_args, slots, long)
         # A prepared-weights and compilation cache of the run's own, so the first start compiles
         # from nothing and the second finds it filled; the native kernels, built once per machine,
         # are linked in (building them is not the model's start).
@@ -563,10 +575,16 @@ def llama_tools() -> Path:
     return Path(subprocess.check_output([str(script)], text=True).strip()).parent
 
 
+def bench_models() -> Path:
+    """Where the GGUF files the bench makes are kept: beside the llama.cpp build."""
+    return llama_tools().parent.parent / "models"
+
+
 def requantized(model: Path, quantization: str) -> Path:
     """`model` requantized to `quantization` by llama-quantize (`--allow-requantize`: from its
-    dequantized blocks, as from a float file), kept beside the llama.cpp build."""
-    target = llama_tools().parent.parent / "models" / f"{model.stem.split('.')[0]}.{quantization}.gguf"
+    dequantized blocks, as from a float file), kept among the bench's models, named as `model`
+    less its own type ("NAME.Q4_1.gguf" → "NAME.Q4_K_M.gguf")."""
+    target = bench_models() / f"{model.stem.rsplit('.', 1)[0]}.{quantization}.gguf"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(".partial")
@@ -576,10 +594,29 @@ def requantized(model: Path, quantization: str) -> Path:
     return target
 
 
+def random_model(shape: str) -> Path:
+    """A random-weight checkpoint of `shape` (tools/random_checkpoint.py) as an F16 GGUF, as
+    llama.cpp's converter would write it (tools/qwen2_gguf.py: the converter refuses its made-in-code
+    tokenizer), made once among the bench's models: llama-quantize's input. Both are run as their
+    own processes, so their JAX and their gigabytes stay out of this one."""
+    target = bench_models() / f"random-{shape}.F16.gguf"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".partial")
+        with tempfile.TemporaryDirectory(prefix="random-", dir=target.parent) as folder:
+            for tool, *arguments in (
+                ("tools.random_checkpoint", folder, "--shape", shape),
+                ("tools.qwen2_gguf", folder, str(partial), "--type", "F16"),
+            ):
+                subprocess.run([sys.executable, "-m", tool, *arguments], cwd=REPO, check=True)
+        partial.rename(target)
+    return target
+
+
 def measure_llama_server(model: Path, tokenizer: Tokenizer, threads: int, slots: int, long: bool) -> Report:
     binary = llama_tools() / "llama-server"
     url = "http://127.0.0.1:8092"
-    with running(llama_command(binary, model, 8092, threads, slots, 4096), url, "/health") as server:
+    with running(llama_command(binary, model, 8092, threads, slots, SLOT_CONTEXT), url, "/health") as server:
         report = asyncio.run(measure("llama-server", url, tokenizer, server.process.pid))
         report.ready_s = server.ready_s
     if long:
@@ -596,6 +633,12 @@ def main() -> int:
     parser.add_argument(
         "--quantize", metavar="TYPE", help="serve --model (or the default) requantized by llama-quantize, e.g. Q4_K_M"
     )
+    parser.add_argument(
+        "--model-shape",
+        metavar="SHAPE",
+        help="instead of --model, a random-weight Qwen2 checkpoint of tools/random_checkpoint.py's SHAPE "
+        "(qwen2-0.5b) as an F16 GGUF, made once in the bench folder",
+    )
     parser.add_argument("--only", choices=("pooled", "llama-server"), help="measure one server")
     parser.add_argument("--base-url", help="measure an already running server and print the figures only")
     parser.add_argument("--threads", type=int, default=2, help="llama-server threads")
@@ -605,16 +648,20 @@ def main() -> int:
     parser.add_argument("--no-long", dest="long", action="store_false", help="skip the long-context figures")
     parser.add_argument("--write", type=Path, default=REPO / "docs" / "BENCHMARKS.md")
     parser.add_argument(
-        "--section", help="which marked section of --write this run replaces (default: --quantize's type, or main)"
+        "--section",
+        help="which marked section of --write this run replaces (default: --model-shape and --quantize's type "
+        "joined by '-', or main)",
     )
     parser.add_argument("--plan", action="store_true", help="print what would be measured, measure nothing")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    model = args.model or default_model_path()
+    if args.model and args.model_shape:
+        parser.error("--model and --model-shape name two models; give one")
+    model = random_model(args.model_shape) if args.model_shape else args.model or default_model_path()
     if args.quantize:
         model = requantized(model, args.quantize)
-    args.section = args.section or args.quantize or "main"
+    args.section = args.section or "-".join(filter(None, (args.model_shape, args.quantize))) or "main"
     if args.plan:
         servers = [server for server in ("pooled", "llama-server") if args.only in (None, server)]
         long = "with" if args.long else "without"
@@ -636,7 +683,7 @@ def main() -> int:
         # Every other round the other server goes first, so a steady drift reaches both alike.
         for server in list(runs) if round_index % 2 == 0 else list(runs)[::-1]:
             if server == "pooled":
-                runs[server].append(measure_pooled(model, tokenizer, args.pooled_args.split(), args.long))
+                runs[server].append(measure_pooled(model, tokenizer, args.pooled_args.split(), args.slots, args.long))
             elif not llama_server_failed:
                 try:
                     runs[server].append(measure_llama_server(model, tokenizer, args.threads, args.slots, args.long))

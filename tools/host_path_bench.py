@@ -59,7 +59,7 @@ def build_proxy_model(directory: Path) -> list[int]:
     of the byte-level one (the same 49,152 ids), written to `directory`; returns the prompt's ids."""
     tokenizer = Tokenizer.from_gguf_file(default_model_path())
     assert tokenizer.vocab_size == random_checkpoint.VOCAB
-    random_checkpoint.write(directory, "tiny", "float32")
+    random_checkpoint.write(directory, random_checkpoint.SHAPES["tiny"], "float32")
     (directory / "tokenizer.json").write_text(tokenizer.to_json())
     (directory / "tokenizer_config.json").write_text(
         json.dumps({"bos_token": tokenizer.bos_token, "eos_token": tokenizer.eos_token})

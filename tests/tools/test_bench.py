@@ -102,3 +102,12 @@ def test_greedy_agreement_is_the_share_alike_before_the_answers_part() -> None:
     assert 0 < shares[1] < 1 and shares[1] == len(ids) // 2 / max(len(ids), len(tokenizer.encode(parted)))
     page = bench.markdown([[_report("pooled", 1.0)], [_report("llama-server", 1.0)]], 10.0, "make bench", shares)
     assert "mean " in page and f"per prompt 100 %, {100 * shares[1]:.0f} %." in page
+
+
+def test_without_the_long_figures_pooled_holds_the_context_llama_servers_slots_hold() -> None:
+    short = bench.pooled_flags("/tmp/prefix", [], slots=32, long=False)
+    assert short == ["--ctx", str(bench.SLOT_CONTEXT), "--decode-lanes", "32", "--prefix-cache-dir", "/tmp/prefix"]
+    llama = bench.llama_command(Path("llama-server"), Path("m.gguf"), 8092, 2, 32, bench.SLOT_CONTEXT)
+    assert llama[llama.index("-np") + 1] == "32" and llama[llama.index("-c") + 1] == str(32 * bench.SLOT_CONTEXT)
+    assert bench.pooled_flags("/tmp/prefix", ["--ctx", "8192"], slots=4, long=False)[-2:] == ["--ctx", "8192"]
+    assert "--ctx" not in bench.pooled_flags("/tmp/prefix", [], slots=32, long=True)  # 32768, for the long prompts

@@ -23,7 +23,7 @@ _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-_QWEN2_SPLIT = (
+QWEN2_SPLIT = (  # Qwen2's tokenizer.json splits text so before its byte-level BPE
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
@@ -36,8 +36,8 @@ _BPE_SPLITS: dict[str, tuple[str, bool]] = {
     "llama-bpe": (_LLAMA3_SPLIT, True),
     "smaug-bpe": (_LLAMA3_SPLIT, False),
     "dbrx": (_LLAMA3_SPLIT, False),
-    "qwen2": (_QWEN2_SPLIT, False),
-    "deepseek-r1-qwen": (_QWEN2_SPLIT, False),
+    "qwen2": (QWEN2_SPLIT, False),
+    "deepseek-r1-qwen": (QWEN2_SPLIT, False),
 }
 
 # Pre-tokenizer names whose split is GPT-2's, optionally with each digit on its own. Files older
