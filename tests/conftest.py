@@ -14,6 +14,7 @@ docs/testing.md).
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,12 @@ TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A run started in the background (`make test &`) inherits Ctrl-C ignored, and a process
+    # started with it ignored keeps it so: the CLI processes that tests/http/test_model_commands.py
+    # interrupts would finish their downloads. A handler of our own is reset to the default in
+    # every child, which then takes Ctrl-C as a user's terminal sends it.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # Read when jax starts its CPU backend (the first array, after this) and inherited by every
     # server a test starts (tests/pooled_servers.py passes the environment on).
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()

@@ -355,11 +355,12 @@ def test_rm_of_the_served_model_is_refused_with_the_servers_message(served: Serv
 @pytest.mark.server
 def test_a_second_pull_is_refused_and_ctrl_c_cancels_the_servers_download(served: Served) -> None:
     def health_download() -> dict[str, Any]:
-        download: dict[str, Any] = httpx.get(f"{served.base}/health", timeout=10).json()["download"]
-        return download
+        """The server's download, or {} before its first (when this test runs alone)."""
+        download: dict[str, Any] | None = httpx.get(f"{served.base}/health", timeout=10).json()["download"]
+        return download or {}
 
     process = started(served.folder, "pull", "slow")
-    wait_until(lambda: health_download()["id"] == "slow" and health_download()["bytes"] > 40_000, process)
+    wait_until(lambda: health_download().get("id") == "slow" and health_download()["bytes"] > 40_000, process)
     busy = pooled(served.folder, "pull", "extra")
     status, errors = interrupt(process)
     assert busy.returncode == 1 and "a download of slow is running" in busy.stderr, busy.stderr
