@@ -233,8 +233,11 @@ def test_refusals_before_the_engine(client: OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as too_long:
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello " * CONTEXT}])
     assert too_long.value.code == "context_length_exceeded" and str(CONTEXT) in too_long.value.message
-    clamped = client.chat.completions.create(model="m", messages=HI, max_tokens=32000, stop=["."])
-    assert clamped.choices[0].finish_reason in ("stop", "length")
+    # Far past the context, clamped and not refused; "." (id 30) biased up so that the stop ends it
+    # at once instead of after as many tokens as the model's sampling defaults take to reach one.
+    dot_first = {"30": 100}
+    clamped = client.chat.completions.create(model="m", messages=HI, max_tokens=32000, stop=["."], logit_bias=dot_first)
+    assert clamped.choices[0].finish_reason == "stop"
 
 
 def test_completions(client: OpenAI) -> None:
