@@ -40,9 +40,10 @@ def pool_pages(model: LoadedModel, config: EngineConfig) -> int:
         free = memory.get("bytes_limit", 0) - memory.get("bytes_in_use", 0)
         budget = int(free * config.kv_memory_fraction)
     if not budget:
-        every_lane_full = (
-            (config.decode_lanes + 1) * (max_context(model.config, config) + 2 * config.page_size) * per_token
-        )
+        # What `row_capacity` needs for every lane's full context, as llama-server's cache holds
+        # its slots' (it held one lane and two pages a lane more: 54 MiB at 32 × 4,096 tokens).
+        row_pages = -(-max_context(model.config, config) // config.page_size)
+        every_lane_full = config.decode_lanes * (row_pages + 1) * config.page_size * per_token
         budget = min(NO_FIGURES_KV_MEMORY, every_lane_full)
     return budget // (config.page_size * per_token) + 1
 
