@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def serve(loaded: setting_sources.LoadedSettings) -> int:
+    from pooled.hosting.malloc_arenas import limit_malloc_arenas
+
+    limit_malloc_arenas()  # before any thread allocates (jax's and uvicorn's imports start some)
     import uvicorn
 
     from engine.front import is_leader
