@@ -232,8 +232,8 @@ class FakeRunner:
 
     def _burst(self, rows: Sequence[DecodeRow], inputs: Sequence[int]) -> Drawn:
         """As the device does: each row's positions written and drawn at, one step after another,
-        until its budget or a stop id (its later steps write nothing: the device sends them to the
-        null page)."""
+        as far as its budget (its pages end there: the device sends later steps' keys to the null
+        page); the row takes its draws up to the first stop id."""
         drawn, taken = [], []
         for row, token in zip(rows, inputs, strict=True):
             table = self._lanes[row.lane].table
@@ -243,10 +243,9 @@ class FakeRunner:
                 self._write(table, position, token)
                 token = self._draw(row, self._read(table, position + 1), len(draws))
                 draws.append(token)
-                if token in row.stops:
-                    break
+            stop = next((j for j, draw in enumerate(draws) if draw in row.stops), len(draws) - 1)
             drawn.append(draws + [0] * (self.burst_steps - len(draws)))
-            taken.append(len(draws))
+            taken.append(stop + 1)
         return self._drawn(rows, drawn, taken)
 
     # --- the fake device --------------------------------------------------------------------
