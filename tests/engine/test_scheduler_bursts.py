@@ -4,6 +4,7 @@ pages allocated ahead, rows ending on a stop id or their `max_tokens` inside a b
 grammar in plain steps, and a tiny pool's preemptions, all with the tokens of single steps."""
 
 import dataclasses
+from collections.abc import Iterator
 
 import pytest
 
@@ -30,7 +31,7 @@ BURSTS = EngineConfig(decode_lanes=4, max_queue=4, page_size=4, prefill_chunk=16
 
 
 @pytest.fixture
-def engine() -> Engine:
+def engine() -> Iterator[Engine]:
     built = build(BURSTS)
     yield built
     fake(built).gate.set()
