@@ -1,6 +1,7 @@
 """Decode bursts on a tiny random Llama: the tokens, logprobs and endings are those of an engine
 without bursts, alone and batched, for greedy, seeded and penalised rows, rows that end on a stop
-id or their `max_tokens` inside a burst, and rows whose pages run out (plain steps then)."""
+id or their `max_tokens` inside a burst, rows whose pages run out (plain steps then), and rows of
+LoRA adapters."""
 
 import dataclasses
 from collections.abc import Callable, Iterator
@@ -13,8 +14,13 @@ from engine.api import GenerationRequest, SamplingParams
 from engine.device.runner import DeviceRunner
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
+from engine.lora.peft_adapter import LoraAdapter
 from engine.model.loading.loader import LoadedModel, load_model
 from tests.engine.engine_harness import Collected, generate, prompt, start
+from tests.engine.test_engine_lora import CONFIG as LORA_CONFIG
+from tests.engine.test_engine_lora import NAMES, adapters, alone_reference
+
+__all__ = ["adapters"]  # the LoRA tests' fixture, used here too
 
 pytestmark = pytest.mark.slow  # builds engines
 
@@ -122,3 +128,20 @@ def test_rows_short_of_pages_decode_in_plain_steps_with_the_same_tokens(model: L
             engine.shutdown()
     assert outcomes[0] == outcomes[1]
     assert preempted > 0
+
+
+def test_rows_of_adapters_burst_as_each_adapters_forward_pass_gives(
+    model: LoadedModel, adapters: dict[str, LoraAdapter]
+) -> None:
+    engine = Engine.build(model, dataclasses.replace(LORA_CONFIG, draft_tokens=0, burst_steps=5), _quiet)
+    try:
+        for name, adapter in adapters.items():
+            engine.load_adapter(name, adapter).result(timeout=30)
+        tokens = prompt(1, 13)
+        names: list[str | None] = [*NAMES, None]
+        expected = [alone_reference(model, adapters[n] if n else None, tokens, 12) for n in names]
+        greedy = SamplingParams(temperature=0.0, ignore_eos=True)
+        requests = [GenerationRequest(tuple(tokens), greedy, 12, adapter=n) for n in names]
+        assert [collected.wait().tokens[0] for collected in [start(engine, r) for r in requests]] == expected
+    finally:
+        engine.shutdown()
