@@ -48,6 +48,7 @@ from engine.api import EngineEvent, Finished, GenerationRequest, SamplingParams 
 from engine.engine import Engine  # noqa: E402
 from engine.engine_config import EngineConfig  # noqa: E402
 from engine.model.loading.loader import load_model  # noqa: E402
+from pooled.configuration.engine_settings import EngineSettings  # noqa: E402
 from pooled.hosting.model_host import default_model_path  # noqa: E402
 from text.tokenizer import Tokenizer  # noqa: E402
 
@@ -235,7 +236,10 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256, help="tokens a request")
     parser.add_argument("--write", default=str(REPO / "docs" / "BENCHMARKS.md"), help="page to write ('' = print)")
     parser.add_argument(
-        "--burst-steps", type=int, default=EngineConfig().burst_steps or 8, help="burst length measured (and served)"
+        "--burst-steps",
+        type=int,
+        default=EngineSettings().burst_steps,
+        help="the burst length measured beside bursts off, and served (default: pooled serve's)",
     )
     parser.add_argument("--engine-only", action="store_true", help="the engine alone: no server run")
     args = parser.parse_args()
