@@ -6,7 +6,8 @@ A step's shape is its rows and its tokens per row. Row counts grow geometrically
 up to PREFILL_ROWS prompts prefill together in chunks of at most `batched_chunk`; a prompt whose
 logprobs are asked for prefills alone in chunks of `prefill_chunk`, through the head at every
 position (scored prefill); steps with
-drafts take the row counts up to the first that holds `draft_rows`. Attention loops over the
+drafts take the row counts up to the first that holds `draft_rows`; decode bursts (with
+`burst_steps`) take every row count, as decode steps do. Attention loops over the
 pages a step's rows have filled, so one block-table width (the whole context) serves every length.
 
 Block tables carry one more column than a row can fill, always the null page: padded prompt

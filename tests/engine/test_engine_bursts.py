@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from engine.api import GenerationRequest, SamplingParams
+from engine.device.compiled_shapes import CompiledShapes
 from engine.device.runner import DeviceRunner
 from engine.engine import Engine
 from engine.engine_config import EngineConfig
@@ -145,3 +146,11 @@ def test_rows_of_adapters_burst_as_each_adapters_forward_pass_gives(
         assert [collected.wait().tokens[0] for collected in [start(engine, r) for r in requests]] == expected
     finally:
         engine.shutdown()
+
+
+def test_bursts_compile_a_shape_per_row_count_the_largest_before_serving() -> None:
+    bursting = CompiledShapes(EngineConfig(decode_lanes=32, burst_steps=8), max_context=1024)
+    plan = bursting.plan()
+    assert [(b.rows, b.tokens) for b in plan if b.kind == "burst"] == [(rows, 8) for rows in bursting.rows]
+    assert [b.rows for b in bursting.first(plan) if b.kind == "burst"] == [32]
+    assert not any(b.kind == "burst" for b in CompiledShapes(EngineConfig(decode_lanes=32), max_context=1024).plan())
