@@ -28,6 +28,10 @@ class EngineConfig:
     # turn): a step of several rows' drafts costs more per position.
     draft_tokens: int = 4
     draft_rows: int = 1
+    # Decode bursts (engine/device/step.py): this many decode steps in one device call, for rows
+    # with no draft and no grammar, the host's work once per burst instead of once per token
+    # (0: off, one device call a token).
+    burst_steps: int = 0
     # The prefix cache's disk tier (engine/serving/prefix_disk.py): its folder ("" = none) and byte cap.
     prefix_disk_dir: str = ""
     prefix_disk_bytes: int = 4 << 30

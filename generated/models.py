@@ -1328,6 +1328,10 @@ class Config(BaseModel):
     """
     `--draft-rows` (reload)
     """
+    burst_steps: Annotated[StrictInt, Field(ge=0)]
+    """
+    `--burst-steps` (reload)
+    """
     compile_while_serving: StrictBool
     """
     `--compile-while-serving` (reload)
@@ -1695,6 +1699,7 @@ class ConfigOrigins(BaseModel):
     prefill_chunk: ConfigOrigin
     draft_tokens: ConfigOrigin
     draft_rows: ConfigOrigin
+    burst_steps: ConfigOrigin
     compile_while_serving: ConfigOrigin
     vision_enabled: ConfigOrigin
     max_image_pixels: ConfigOrigin

@@ -6,7 +6,8 @@ A step's shape is its rows and its tokens per row. Row counts grow geometrically
 up to PREFILL_ROWS prompts prefill together in chunks of at most `batched_chunk`; a prompt whose
 logprobs are asked for prefills alone in chunks of `prefill_chunk`, through the head at every
 position (scored prefill); steps with
-drafts take the row counts up to the first that holds `draft_rows`. Attention loops over the
+drafts take the row counts up to the first that holds `draft_rows`; decode bursts (with
+`burst_steps`) take every row count, as decode steps do. Attention loops over the
 pages a step's rows have filled, so one block-table width (the whole context) serves every length.
 
 Block tables carry one more column than a row can fill, always the null page: padded prompt
@@ -61,6 +62,7 @@ class CompiledShapes:
         self.padding_position = pages_per_row * config.page_size
         self.rows = geometric_buckets(1, config.decode_lanes, config.bucket_growth)
         self.draft_tokens = config.draft_tokens
+        self.burst_steps = config.burst_steps
         self.draft_rows = min(config.draft_rows, config.decode_lanes) if config.draft_tokens > 0 else 0
         # Steps with drafts take the row buckets up to the first that holds draft_rows.
         self.verify_rows = self.rows[: bisect.bisect_left(self.rows, self.draft_rows) + 1] if self.draft_rows else []
@@ -75,6 +77,7 @@ class CompiledShapes:
             ("prefill_scored", 0): self.chunks[-1:],
             ("first_tokens", 0): self.rows,
             ("decode", 0): self.rows,
+            ("burst", 0): self.rows if config.burst_steps else [],
             ("verify", 0): self.verify_rows,
             ("vision", 0): list(tower_sizes),
         }
@@ -108,7 +111,8 @@ class CompiledShapes:
         """Every shape to compile: one prefill shape per chunk size (and per batched chunk size), one
         scored prefill shape, the longest chunk (a prompt whose logprobs are asked for is padded to
         it: one compile for every size, as scoring serves evaluations rather than chats), one first-token
-        and one decode shape per row bucket, one verify shape per row bucket of steps with drafts,
+        and one decode shape (and with bursts one burst shape) per row bucket, one verify shape per
+        row bucket of steps with drafts,
         and one each for the lane reset, the page copy, the adapter load and the page transfers."""
         width = self.width
         plan = [Bucket("prefill", 1, tokens, width) for tokens in self.chunks]
@@ -117,6 +121,7 @@ class CompiledShapes:
         plan += [Bucket("prefill_scored", 1, self.chunks[-1], width)]
         plan += [Bucket("first_tokens", b, 1, 0) for b in self.rows]
         plan += [Bucket("decode", b, 1, width) for b in self.rows]
+        plan += [Bucket("burst", b, self.burst_steps, width) for b in self._planned["burst", 0]]
         plan += [Bucket("verify", b, self.draft_tokens + 1, width) for b in self.verify_rows]
         plan += [Bucket("vision", 1, patches, 0) for patches in self._planned["vision", 0]]
         plan += [Bucket("reset_lane", 1, self._max_context, 0), Bucket("copy_page", 1, self._page_size, 0)]
@@ -144,14 +149,14 @@ class CompiledShapes:
         decoding and steps with drafts (a single stream's speed), short prompts' chunks, batched
         prefill (largest first, which turns it on), scored prefill, then the middle row counts.
         Returns them in that order."""
-        kinds = {"decode": 0, "first_tokens": 0, "verify": 0, "prefill": 1}
+        kinds = {"decode": 0, "burst": 0, "first_tokens": 0, "verify": 0, "prefill": 1}
 
         def order(bucket: Bucket) -> tuple[int, int]:
             if bucket.kind == "prefill" and bucket.rows == PREFILL_ROWS:
                 return (2, -bucket.tokens)
             if bucket.kind == "prefill_scored":
                 return (3, 0)
-            if bucket.kind in ("decode", "first_tokens", "verify") and bucket.rows > 1:
+            if bucket.kind in ("decode", "burst", "first_tokens", "verify") and bucket.rows > 1:
                 return (4, bucket.rows)
             return (kinds.get(bucket.kind, 0), _size(bucket))
 

@@ -1,8 +1,8 @@
 """`DecodeLanes`: the runner's decode lanes — each lane's tables (`LaneTables`: block table,
 sampling parameters, adapter slot) and penalty state on the device (`LaneState`), and the steps
-that draw their tokens: a prompt's first tokens, decode steps (from host tokens, or chained on
-the last step's tokens still on the device), steps that check drafts, and taking a step's draws
-to the host.
+that draw their tokens: a prompt's first tokens, decode steps and decode bursts (from host
+tokens, or chained on the last step's tokens still on the device), steps that check drafts, and
+taking a step's draws to the host.
 
 A row's lane gets its parameters at `insert`, and its penalty state then only when its sampling
 is penalised (a lane's stale state is read by no step otherwise). Every step writes its keys and
@@ -35,12 +35,19 @@ from engine.stats import Bucket
 @dataclass(frozen=True)
 class _Step:
     """A dispatched decode step: its sampled tokens on the device (`width` per row, row-major),
-    how many of each row's a verify step takes (None: one each), and whether any row wants logprobs."""
+    how many of each row's a verify step or burst takes (None: one each), whether any row wants
+    logprobs, and a burst's last draws [B] (a chained step's input; None: `sampled.token`)."""
 
     sampled: Sampled
     logprobs: bool
     width: int = 1
     taken: jax.Array | None = None
+    last: jax.Array | None = None
+
+
+# Stop ids per row a burst checks on the device (padded with -1): a row with more has the rest
+# checked on the host alone, which then ends it where the burst took tokens past such a stop.
+BURST_STOP_IDS = 8
 
 
 @dataclass(frozen=True)
@@ -92,11 +99,11 @@ class DecodeLanes:
         self._state, sampled = self._steps.first_tokens(self._state, logits, np.int32(index), lane_ids, params)
         return self.take(Pending(_Step(sampled, self._tables.logprobs(lane_ids))))
 
-    def generate(self, rows: Sequence[DecodeRow], chained: Pending | None = None) -> Pending:
+    def generate(self, rows: Sequence[DecodeRow], chained: Pending | None = None, burst: bool = False) -> Pending:
         if any(row.draft for row in rows):
-            assert chained is None, "a step with drafts chained on a pending step"
+            assert chained is None and not burst, "a step with drafts chained on a pending step, or a burst"
             return self._generate_verifying(rows)
-        lane_ids = self._tables.lane_ids(rows, self._shapes.ready_sizes("decode"))
+        lane_ids = self._tables.lane_ids(rows, self._shapes.ready_sizes("burst" if burst else "decode"))
         positions = np.zeros(len(lane_ids), np.int32)
         positions[: len(rows)] = [row.position for row in rows]
         if chained is None:
@@ -104,9 +111,17 @@ class DecodeLanes:
             host_tokens[: len(rows)] = [row.token for row in rows]
             tokens = jax.device_put(host_tokens, self._placed)
         else:
-            tokens = _step(chained).sampled.token
+            previous = _step(chained)
+            tokens = previous.sampled.token if previous.last is None else previous.last
         params = self._tables.params()
         shifts = self._rope_shifts(rows, len(lane_ids))
+        if burst:
+            budgets, stops = _burst_limits(rows, len(lane_ids))
+            sampled, taken, last = self._run_step(
+                self._steps.burst, tokens, positions, lane_ids, params, budgets, stops, *shifts
+            )
+            width = self._steps.burst_steps
+            return Pending(_Step(sampled, self._tables.logprobs(lane_ids), width, taken, last))
         sampled = self._decode(tokens, positions, lane_ids, params, *shifts)
         return Pending(_Step(sampled, self._tables.logprobs(lane_ids)))
 
@@ -129,7 +144,7 @@ class DecodeLanes:
         )
 
     def run_blank(self, bucket: Bucket) -> None:
-        """Runs a bucket of the lanes' kinds (first tokens, decode, verify, lane reset) on the spare
+        """Runs a bucket of the lanes' kinds (first tokens, decode, burst, verify, lane reset) on the spare
         lane alone, which compiles it and changes nothing real (the runner's `compile`)."""
         lane_ids = np.full(bucket.rows, self._spare_lane, np.int32)
         if bucket.kind == "first_tokens":
@@ -139,6 +154,11 @@ class DecodeLanes:
             tokens = jax.device_put(np.zeros(bucket.rows, np.int32), self._placed)
             shifts = self._rope_shifts([], bucket.rows)
             self._decode(tokens, np.ones(bucket.rows, np.int32), lane_ids, self._tables.params(), *shifts)
+        elif bucket.kind == "burst":
+            tokens = jax.device_put(np.zeros(bucket.rows, np.int32), self._placed)
+            budgets, stops = _burst_limits([], bucket.rows)  # no budget: every step's keys go to the null page
+            inputs = (tokens, np.ones(bucket.rows, np.int32), lane_ids, self._tables.params(), budgets, stops)
+            self._run_step(self._steps.burst, *inputs, *self._rope_shifts([], bucket.rows))
         elif bucket.kind == "verify":
             shape = (bucket.rows, bucket.tokens)
             tokens, positions = np.zeros(shape, np.int32), np.ones(shape, np.int32)
@@ -224,6 +244,18 @@ class DecodeLanes:
         padded_prompt[: len(prompt)] = prompt
         padded_output[: len(output)] = output
         self._state = self._steps.reset_lane(self._state, np.int32(lane), padded_prompt, padded_output)
+
+
+def _burst_limits(rows: Sequence[DecodeRow], bucket: int) -> tuple[np.ndarray, np.ndarray]:
+    """A burst's budgets [bucket] (tokens each row may still take; padding rows none) and stop
+    ids [bucket, BURST_STOP_IDS] (-1: none)."""
+    budgets = np.zeros(bucket, np.int32)
+    stops = np.full((bucket, BURST_STOP_IDS), -1, np.int32)
+    for i, row in enumerate(rows):
+        budgets[i] = row.budget
+        ids = sorted(row.stops)[:BURST_STOP_IDS]
+        stops[i, : len(ids)] = ids
+    return budgets, stops
 
 
 def _step(pending: Pending) -> _Step:

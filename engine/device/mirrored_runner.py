@@ -129,6 +129,7 @@ class LeaderRunner:
         self.lanes, self.page_size, self.max_context = local.lanes, local.page_size, local.max_context
         self.batched_chunk, self.page_bytes = local.batched_chunk, local.page_bytes
         self.draft_tokens, self.draft_rows = local.draft_tokens, local.draft_rows
+        self.burst_steps = local.burst_steps
         self.adapter_slots, self.adapter_rank = local.adapter_slots, local.adapter_rank
         self.image_token_id = local.image_token_id
         self.idle_interval: float | None = KEEPALIVE_S
@@ -207,12 +208,13 @@ class LeaderRunner:
         drawn: Drawn = self._call(Call("first_tokens", (Kept(handle.number), index, sent)), (handle.local, index, sent))
         return drawn
 
-    def generate(self, rows: Sequence[DecodeRow], chained: Pending | None = None) -> Pending:
+    def generate(self, rows: Sequence[DecodeRow], chained: Pending | None = None, burst: bool = False) -> Pending:
         number = self._number()
         previous = None if chained is None else _handle(chained)
         sent = self._sent_rows(rows)
-        call = Call("generate", (sent, None if previous is None else Kept(previous.number)), number)
-        return Pending(_Handle(number, self._call(call, (sent, None if previous is None else previous.local))))
+        call = Call("generate", (sent, None if previous is None else Kept(previous.number), burst), number)
+        local = (sent, None if previous is None else previous.local, burst)
+        return Pending(_Handle(number, self._call(call, local)))
 
     def take(self, step: Pending) -> Drawn:
         handle = _handle(step)

@@ -2,7 +2,7 @@
 
 It keeps the device state and runs the model's compiled steps (engine/device/step.py) over it,
 each part with its job: the KV pages and the page verbs are its `KVPool` (engine/device/kv_pool.py);
-the decode lanes — each lane's tables and penalty state, the first-token, decode and verify steps
+the decode lanes — each lane's tables and penalty state, the first-token, decode, burst and verify steps
 that draw their tokens — its `DecodeLanes` (engine/device/decode_lanes.py); the LoRA stack its
 `AdapterSlots` (engine/device/adapter_slots.py); the vision tower its `ImageEmbeddings`. It runs
 the prompts' prefill chunks itself. The shapes it compiles and each step's padding to one are its
@@ -66,8 +66,9 @@ class DeviceRunner:
         param_leaves, params_tree = jax.tree.flatten(decoder_params)
         self._param_leaves: list[jax.Array] = param_leaves
         self.steps = StepFunctions(
-            model.family.model(c, DTYPES[model.dtype]), params_tree, config.page_size, PREFILL_ROWS
+            model.family.model(c, DTYPES[model.dtype]), params_tree, config.page_size, PREFILL_ROWS, config.burst_steps
         )
+        self.burst_steps = config.burst_steps
         # Placed like the step outputs (replicated on the model's mesh), so the first real step
         # finds the start-up compile instead of compiling again for a different input placement.
         self._replicated = NamedSharding(model.mesh, PartitionSpec())
@@ -167,7 +168,7 @@ class DeviceRunner:
         elif bucket.kind == "vision":
             assert self._images is not None
             self._images.run_blank(bucket.tokens)
-        elif bucket.kind in ("first_tokens", "decode", "verify", "reset_lane"):
+        elif bucket.kind in ("first_tokens", "decode", "burst", "verify", "reset_lane"):
             self._lanes.run_blank(bucket)
         elif bucket.kind == "load_adapter":
             self.load_adapter(1, None)  # slot 1 is empty at start-up: clearing it changes nothing
@@ -288,8 +289,8 @@ class DeviceRunner:
     def first_tokens(self, logits: PromptLogits, index: int, rows: Sequence[DecodeRow]) -> Drawn:
         return self._lanes.first_tokens(logits, index, rows)
 
-    def generate(self, rows: Sequence[DecodeRow], chained: Pending | None = None) -> Pending:
-        return self._lanes.generate(rows, chained)
+    def generate(self, rows: Sequence[DecodeRow], chained: Pending | None = None, burst: bool = False) -> Pending:
+        return self._lanes.generate(rows, chained, burst)
 
     def take(self, step: Pending) -> Drawn:
         return self._lanes.take(step)

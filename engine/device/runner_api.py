@@ -78,6 +78,10 @@ class DecodeRow:
     constraint: Constraint | None
     draft: Sequence[int] = ()
     rope_shift: int = 0  # M-RoPE: the row turns at its positions plus this (after a prompt with images)
+    # For a burst: the most tokens the row may still take, and its stop ids (a burst stops taking
+    # the row's tokens after either).
+    budget: int = 1
+    stops: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -96,8 +100,9 @@ class InsertedRow:
 @dataclass(frozen=True)
 class Drawn:
     """Sampled tokens on the host, [rows, step tokens]: a row takes its first `taken` (one, plus
-    the draft tokens its draws agreed with). With logprobs, each token's logprob, its best
-    alternatives (ids and logprobs, best first) and the logprobs of its row's scored ids, indexed alike."""
+    the draft tokens its draws agreed with; a burst's, up to its budget or stop id). With
+    logprobs, each token's logprob, its best alternatives (ids and logprobs, best first) and the
+    logprobs of its row's scored ids, indexed alike."""
 
     tokens: np.ndarray
     taken: np.ndarray
@@ -138,6 +143,8 @@ class Runner(Protocol):
     page_bytes: int
     # The most draft tokens a row may bring to a step (0: steps take no drafts).
     draft_tokens: int
+    # The decode steps of a burst (0: no bursts): `generate(..., burst=True)` runs that many.
+    burst_steps: int
 
     @property
     def draft_rows(self) -> int:
@@ -222,12 +229,15 @@ class Runner(Protocol):
         """Each row's first token, drawn from chunk `index`'s logits (rows sharing one prompt)."""
         ...
 
-    def generate(self, rows: Sequence[DecodeRow], chained: Pending | None = None) -> Pending:
+    def generate(self, rows: Sequence[DecodeRow], chained: Pending | None = None, burst: bool = False) -> Pending:
         """Dispatches one decode step and returns without waiting for it. With `chained` (the
-        pending step of the same rows, in the same order, none of them with a draft), each row's
-        input is that step's sampled token, still on the device; every row's KV is in its pages up
-        to its position. A step with drafts (at most `draft_rows` rows, each draft at most
-        `draft_tokens` long, its positions in the row's pages) is never chained on."""
+        pending step of the same rows, in the same order, none of them with a draft, of the same
+        kind: plain or burst), each row's input is that step's last sampled token, still on the
+        device; every row's KV is in its pages up to its position. A step with drafts (at most
+        `draft_rows` rows, each draft at most `draft_tokens` long, its positions in the row's
+        pages) is never chained on. A `burst` (no row with a draft or a grammar) runs
+        `burst_steps` decode steps, each row's positions up to its `budget` in its pages, and takes
+        each row's tokens up to its budget or a stop id."""
         ...
 
     def take(self, step: Pending) -> Drawn:

@@ -1,6 +1,7 @@
-"""The model's compiled steps: a prefill chunk (scored or not), a decode step, and a decode step
-that checks drafts (`verify`); with them, compiled apart, the first tokens' draw and the reset of
-a lane's penalty state (engine/device/lane_sampling.py).
+"""The model's compiled steps: a prefill chunk (scored or not), a decode step, a decode step
+that checks drafts (`verify`) and a decode burst (several decode steps in one call); with them,
+compiled apart, the first tokens' draw and the reset of a lane's penalty state
+(engine/device/lane_sampling.py).
 
 Prefill and decode only read the KV pages and return the step's new keys and values (`Written`);
 the pool stores them (engine/device/kv_pool.py). Per-lane penalty state is donated and returned
@@ -9,6 +10,12 @@ chosen by the runner (engine/device/compiled_shapes.py); every bucket is compile
 start-up. Block tables carry one more column than any row uses, always the null page: padded
 prompt tokens are placed there, so their keys and values never land in a real page.
 
+A burst runs `burst_steps` decode steps in a loop traced once (`jax.lax.scan`), each sampling
+its rows' tokens on the device as a decode step would and feeding them to the next. The pool is
+only read inside the loop (writing it there made XLA copy the whole pool each turn): each step's
+keys and values go into a small side buffer in the loop's carry, which attention reads beside the
+pool, and which comes back after the loop as the burst's `Written`, stored once.
+
 With LoRA adapter slots (engine/device/adapter_slots.py), prefill, decode and verify take the
 slots' stack and each row's slot. Without slots the stack is None and the steps are the plain
 model's.
@@ -16,7 +23,7 @@ model's.
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import flax.linen as nn
 import jax
@@ -35,7 +42,9 @@ from engine.device.lane_sampling import (
     reset_lane,
     sampled_rows,
 )
+from engine.device.runner_api import NULL_PAGE
 from engine.device.sampling import Sampled
+from engine.model.layers.kv_cache import BurstSide, NewKV, value_dtype
 from engine.model.layers.lora import LoraBatch, LoraStack
 
 Array = jax.Array
@@ -59,12 +68,16 @@ class StepFunctions:
     the tree inside): a call's dispatch compares its arguments' tree with the compiled one's, which
     for a tree of nested dicts with hundreds of leaves is a cost every step pays."""
 
-    def __init__(self, model: nn.Module, params_tree: PyTreeDef, page_size: int, prefill_rows: int) -> None:
+    def __init__(
+        self, model: nn.Module, params_tree: PyTreeDef, page_size: int, prefill_rows: int, burst_steps: int = 0
+    ) -> None:
+        """`burst_steps`: the decode steps of a burst (0: no bursts)."""
         self._model, self._params_tree = model, params_tree
-        self._page_size, self._prefill_rows = page_size, prefill_rows
+        self._page_size, self._prefill_rows, self.burst_steps = page_size, prefill_rows, burst_steps
         self.prefill = jax.jit(self._prefill)
         self.decode = jax.jit(self._decode, donate_argnums=(3,))
         self.verify = jax.jit(self._verify, donate_argnums=(3,))
+        self.burst = jax.jit(self._burst, donate_argnums=(3,))
         self.first_tokens = jax.jit(first_tokens, donate_argnums=(0,))
         self.reset_lane = jax.jit(reset_lane, donate_argnums=(0,))
 
@@ -77,13 +90,20 @@ class StepFunctions:
         draft_step: bool = False,
         media: Array | None = None,
         rope: Array | None = None,
+        burst: BurstSide | None = None,
     ) -> tuple[Array, Any]:
         """The model's logits and new keys and values; `slots` [B]: each row's adapter slot in
         `lora` (None: the engine has no adapter slots)."""
         tree = jax.tree.unflatten(self._params_tree, params)
         rows = None if lora is None or slots is None else LoraBatch(lora, slots)
         return self._model.apply(
-            {"params": tree}, *inputs, draft_step=draft_step, lora=rows, media=media, rope_positions=rope
+            {"params": tree},
+            *inputs,
+            draft_step=draft_step,
+            lora=rows,
+            media=media,
+            rope_positions=rope,
+            burst=burst,
         )
 
     def _prefill(
@@ -143,6 +163,64 @@ class StepFunctions:
         )
         lanes, sampled = sampled_rows(logits[:, 0], lanes, lane_ids, rows)
         return written(new, positions[:, None], block_tables, self._page_size), lanes, sampled
+
+    def _burst(
+        self,
+        params: list[Array],
+        lora: LoraStack | None,
+        kv: KVPages,
+        lanes: LaneState,
+        tokens: Array,
+        positions: Array,
+        block_tables: Array,
+        lane_ids: Array,
+        tables: RowParams,
+        slots: Array | None,
+        budgets: Array,
+        stops: Array,
+        rope_shifts: Array | None = None,
+    ) -> tuple[Written, LaneState, Sampled, Array, Array]:
+        """`burst_steps` decode steps: each row's `tokens` [B] at `positions` [B], then the token
+        each step draws at the position after, each step's draw that of a decode step there (the
+        row's counter advanced by the step, its penalty state by each draw). A row stops taking
+        tokens after one of its `stops` [B, S] (-1: none) or its `budgets` [B]-th token; its
+        later steps still run, their keys and values go to the null page. Returns the draws
+        [B*burst_steps], row-major, how many of each row's it takes [B], and the last step's
+        draws [B] (a chained step's input)."""
+        B, N = tokens.shape[0], self.burst_steps
+        rows = of_lanes(tables, lane_ids)
+        logits_at = jnp.zeros(B, jnp.int32)
+        pool = kv[0].k
+        side_shape = (len(kv), B, N, pool.shape[0], pool.shape[3])
+        side = jnp.zeros(side_shape, value_dtype(pool))
+
+        def step(carry: tuple[Array, Array, Array, LaneState, Array, Array], j: Array) -> tuple[Any, Sampled]:
+            token, side_k, side_v, lanes, live, taken = carry
+            position = positions + j
+            rope = None if rope_shifts is None else (position + rope_shifts)[:, None]
+            inputs = (token[:, None], position[:, None], kv, block_tables, logits_at)
+            burst = BurstSide(side_k, side_v, j)
+            logits, new = self._forward(params, lora, slots, *inputs, rope=rope, burst=burst)
+            news = cast(tuple[NewKV, ...], new)
+            side_k = side_k.at[:, :, j].set(jnp.stack([n.k[:, 0] for n in news]).astype(side_k.dtype))
+            side_v = side_v.at[:, :, j].set(jnp.stack([n.v[:, 0] for n in news]).astype(side_v.dtype))
+            at_step = dataclasses.replace(rows, counter=rows.counter + j)
+            lanes, sampled = sampled_rows(logits[:, 0], lanes, lane_ids, at_step)
+            taken = taken + live
+            ends = jnp.any(sampled.token[:, None] == stops, axis=1) | (taken >= budgets)
+            return (sampled.token, side_k, side_v, lanes, live & ~ends, taken), sampled
+
+        live = budgets > 0
+        carry = (tokens, side, side, lanes, live, jnp.zeros(B, jnp.int32))
+        (last, side_k, side_v, lanes, _, taken), sampled = jax.lax.scan(step, carry, jnp.arange(N, dtype=jnp.int32))
+        sampled = jax.tree.map(lambda drawn: jnp.swapaxes(drawn, 0, 1).reshape(B * N, *drawn.shape[2:]), sampled)
+        at = positions[:, None] + jnp.arange(N, dtype=positions.dtype)
+        stored = written(
+            tuple(NewKV(k, v) for k, v in zip(side_k, side_v, strict=True)), at, block_tables, self._page_size
+        )
+        untaken = jnp.arange(N)[None, :] >= taken[:, None]
+        stored = dataclasses.replace(stored, pages=jnp.where(untaken, NULL_PAGE, stored.pages))
+        return stored, lanes, sampled, taken, last
 
     def _verify(
         self,

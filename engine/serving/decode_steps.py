@@ -11,6 +11,14 @@ so the host's share of a step (the dispatch, the sinks, the HTTP side's work the
 the device's. A change of rows, a grammar (its mask needs the token) or a row's last token
 settles the step in flight first; a token in flight for a row that ended meanwhile is dropped.
 
+With bursts (the runner's `burst_steps`), a step whose rows have no draft and no grammar runs
+that many decode steps in one device call (engine/device/step.py), each row's pages allocated
+ahead for the positions it may take (never by preempting: without them the step is a plain one);
+the device stops taking a row's tokens after a stop id or its `max_tokens`, and the host takes
+each row's tokens as from a step with drafts, checking them again (stop ids past the device's
+slots, a stop string's cancel). A burst chains on a burst, a plain step on a plain step: a plain
+step in flight settles when the next could be a burst.
+
 While few rows decode (the runner's `draft_rows`), a row whose last tokens occurred earlier in
 its context brings a prompt-lookup draft (engine/serving/drafts.py) to the step, and takes as
 many tokens as the step's draws agreed with; such a step starts from host tokens and is not
@@ -41,12 +49,19 @@ from engine.serving.rows import Row
 
 @dataclass(frozen=True)
 class _Flight:
-    """A decode step dispatched to the device whose tokens the host has not taken yet, and the
-    draft tokens its rows brought (a step with drafts is never chained on)."""
+    """A decode step dispatched to the device whose tokens the host has not taken yet, the
+    draft tokens its rows brought (a step with drafts is never chained on) and, for a burst, its
+    decode steps (0: not a burst)."""
 
     rows: list[Row]
     step: Pending
     drafted: int = 0
+    burst: int = 0
+
+    @property
+    def ahead(self) -> int:
+        """The positions each row advances by in this step (at most: a burst's row may stop early)."""
+        return max(1, self.burst)
 
 
 class DecodeSteps:
@@ -76,16 +91,20 @@ class DecodeSteps:
         """Runs one decode step for every decoding row. When the rows are the same as the step in
         flight's, the next step is dispatched on that step's sampled tokens (still on the device)
         before its results are taken. Otherwise the flight is settled first and the step starts
-        from host tokens. Counts the step and its host time (all but the wait in `take`)."""
+        from host tokens. Counts the step (a burst as its decode steps) and its host time (all but
+        the wait in `take`)."""
         started = time.perf_counter_ns()
         waited = self._step()
-        self._intake.stepped(time.perf_counter_ns() - started - waited)
+        steps = 1 if self._flight is None else self._flight.ahead
+        self._intake.stepped(time.perf_counter_ns() - started - waited, steps)
 
     def _step(self) -> int:
         """`step`'s work; returns the nanoseconds spent taking a step's tokens."""
         flight, self._flight = self._flight, None
         if flight is not None and self._chains(flight):
-            self._flight = _Flight(flight.rows, self._runner.generate(self._step_rows(flight.rows, 1), flight.step))
+            step_rows = self._step_rows(flight.rows, flight.ahead)
+            step = self._runner.generate(step_rows, flight.step, burst=bool(flight.burst))
+            self._flight = _Flight(flight.rows, step, burst=flight.burst)
             drawn, waited = self._take(flight.step)
             self._take_tokens(flight.rows, drawn)
             return waited
@@ -97,8 +116,10 @@ class DecodeSteps:
         rows = list(self._lanes.decoding)
         if rows:
             drafts = self._drafts(rows)
-            step = self._runner.generate(self._step_rows(rows, drafts=drafts))
-            self._flight = _Flight(rows, step, sum(len(draft) for draft in drafts))
+            drafted = sum(len(draft) for draft in drafts)
+            burst = 0 if drafted else self._burst_steps(rows, 0)
+            step = self._runner.generate(self._step_rows(rows, drafts=drafts), burst=bool(burst))
+            self._flight = _Flight(rows, step, drafted, burst)
         return waited
 
     def _take(self, step: Pending) -> tuple[Drawn, int]:
@@ -110,19 +131,39 @@ class DecodeSteps:
     def _chains(self, flight: _Flight) -> bool:
         """Whether the next step can start from `flight`'s tokens before they reach the host: the
         same rows still decode, with no drafts then or now, none has a grammar (its mask needs the
-        token), none ends on its length with that token, and each has a page for the position after it (allocated here,
-        never by preempting: preemption needs the tokens settled; a page allocated before the
-        answer turns out False is one the row needs next step anyway)."""
+        token), none ends on its length with those tokens, the step is of the flight's kind (a
+        plain flight settles when a burst could follow), and each row has pages for the positions
+        the step may write (allocated here, never by preempting: preemption needs the tokens
+        settled; a page allocated before the answer turns out False is one the row needs soon anyway)."""
         if flight.drafted or flight.rows != self._lanes.decoding or self._drafting(flight.rows):
             return False
+        if not flight.burst and self._runner.burst_steps:
+            return False
         for row in flight.rows:
-            if row.constraint is not None or row.generated + 1 >= row.request.max_tokens:
+            if row.constraint is not None or row.generated + flight.ahead >= row.request.max_tokens:
                 return False
-            if len(row.pages) * self._page_size <= len(row.tokens):
-                page = self._pool.allocate()
-                if page is None:
-                    return False
-                self._add_page(row, page)
+            if not self._pages_ahead(row, flight.ahead, flight.ahead):
+                return False
+        return True
+
+    def _burst_steps(self, rows: list[Row], ahead: int) -> int:
+        """The runner's burst length if the next step over `rows` can be a burst (bursts on, no
+        row with a grammar, pages for each row's positions, allocated without preempting); 0 if not."""
+        steps = self._runner.burst_steps
+        if not steps or any(row.constraint is not None for row in rows):
+            return 0
+        return steps if all(self._pages_ahead(row, ahead, steps) for row in rows) else 0
+
+    def _pages_ahead(self, row: Row, ahead: int, steps: int) -> bool:
+        """Gives the row the pages a step of `steps` decode steps needs, `ahead` of its tokens still
+        in flight, as far as its `max_tokens` allows, allocated without preempting; False if none is left."""
+        positions = min(steps, row.request.max_tokens - row.generated - ahead)
+        end = len(row.tokens) - 1 + ahead + positions  # the step writes positions below this
+        while len(row.pages) * self._page_size < end:
+            page = self._pool.allocate()
+            if page is None:
+                return False
+            self._add_page(row, page)
         return True
 
     def _grow_pages(self) -> None:
@@ -151,8 +192,19 @@ class DecodeSteps:
             position = len(row.tokens) - 1 + ahead
             draft = drafts[i] if drafts else ()
             draws = row.generated + ahead
+            budget = row.request.max_tokens - draws
             step_rows.append(
-                DecodeRow(row.lane, position, row.tokens[-1], draws, row.constraint, draft, row.rope_shift)
+                DecodeRow(
+                    row.lane,
+                    position,
+                    row.tokens[-1],
+                    draws,
+                    row.constraint,
+                    draft,
+                    row.rope_shift,
+                    budget,
+                    row.request.stop_ids,
+                )
             )
         return step_rows
 
@@ -192,7 +244,8 @@ class DecodeSteps:
     # --- tokens -----------------------------------------------------------------------------
 
     def _take_tokens(self, rows: list[Row], drawn: Drawn, drafted: int = 0) -> None:
-        """Hands each row the tokens it takes from the step (one, or more where its draft held), in
+        """Hands each row the tokens it takes from the step (one, or more where its draft held or from
+        a burst), in
         one event; every row's KV is written up to its last token, and a taken draft token's at
         its position. The step's tokens are counted (one intake call) before any event is sent,
         so a request's counters hold its tokens by the time its sink hears of them."""

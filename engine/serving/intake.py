@@ -267,10 +267,11 @@ class Intake:
             self.counters["draft_tokens"] += proposed
             self.counters["draft_accepted"] += accepted
 
-    def stepped(self, host_ns: int) -> None:
-        """Counts a decode step and the engine thread's time on it outside the wait for tokens."""
+    def stepped(self, host_ns: int, steps: int = 1) -> None:
+        """Counts a decode step (a burst: its `steps`) and the engine thread's time on it outside
+        the wait for tokens."""
         with self.lock:
-            self.counters["decode_steps"] += 1
+            self.counters["decode_steps"] += steps
             self.counters["decode_host_ns"] += host_ns
 
     def preempted(self) -> None:

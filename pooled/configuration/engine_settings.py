@@ -89,6 +89,14 @@ class EngineSettings:
         "a step over several rows' drafts costs more per position, so it pays only where most guesses hold.",
         change="reload",
     )
+    burst_steps: int = setting(
+        8,
+        integer(minimum=0),
+        "Decode bursts: this many decode steps in one device call for rows with no draft and no grammar "
+        "(each row stops at its stop ids or max_tokens inside the burst), so the host's work per call "
+        "is spread over that many tokens; the output is what single steps give. 0: off, one call a token.",
+        change="reload",
+    )
     compile_while_serving: bool = setting(
         True,
         boolean(),

@@ -88,6 +88,7 @@ def engine_config(settings: Settings, checkpoint: Checkpoint) -> EngineConfig:
         stop_token_ids=checkpoint.tokenizer.stop_token_ids,
         draft_tokens=settings.draft_tokens,
         draft_rows=settings.draft_rows,
+        burst_steps=settings.burst_steps,
         prefix_disk_dir=settings.prefix_cache_dir,
         prefix_disk_bytes=settings.prefix_cache_disk,
         max_loras=settings.max_loras,

@@ -96,6 +96,7 @@ class FakeRunner:
         self.page_bytes = config.page_size * 8  # a page's tokens as int64, -1 for an empty slot
         self.draft_tokens = config.draft_tokens
         self.draft_rows = config.draft_rows if config.draft_tokens > 0 else 0
+        self.burst_steps = config.burst_steps
         self.adapter_slots, self.adapter_rank = config.max_loras, config.max_lora_rank
         self.image_token_id: int | None = None  # a text model's
         self.idle_interval: float | None = None
@@ -196,15 +197,20 @@ class FakeRunner:
         context = logits[index]  # type: ignore[index]
         return self._drawn(rows, [[self._draw(row, context)] for row in rows], [1] * len(rows))
 
-    def generate(self, rows: Sequence[DecodeRow], chained: Pending | None = None) -> Pending:
+    def generate(self, rows: Sequence[DecodeRow], chained: Pending | None = None, burst: bool = False) -> Pending:
         drafting = any(row.draft for row in rows)
         assert not (drafting and chained is not None), "a step with drafts chained on a pending step"
         assert not drafting or (
             len(rows) <= self.draft_rows and all(len(row.draft) <= self.draft_tokens for row in rows)
         )
-        self._step("verify" if drafting else "decode" if chained is None else "chained", len(rows))
-        inputs = [row.token for row in rows] if chained is None else list(chained.tokens[:, 0])  # type: ignore[attr-defined]
+        assert not burst or (self.burst_steps and not drafting and all(row.constraint is None for row in rows))
+        kind = "verify" if drafting else "decode" if chained is None else "chained"
+        self._step(f"{kind} burst" if burst else kind, len(rows))
+        # A chained step's input: the last token of the step before (a burst's last column).
+        inputs = [row.token for row in rows] if chained is None else list(chained.tokens[:, -1])  # type: ignore[attr-defined]
         assert len(inputs) == len(rows)
+        if burst:
+            return Pending(self._burst(rows, inputs))
         drawn, taken = [], []
         for row, token in zip(rows, inputs, strict=True):
             # As the device does: every position of the step is written and drawn at, and the row
@@ -223,6 +229,24 @@ class FakeRunner:
     def take(self, step: Pending) -> Drawn:
         assert isinstance(step, Drawn)
         return step
+
+    def _burst(self, rows: Sequence[DecodeRow], inputs: Sequence[int]) -> Drawn:
+        """As the device does: each row's positions written and drawn at, one step after another,
+        as far as its budget (its pages end there: the device sends later steps' keys to the null
+        page); the row takes its draws up to the first stop id."""
+        drawn, taken = [], []
+        for row, token in zip(rows, inputs, strict=True):
+            table = self._lanes[row.lane].table
+            draws: list[int] = []
+            while len(draws) < min(self.burst_steps, row.budget):
+                position = row.position + len(draws)
+                self._write(table, position, token)
+                token = self._draw(row, self._read(table, position + 1), len(draws))
+                draws.append(token)
+            stop = next((j for j, draw in enumerate(draws) if draw in row.stops), len(draws) - 1)
+            drawn.append(draws + [0] * (self.burst_steps - len(draws)))
+            taken.append(stop + 1)
+        return self._drawn(rows, drawn, taken)
 
     # --- the fake device --------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ class RecordingRunner:
 
     lanes, page_size, max_context, batched_chunk, page_bytes = 4, 4, 64, 2, 8
     draft_tokens = draft_rows = adapter_slots = adapter_rank = 0
+    burst_steps = 4
     image_token_id = None  # a text model's
     mask_words = 2
 
@@ -54,8 +55,8 @@ class RecordingRunner:
         self._record("first_tokens", logits, index, rows)
         return Drawn(np.zeros((len(rows), 1), np.int32), np.ones(len(rows), np.int32), None)
 
-    def generate(self, rows: list[DecodeRow], chained: object | None = None) -> object:
-        return self._record("generate", rows, chained)
+    def generate(self, rows: list[DecodeRow], chained: object | None = None, burst: bool = False) -> object:
+        return self._record("generate", rows, chained, burst)
 
     def close(self) -> None:
         pass
@@ -100,7 +101,7 @@ def test_calls_cross_in_order_with_their_results_named_and_masks_filled() -> Non
     grammar = EvenTokens()
     leader.first_tokens(logits, 0, [DecodeRow(0, 3, 0, 0, grammar)])
     step = leader.generate([DecodeRow(0, 3, 9, 1, None)])
-    chained = leader.generate([DecodeRow(0, 4, 0, 2, None)], step)
+    chained = leader.generate([DecodeRow(0, 4, 0, 2, None)], step, burst=True)  # a burst, mirrored alike
     leader.take(step)
     leader.idle()
 
@@ -122,6 +123,7 @@ def test_calls_cross_in_order_with_their_results_named_and_masks_filled() -> Non
     mask = first.args[2][0].constraint
     assert isinstance(mask, FilledMask) and (mask.words == np.int32(0x55555555)).all()
     assert on_step.args[1] == Kept(plain.keep) and forget.args == (plain.keep,)
+    assert (plain.args[2], on_step.args[2]) == (False, True)
 
     # The leader made the same calls, on its own results (and the same filled mask).
     assert [verb for verb, _ in local.calls] == [
@@ -144,6 +146,7 @@ def test_calls_cross_in_order_with_their_results_named_and_masks_filled() -> Non
     assert follower.calls[1][1] == (0, row) and follower.calls[2][1] == (0, 1, 2)
     assert follower.calls[4][1][0] is follower.results[3]  # its own prompt logits
     assert follower.calls[6][1][1] is follower.results[5]  # chained on its own step
+    assert follower.calls[6][1][2] is True  # a burst, as the leader's
     assert isinstance(follower.calls[4][1][2][0].constraint, FilledMask)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from engine.model.kernels import available as kernels_available
-from engine.model.layers.kv_cache import PagedLayerCache, empty_pool, to_pool
+from engine.model.layers.kv_cache import BurstSide, PagedLayerCache, empty_pool, pool_values, to_pool
 from engine.model.layers.paged_attention import ATTENTION_BLOCK_TOKENS, paged_attention, xla_paged_attention
 
 pytestmark = pytest.mark.slow  # compiles attention at many shapes
@@ -255,3 +255,52 @@ def test_a_step_over_drafts_attends_as_decode_steps_one_token_at_a_time(
                 written.v.at[:, page_id, slot].set(to_pool(v[row, t], written.v)),
             )
         assert not np.asarray(drafted[row, count:]).any(), "padding tokens' outputs are zeros"
+
+
+@pytest.mark.parametrize("attention", [paged_attention, xla_paged_attention], ids=["dispatched", "xla"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize(
+    ("group", "page", "in_pool", "head_dim"),
+    [(3, 16, (0, 13, 125), 16), (2, 1, (3, 9, 0), 16), (3, 16, (1022, 2046, 5), 64)],
+)
+def test_a_burst_step_attends_as_a_decode_step_once_the_burst_is_in_the_pool(
+    attention: Callable[..., jax.Array],
+    dtype: jnp.dtype,
+    group: int,
+    page: int,
+    in_pool: tuple[int, ...],
+    head_dim: int,
+) -> None:
+    """Step j of a decode burst (each row's burst keys so far in the side buffer, the pool holding
+    the positions before the burst) gets, bit for bit, what a decode step at its position gives once
+    the burst's earlier keys are in the pool: through the native burst kernel and through XLA's
+    path, keys crossing page, 128-key block and 1,024-key chunk boundaries."""
+    rng = np.random.default_rng(6)
+    kv_heads, steps, rows = 2, 5, len(in_pool)
+    pages_per_row = -(-(max(in_pool) + steps) // page) + 1
+    pool_pages = 1 + rows * pages_per_row
+    tables = 1 + rng.permutation(rows * pages_per_row).reshape(rows, pages_per_row).astype(np.int32)
+    tables[:, -1] = 0
+    template = empty_pool(kv_heads, pool_pages, page, head_dim, dtype)
+    pool_k, pool_v = (
+        to_pool(jnp.asarray(rng.standard_normal((kv_heads, pool_pages, page, head_dim)), jnp.float32), template)
+        for _ in range(2)
+    )
+    q = jnp.asarray(rng.standard_normal((rows, steps, kv_heads, group, head_dim)), jnp.float32)
+    k, v = (jnp.asarray(rng.standard_normal((rows, steps, kv_heads, head_dim)), jnp.float32) for _ in range(2))
+    side_k, side_v = (pool_values(to_pool(x, template)) for x in (k, v))  # as a burst's carry holds them
+    starts = np.asarray(in_pool, np.int32)
+    cache = written = PagedLayerCache(pool_k, pool_v)
+    decode, burst = jax.jit(attention), jax.jit(lambda *inputs, side: attention(*inputs, side=side))
+    for j in range(steps):
+        positions = (starts + j)[:, None]
+        one = (q[:, j : j + 1], k[:, j : j + 1], v[:, j : j + 1], positions)
+        # Entries past j hold later steps' keys: a step must not read them.
+        bursting = np.asarray(burst(*one, cache, tables, side=BurstSide(side_k, side_v, jnp.int32(j))))
+        decoded = np.asarray(decode(*one, written, tables))
+        assert np.array_equal(bursting, decoded), j
+        pages, slots = tables[np.arange(rows), positions[:, 0] // page], positions[:, 0] % page
+        written = PagedLayerCache(
+            written.k.at[:, pages, slots].set(to_pool(jnp.moveaxis(k[:, j], 1, 0), written.k)),
+            written.v.at[:, pages, slots].set(to_pool(jnp.moveaxis(v[:, j], 1, 0), written.v)),
+        )

@@ -10,7 +10,8 @@ no Q4 weights at all (`q4_matmul.cc`, every matmul of `--quantization w4a8`, AVX
 GGUF's block formats (`gguf_matmul.cc`: a GGUF's weights in their own blocks, engine/model/gguf_weights.py;
 AVX2 with AVX-512 VNNI's dot where the CPU has it); and
 its attention over a paged cache has to gather each row's keys into blocks and loop over them in
-small matmuls (`paged_attention.cc` reads the pages in place for one-token steps and steps over drafts,
+small matmuls (`paged_attention.cc` reads the pages in place for one-token steps, steps over drafts and
+decode bursts,
 `paged_prefill_attention.cc` runs a tiled flash attention for prompt steps; used by
 engine/model/layers/paged_attention.py). All split their work over XLA's own thread pool
 (`parallel.h`); each has portable loops for CPUs without those instructions.
@@ -58,6 +59,7 @@ GGUF_ROWS = "pooled_gguf_rows"
 PAGED_DECODE_ATTENTION = "pooled_paged_decode_attention"
 PAGED_PREFILL_ATTENTION = "pooled_paged_prefill_attention"
 PAGED_DRAFT_ATTENTION = "pooled_paged_draft_attention"
+PAGED_BURST_ATTENTION = "pooled_paged_burst_attention"
 _TARGETS = {
     F32_MATMUL: "PooledF32Matmul",
     INT8_MATMUL: "PooledInt8Matmul",
@@ -67,6 +69,7 @@ _TARGETS = {
     PAGED_DECODE_ATTENTION: "PooledPagedDecodeAttention",
     PAGED_PREFILL_ATTENTION: "PooledPagedPrefillAttention",
     PAGED_DRAFT_ATTENTION: "PooledPagedDraftAttention",
+    PAGED_BURST_ATTENTION: "PooledPagedBurstAttention",
 }
 
 
@@ -225,3 +228,27 @@ def paged_draft_attention(
     B, T, K, G, H = q.shape
     result = jax.ShapeDtypeStruct((B, T, K * G * H), jnp.float32)
     return jax.ffi.ffi_call(PAGED_DRAFT_ATTENTION, result)(q, k, v, k_step, v_step, k_pool, v_pool, tables, positions)
+
+
+def paged_burst_attention(
+    q: Array,
+    k: Array,
+    v: Array,
+    k_side: Array,
+    v_side: Array,
+    k_pool: Array,
+    v_pool: Array,
+    tables: Array,
+    filled: Array,
+    count: Array,
+) -> Array:
+    """A step of a decode burst (see `paged_attention.cc`): `paged_decode_attention`'s arguments, and
+    the burst's side buffer k_side, v_side [B, N, K, H] in the pools' stored form, whose first
+    `count` int32 [B] entries hold each row's positions filled - count .. filled - 1 (not in the
+    pool yet) → f32 [B, K*G*H], a decode step's output at that position, bit for bit. CPU only,
+    after `available()`."""
+    B, K, G, H = q.shape
+    result = jax.ShapeDtypeStruct((B, K * G * H), jnp.float32)
+    return jax.ffi.ffi_call(PAGED_BURST_ATTENTION, result)(
+        q, k, v, k_side, v_side, k_pool, v_pool, tables, filled, count
+    )

@@ -16,7 +16,9 @@
 // update in float32, then the weighted values (each value read once for all of them, the sums in
 // registers across the block); the chunks' softmax states merge in chunk order at the end. The
 // head size must be a multiple of 8. Threads: units are shared with XLA's pool (parallel.h) when
-// the step reads enough keys to be worth it.
+// the step reads enough keys to be worth it. pooled_paged_burst_attention (a step of a decode burst)
+// and pooled_paged_draft_attention (a step over drafts) below run the same units over pages patched
+// with the step's own keys.
 
 #include <algorithm>
 #include <cmath>
@@ -508,9 +510,62 @@ void AttendChunk(const TokenRun& run, const RowPages<T>& pages, int64_t group, i
   }
 }
 
+// Stored keys and values of consecutive positions: position p's at (p - origin) * stride, for p in
+// [first, end). A step's own keys that later tokens of its row see before the pool holds them.
+template <typename T>
+struct StepKeys {
+  const T* k;
+  const T* v;
+  int64_t stride, origin, first, end;
+};
+
+// Copies of the row's pages in columns [first_column, end_column) holding positions of `step`,
+// with its keys and values written in; `pages` reads those columns from `patched_k` and `patched_v`.
+template <typename T>
+void PatchStepPages(const StepKeys<T>& step, int64_t first_column, int64_t end_column, std::vector<T>& patched_k,
+                    std::vector<T>& patched_v, RowPages<T>& pages) {
+  const int64_t S = pages.page_size, H = pages.head_dim;
+  if (step.end <= step.first) return;
+  const int64_t from = std::max(first_column, step.first / S), to = std::min(end_column, (step.end - 1) / S + 1);
+  if (to <= from) return;
+  patched_k.resize((to - from) * S * H);
+  patched_v.resize((to - from) * S * H);
+  for (int64_t column = from; column < to; ++column) {
+    const T *keys, *values;
+    pages.Column(column, &keys, &values);
+    T* k_copy = &patched_k[(column - from) * S * H];
+    T* v_copy = &patched_v[(column - from) * S * H];
+    std::memcpy(k_copy, keys, S * H * sizeof(T));
+    std::memcpy(v_copy, values, S * H * sizeof(T));
+    for (int64_t position = std::max(step.first, column * S); position < std::min(step.end, (column + 1) * S);
+         ++position) {
+      const int64_t entry = (position - step.origin) * step.stride;
+      std::memcpy(k_copy + (position % S) * H, step.k + entry, H * sizeof(T));
+      std::memcpy(v_copy + (position % S) * H, step.v + entry, H * sizeof(T));
+    }
+  }
+  pages.patched_first = from;
+  pages.patched_count = to - from;
+  pages.patched_k = patched_k.data();
+  pages.patched_v = patched_v.data();
+}
+
+// A burst's side buffer: each row's keys and values [B, N, K, H] of the burst's earlier steps, in
+// the pools' stored form, the last `count[b]` positions below the row's token (not in the pool yet).
+template <typename T>
+struct SideKeys {
+  const T* k;
+  const T* v;
+  int64_t steps;
+  const int32_t* count;
+};
+
+// Decode (`side` null) or a burst step: each row's one token over its pooled keys below `filled`,
+// the last `side->count` of them read from the side buffer instead.
 template <typename T>
 void Attend(ffi::ThreadPool& pool, const Shape& s, const float* q, const float* k_new, const float* v_new,
-            const T* k_pool, const T* v_pool, const int32_t* tables, const int32_t* filled, float* out) {
+            const T* k_pool, const T* v_pool, const int32_t* tables, const int32_t* filled, const SideKeys<T>* side,
+            float* out) {
   const int64_t K = s.kv_heads, G = s.group, H = s.head_dim, limit = s.columns * s.page_size;
   const int64_t chunk_keys = ChunkKeys(s.page_size);
   ChunkIndex index{{0}};
@@ -523,10 +578,19 @@ void Attend(ffi::ThreadPool& pool, const Shape& s, const float* q, const float* 
   Partials partials(index.Units() * K, G, H);
   pooled::ForEachUnit(pool, index.Units() * K, keys * K >= kParallelKeys, [&](int64_t unit) {
     const int64_t chunk_unit = unit / K, kh = unit % K, b = index.Row(chunk_unit);
-    const int64_t head = b * K + kh;
+    const int64_t head = b * K + kh, chunk = chunk_unit - index.first[b];
     const TokenRun run{q + head * G * H, k_new + head * H, v_new + head * H, 0, 0, filled[b], 1, limit};
-    const RowPages<T> pages{k_pool, v_pool, tables + b * s.columns, kh, s.pages, s.page_size, H};
-    AttendChunk(run, pages, G, chunk_unit - index.first[b], partials, unit);
+    RowPages<T> pages{k_pool, v_pool, tables + b * s.columns, kh, s.pages, s.page_size, H};
+    std::vector<T> patched_k, patched_v;
+    if (side != nullptr) {
+      const int64_t origin = filled[b] - std::clamp<int64_t>(side->count[b], 0, side->steps);
+      const int64_t entry = (b * side->steps * K + kh) * H;
+      const StepKeys<T> step{side->k + entry, side->v + entry, K * H, origin, std::max<int64_t>(origin, 0),
+                             run.Keys(0)};
+      const int64_t columns_per_chunk = chunk_keys / s.page_size;
+      PatchStepPages(step, chunk * columns_per_chunk, (chunk + 1) * columns_per_chunk, patched_k, patched_v, pages);
+    }
+    AttendChunk(run, pages, G, chunk, partials, unit);
   });
   for (int64_t b = 0; b < s.rows; ++b) {
     for (int64_t kh = 0; kh < K; ++kh) {
@@ -551,8 +615,45 @@ ffi::Error PagedDecodeAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, f
     return ffi::Error::InvalidArgument("pooled_paged_decode_attention: unsupported shapes");
   }
   return pooled::WithPoolValues(k_pool, v_pool, "pooled_paged_decode_attention", [&](const auto* k, const auto* v) {
-    Attend(pool, s, q.typed_data(), k_new.typed_data(), v_new.typed_data(), k, v, tables.typed_data(),
-           filled.typed_data(), out->typed_data());
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(k)>>;
+    Attend<T>(pool, s, q.typed_data(), k_new.typed_data(), v_new.typed_data(), k, v, tables.typed_data(),
+              filled.typed_data(), nullptr, out->typed_data());
+  });
+}
+
+// --- pooled_paged_burst_attention ---------------------------------------------------------------
+//
+// Step j of a decode burst (several decode steps in one device call): the decode kernel, each row's
+// keys at the burst's earlier positions read from the burst's side buffer, so its output is a
+// decode step's at that position, bit for bit.
+//
+//   q, k, v, pools, tables, filled   as pooled_paged_decode_attention's
+//   k_side, v_side  [B, N, K, H]    the burst's keys and values so far, in the pools' type
+//   count           s32 [B]         side entries in use: positions filled - count .. filled - 1
+
+ffi::Error PagedBurstAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k_new,
+                               ffi::Buffer<ffi::F32> v_new, ffi::AnyBuffer k_side, ffi::AnyBuffer v_side,
+                               ffi::AnyBuffer k_pool, ffi::AnyBuffer v_pool, ffi::Buffer<ffi::S32> tables,
+                               ffi::Buffer<ffi::S32> filled, ffi::Buffer<ffi::S32> count,
+                               ffi::ResultBuffer<ffi::F32> out) {
+  const auto qd = q.dimensions();
+  const auto pd = k_pool.dimensions();
+  const auto sd = k_side.dimensions();
+  if (qd.size() != 4 || pd.size() != 4 || sd.size() != 4 || tables.dimensions().size() != 2) {
+    return ffi::Error::InvalidArgument("pooled_paged_burst_attention: unexpected ranks");
+  }
+  const Shape s{qd[0], qd[1], qd[2], qd[3], pd[1], pd[2], tables.dimensions()[1]};
+  if (pd[0] != s.kv_heads || pd[3] != s.head_dim || s.head_dim > kMaxHeadDim || s.group > kMaxGroup ||
+      s.page_size > kMaxPage || s.head_dim % kLanes != 0 || sd[0] != s.rows || sd[2] != s.kv_heads ||
+      sd[3] != s.head_dim || k_side.element_type() != k_pool.element_type() ||
+      v_side.element_type() != v_pool.element_type()) {
+    return ffi::Error::InvalidArgument("pooled_paged_burst_attention: unsupported shapes");
+  }
+  return pooled::WithPoolValues(k_pool, v_pool, "pooled_paged_burst_attention", [&](const auto* k, const auto* v) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(k)>>;
+    const SideKeys<T> side{k_side.reinterpret_data<T>(), v_side.reinterpret_data<T>(), sd[1], count.typed_data()};
+    Attend<T>(pool, s, q.typed_data(), k_new.typed_data(), v_new.typed_data(), k, v, tables.typed_data(),
+              filled.typed_data(), &side, out->typed_data());
   });
 }
 
@@ -589,41 +690,6 @@ inline int64_t LiveTokens(const DraftShape& s, const int32_t* positions, int64_t
   return live;
 }
 
-// Copies of the row's pages in columns [first_column, end_column) holding positions the step
-// writes (first .. first + live - 2, those a later token of the row sees), with the step's keys
-// and values in; `pages` reads them from `patched_k` and `patched_v`.
-template <typename T>
-void PatchStepPages(const DraftShape& s, const TokenRun& run, int64_t b, int64_t kh, const T* k_step,
-                    const T* v_step, int64_t first_column, int64_t end_column, std::vector<T>& patched_k,
-                    std::vector<T>& patched_v, RowPages<T>& pages) {
-  const int64_t S = s.page_size, H = s.head_dim, K = s.kv_heads;
-  const int64_t written_end = run.Keys(run.live - 1);  // positions first .. written_end - 1
-  const int64_t written_first = std::clamp<int64_t>(run.first, 0, run.limit);
-  if (written_end <= written_first) return;
-  const int64_t from = std::max(first_column, written_first / S), to = std::min(end_column, (written_end - 1) / S + 1);
-  if (to <= from) return;
-  patched_k.resize((to - from) * S * H);
-  patched_v.resize((to - from) * S * H);
-  for (int64_t column = from; column < to; ++column) {
-    const T *keys, *values;
-    pages.Column(column, &keys, &values);
-    T* k_copy = &patched_k[(column - from) * S * H];
-    T* v_copy = &patched_v[(column - from) * S * H];
-    std::memcpy(k_copy, keys, S * H * sizeof(T));
-    std::memcpy(v_copy, values, S * H * sizeof(T));
-    for (int64_t position = std::max(written_first, column * S); position < std::min(written_end, (column + 1) * S);
-         ++position) {
-      const int64_t step = ((b * s.tokens + (position - run.first)) * K + kh) * H;
-      std::memcpy(k_copy + (position % S) * H, k_step + step, H * sizeof(T));
-      std::memcpy(v_copy + (position % S) * H, v_step + step, H * sizeof(T));
-    }
-  }
-  pages.patched_first = from;
-  pages.patched_count = to - from;
-  pages.patched_k = patched_k.data();
-  pages.patched_v = patched_v.data();
-}
-
 template <typename T>
 void AttendDraft(ffi::ThreadPool& pool, const DraftShape& s, const float* q, const float* k_new, const float* v_new,
                  const T* k_step, const T* v_step, const T* k_pool, const T* v_pool, const int32_t* tables,
@@ -649,9 +715,12 @@ void AttendDraft(ffi::ThreadPool& pool, const DraftShape& s, const float* q, con
     const TokenRun run = run_of(b, kh);
     RowPages<T> pages{k_pool, v_pool, tables + b * s.columns, kh, s.pages, s.page_size, H};
     std::vector<T> patched_k, patched_v;
+    // The step writes positions first .. first + live - 2: those a later token of the row sees.
+    const int64_t entry = (b * T_ * K + kh) * H;
+    const StepKeys<T> step{k_step + entry, v_step + entry, K * H, run.first,
+                           std::clamp<int64_t>(run.first, 0, run.limit), run.Keys(run.live - 1)};
     const int64_t columns_per_chunk = chunk_keys / s.page_size;
-    PatchStepPages(s, run, b, kh, k_step, v_step, chunk * columns_per_chunk, (chunk + 1) * columns_per_chunk,
-                   patched_k, patched_v, pages);
+    PatchStepPages(step, chunk * columns_per_chunk, (chunk + 1) * columns_per_chunk, patched_k, patched_v, pages);
     AttendChunk(run, pages, G, chunk, partials, unit * T_);
   });
   for (int64_t b = 0; b < s.rows; ++b) {
@@ -695,6 +764,21 @@ ffi::Error PagedDraftAttention(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ff
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PooledPagedDecodeAttention, PagedDecodeAttention,
                               pooled::AttentionBinding());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PooledPagedBurstAttention, PagedBurstAttention,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PooledPagedDraftAttention, PagedDraftAttention,
                               ffi::Ffi::Bind()

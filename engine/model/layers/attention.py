@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from engine.model.layers import head_major
-from engine.model.layers.kv_cache import AnyCache, CacheOut, LayerCache, NewKV, PagedLayerCache
+from engine.model.layers.kv_cache import AnyCache, BurstSide, CacheOut, LayerCache, NewKV, PagedLayerCache
 from engine.model.layers.linear import Projection, project
 from engine.model.layers.lora import LoraRows
 from engine.model.layers.norms import RMSNorm
@@ -21,8 +21,8 @@ class Attention(nn.Module):
 
     A contiguous cache is written at `positions` and returned. A paged cache (with the rows' block
     tables [B,M]) is only read; the step's keys and values come back as `NewKV`. A `draft_step` is a
-    decode step over drafts (engine/model/layers/paged_attention.py). `lora` adds the rows' adapters to
-    the four projections.
+    decode step over drafts, `side` a decode burst's earlier keys and values
+    (engine/model/layers/paged_attention.py). `lora` adds the rows' adapters to the four projections.
     """
 
     config: ModelConfig
@@ -38,6 +38,7 @@ class Attention(nn.Module):
         block_tables: Array | None = None,
         draft_step: bool = False,
         lora: LoraRows | None = None,
+        side: BurstSide | None = None,
     ) -> tuple[Array, CacheOut | None]:
         c = self.config
         D, N, K, H, G = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.queries_per_kv_head
@@ -68,7 +69,7 @@ class Attention(nn.Module):
         B, T = x.shape[:2]
         if isinstance(cache, PagedLayerCache):
             assert block_tables is not None, "a paged cache needs block tables"
-            attended = paged_attention(q.reshape(B, T, K, G, H), k, v, positions, cache, block_tables, draft_step)
+            attended = paged_attention(q.reshape(B, T, K, G, H), k, v, positions, cache, block_tables, draft_step, side)
             returned_cache: CacheOut | None = NewKV(k, v)
         else:
             returned_cache = None

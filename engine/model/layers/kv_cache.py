@@ -45,6 +45,20 @@ class NewKV:
     v: Array
 
 
+@jax.tree_util.register_dataclass
+@dataclass(frozen=True)
+class BurstSide:
+    """A decode burst's side buffer (engine/device/step.py): the keys and values of the burst's
+    steps so far, [B, N, K, H] in the pool's value dtype (one layer's; the model's whole buffer
+    stacks the layers first), its first `count` entries (i32 scalar) filled: each row's positions
+    from its burst's first on, below the step's own. The pool is only read inside a burst; after
+    it, the buffer is stored there once."""
+
+    k: Array
+    v: Array
+    count: Array
+
+
 AnyCache = LayerCache | PagedLayerCache
 # What a layer hands back: the updated contiguous cache, or (paged) the step's new keys and values.
 CacheOut = LayerCache | NewKV

@@ -1,4 +1,5 @@
-"""Causal attention of a step's queries over their rows' pages (and the step's own keys).
+"""Causal attention of a step's queries over their rows' pages (and the step's own keys, and in a
+decode burst the burst's earlier keys, from its side buffer).
 
 `paged_attention` dispatches: the native CPU kernels (engine/model/kernels) where they take the shapes,
 everything else `xla_paged_attention`, an online softmax over blocks of pages.
@@ -9,7 +10,7 @@ import jax.numpy as jnp
 
 from engine.model import kernels
 from engine.model.layers import head_major
-from engine.model.layers.kv_cache import PagedLayerCache, pool_values, to_pool, value_dtype
+from engine.model.layers.kv_cache import BurstSide, PagedLayerCache, pool_values, to_pool, value_dtype
 
 Array = jax.Array
 
@@ -36,13 +37,16 @@ def paged_attention(
     cache: PagedLayerCache,
     block_tables: Array,
     draft_step: bool = False,
+    side: BurstSide | None = None,
 ) -> Array:
     """Causal attention of the step's queries q [B,T,K,G,H] over their rows' pages and the step's
     own keys and values k, v [B,T,K,H]; returns [B, T, K*G*H] float32. The native kernels on CPU
     where they take the shapes; everything else `xla_paged_attention`. A `draft_step` (a decode
     step over drafts: each row's tokens at consecutive positions, padding elsewhere) takes the
     decode kernel's arithmetic for every token, so a taken draft token's numbers are those of a
-    decode step; XLA's path gives them up to rounding."""
+    decode step; XLA's path gives them up to rounding. With `side` (one token a row: a step of a
+    decode burst), the positions just below each row's token are read from the burst's side
+    buffer, not the pool: the numbers of a decode step there."""
     B, T, K, G, H = q.shape
     native = (
         H <= NATIVE_MAX_HEAD_DIM
@@ -53,7 +57,10 @@ def paged_attention(
     )
     one_token_kernel = T == 1 or draft_step
     if not native or (one_token_kernel and H % NATIVE_DECODE_HEAD_DIM_MULTIPLE != 0):
-        return xla_paged_attention(q, k, v, positions, cache, block_tables)
+        return xla_paged_attention(q, k, v, positions, cache, block_tables, side)
+    if side is not None:
+        inputs = (q, k, v, positions, cache, block_tables, side)
+        return jax.lax.platform_dependent(*inputs, cpu=_native_burst_attention, default=xla_paged_attention)
     kernel = _native_prefill_attention
     if one_token_kernel:
         kernel = _native_decode_attention if T == 1 else _native_draft_attention
@@ -72,6 +79,25 @@ def _native_decode_attention(
         cache.v,
         block_tables.astype(jnp.int32),
         positions[:, 0].astype(jnp.int32),
+    )
+    return attended[:, None]
+
+
+def _native_burst_attention(
+    q: Array, k: Array, v: Array, positions: Array, cache: PagedLayerCache, block_tables: Array, side: BurstSide
+) -> Array:
+    f32, i32 = jnp.float32, jnp.int32
+    attended = kernels.paged_burst_attention(
+        q[:, 0].astype(f32),
+        k[:, 0].astype(f32),
+        v[:, 0].astype(f32),
+        to_pool(side.k, cache.k),
+        to_pool(side.v, cache.v),
+        cache.k,
+        cache.v,
+        block_tables.astype(i32),
+        positions[:, 0].astype(i32),
+        jnp.broadcast_to(side.count.astype(i32), positions.shape[:1]),
     )
     return attended[:, None]
 
@@ -103,7 +129,13 @@ def _native_prefill_attention(
 
 
 def xla_paged_attention(
-    q: Array, k: Array, v: Array, positions: Array, cache: PagedLayerCache, block_tables: Array
+    q: Array,
+    k: Array,
+    v: Array,
+    positions: Array,
+    cache: PagedLayerCache,
+    block_tables: Array,
+    side: BurstSide | None = None,
 ) -> Array:
     """Causal attention of the step's queries q [B,T,K,G,H] over their rows' pages and the step's
     own keys and values k, v [B,T,K,H]; returns [B, T, K*G*H] float32.
@@ -113,7 +145,9 @@ def xla_paged_attention(
     padding). The softmax runs online (flash-attention style) over blocks of ATTENTION_BLOCK_TOKENS
     absolute positions, as far as the step's last real position, each block's keys read from the
     pool or, for the step's own positions, from k and v in the pool's stored form: a query's
-    numbers are the same however its prompt was split, as the native CPU kernels' are.
+    numbers are the same however its prompt was split, as the native CPU kernels' are. With
+    `side` (a step of a decode burst, one token a row), the step's own keys are the side buffer's
+    `side.count` entries and then its own: positions from the burst's first on.
     """
     B, T, K, G, H = q.shape
     page_size = cache.k.shape[2]
@@ -121,21 +155,28 @@ def xla_paged_attention(
     block_tokens = block_pages * page_size
     columns = -(-block_tables.shape[1] // block_pages) * block_pages
     tables = jnp.pad(block_tables, ((0, 0), (0, columns - block_tables.shape[1])))
+    own_k = pool_values(to_pool(k, cache.k))  # [B,T,K,H]: the step's keys as the pool will hold them
+    own_v = pool_values(to_pool(v, cache.v))
     in_pool = positions[:, 0]  # [B] positions below this are read from the pages
+    reach = jnp.max(in_pool) + T  # the positions any row attends end below this
+    if side is not None:
+        own_k = jax.lax.dynamic_update_slice_in_dim(side.k, own_k, side.count, axis=1)
+        own_v = jax.lax.dynamic_update_slice_in_dim(side.v, own_v, side.count, axis=1)
+        in_pool = in_pool - side.count
+        reach = jnp.max(positions[:, 0]) + 1
+    own_tokens = own_k.shape[1]
     dtype = value_dtype(cache.k)
     queries = head_major.queries(q, dtype)
     if queries.shape[1] == 1:  # XLA's one-row product adds in another order than its matmuls
         queries = jnp.concatenate([queries, queries], axis=1)
-    own_k = pool_values(to_pool(k, cache.k))  # [B,T,K,H]: the step's keys as the pool will hold them
-    own_v = pool_values(to_pool(v, cache.v))
     rows = jnp.arange(B)[:, None]
 
     def block_of(pool: Array, own: Array, pages: Array, key_positions: Array) -> Array:
         """A block's keys or values [K*B, block_tokens, H]: the pool's, the step's own where they fall."""
         pooled = pool_values(pool[:, pages]).reshape(K, B, block_tokens, H)
         offset = key_positions[None, :] - in_pool[:, None]  # [B, block_tokens]
-        mine = (offset >= 0) & (offset < T)
-        own_here = own[rows, jnp.clip(offset, 0, T - 1)].transpose(2, 0, 1, 3)  # [K, B, block_tokens, H]
+        mine = (offset >= 0) & (offset < own_tokens)
+        own_here = own[rows, jnp.clip(offset, 0, own_tokens - 1)].transpose(2, 0, 1, 3)  # [K, B, block_tokens, H]
         return jnp.where(mine[None, :, :, None], own_here, pooled).reshape(K * B, block_tokens, H)
 
     def block(index: Array, state: tuple[Array, Array, Array]) -> tuple[Array, Array, Array]:
@@ -164,7 +205,7 @@ def xla_paged_attention(
         jnp.zeros(queries.shape[:2], f32),
         jnp.zeros((*queries.shape[:2], H), f32),
     )
-    blocks = (jnp.max(in_pool) + T + block_tokens - 1) // block_tokens
+    blocks = (reach + block_tokens - 1) // block_tokens
     _, total, acc = jax.lax.fori_loop(0, blocks, block, state)
     return head_major.step_major((acc / total[..., None])[:, : G * T], B, T)
 

@@ -11,7 +11,7 @@ from engine.model import gguf_weights, int8
 from engine.model.gguf_weights import BlockWeight
 from engine.model.layers.attention import Attention
 from engine.model.layers.embedding import Embedding
-from engine.model.layers.kv_cache import AnyCache, CacheOut, PagedLayerCache
+from engine.model.layers.kv_cache import AnyCache, BurstSide, CacheOut, PagedLayerCache
 from engine.model.layers.linear import float_matmuls, logical_param, quantized_param
 from engine.model.layers.lora import LoraBatch, LoraRows, kept_columns
 from engine.model.layers.mlp import GatedMLP, MoE
@@ -37,6 +37,7 @@ class DecoderLayer(nn.Module):
         block_tables: Array | None = None,
         draft_step: bool = False,
         lora: LoraRows | None = None,
+        side: BurstSide | None = None,
     ) -> tuple[Array, CacheOut | None]:
         c = self.config
         attended, cache_out = Attention(c, self.dtype, name="attn")(
@@ -47,6 +48,7 @@ class DecoderLayer(nn.Module):
             block_tables,
             draft_step,
             lora,
+            side,
         )
         x = x + attended
         normed = RMSNorm(c.hidden_size, c.rms_norm_eps, "embed", self.dtype, name="mlp_norm")(x)
@@ -63,9 +65,11 @@ class Transformer(nn.Module):
     With `logits_at` [B] only that query index of each row goes through the output head (logits
     [B,1,V]): a prefill chunk or decode step needs one row of logits, not T. A `draft_step` is a
     decode step over drafts, whose attention takes the decode kernel's arithmetic for every token.
+    With `burst` (a step of a decode burst, engine/device/step.py), each layer's attention reads the
+    burst's earlier keys and values from its side buffer ([L, B, N, K, H] each) beside the pool.
     With `hidden`, the final norm's output [B,T,D] (float32) comes back instead of logits: a
-    decoder's embedding pass (engine/tasks/encode/decoder_embedding.py). With `lora`, each row adds its
-    adapter slot's deltas to the projections the stack holds (engine/model/layers/lora.py).
+    decoder's embedding pass (engine/tasks/encode/decoder_embedding.py). With `lora`, each row adds
+    its adapter slot's deltas to the projections the stack holds (engine/model/layers/lora.py).
     """
 
     config: ModelConfig
@@ -84,6 +88,7 @@ class Transformer(nn.Module):
         lora: LoraBatch | None = None,
         media: Array | None = None,
         rope_positions: Array | None = None,
+        burst: BurstSide | None = None,
     ) -> tuple[Array, tuple[CacheOut, ...] | None]:
         """`media` [B,T,D]: the embeddings of the image tokens, which `tokens` mark below zero (the
         rows of other tokens are ignored); the family's image tower (`config.vision`) makes them."""
@@ -118,6 +123,7 @@ class Transformer(nn.Module):
                 block_tables,
                 draft_step,
                 None if lora is None or kept is None else LoraRows(lora.stack.layers[i], kept),
+                None if burst is None else BurstSide(burst.k[i], burst.v[i], burst.count),
             )
             new_caches.append(layer_cache)
         if logits_at is not None:
