@@ -95,7 +95,14 @@ class Engine(IntakeFront):
             self._disk = PrefixDisk(root, disk_namespace, runner.page_bytes, cap, self._intake.fetched)
         self.adapters = AdapterTable(runner.adapter_slots, runner.adapter_rank)
         self._scheduler = Scheduler(
-            runner, self._pool, self._intake, config.prefill_chunk, self._tasks, self._disk, self.adapters
+            runner,
+            self._pool,
+            self._intake,
+            config.prefill_chunk,
+            self._tasks,
+            self._disk,
+            self.adapters,
+            config.burst_max_step_ms,
         )
         runner.compile(report)
         self._tasks.compile(report)

@@ -32,6 +32,11 @@ class EngineConfig:
     # with no draft and no grammar, the host's work once per burst instead of once per token
     # (0: off, one device call a token).
     burst_steps: int = 0
+    # Bursts run only while a decode step of the rows takes at most this long (the last settled
+    # step's device time a token): a request arriving during a burst waits for all of its steps
+    # before its prompt prefills, so where steps are long (a big model's many rows on a CPU) the
+    # host's per-call work is a small share anyway and the wait would not be.
+    burst_max_step_ms: float = 20.0
     # The prefix cache's disk tier (engine/serving/prefix_disk.py): its folder ("" = none) and byte cap.
     prefix_disk_dir: str = ""
     prefix_disk_bytes: int = 4 << 30

@@ -1332,6 +1332,10 @@ class Config(BaseModel):
     """
     `--burst-steps` (reload)
     """
+    burst_max_step_ms: Annotated[StrictFloat, Field(ge=0.0)]
+    """
+    `--burst-max-step-ms` (reload)
+    """
     compile_while_serving: StrictBool
     """
     `--compile-while-serving` (reload)
@@ -1700,6 +1704,7 @@ class ConfigOrigins(BaseModel):
     draft_tokens: ConfigOrigin
     draft_rows: ConfigOrigin
     burst_steps: ConfigOrigin
+    burst_max_step_ms: ConfigOrigin
     compile_while_serving: ConfigOrigin
     vision_enabled: ConfigOrigin
     max_image_pixels: ConfigOrigin

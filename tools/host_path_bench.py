@@ -53,6 +53,9 @@ from pooled.hosting.model_host import default_model_path  # noqa: E402
 from text.tokenizer import Tokenizer  # noqa: E402
 
 STREAMS = 64
+# The proxy stands for a GPU's host, whose decode steps are short; its own 64-row steps on a CPU are
+# not, and would keep bursts off (`burst_max_step_ms`), so the bench lifts that limit.
+NO_BURST_STEP_LIMIT_MS = 1e9
 PROMPT = "Once upon a time"
 SECTION = "host-path"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -95,7 +98,12 @@ class EngineFigures:
 def engine_runs(model_dir: Path, burst_steps: int, tokens: int, prompt: list[int]) -> list[EngineFigures]:
     """The engine alone with `burst_steps` (0: off), warmed, at 1 and STREAMS rows."""
     config = EngineConfig(
-        decode_lanes=STREAMS, max_queue=STREAMS, max_context=2048, draft_tokens=0, burst_steps=burst_steps
+        decode_lanes=STREAMS,
+        max_queue=STREAMS,
+        max_context=2048,
+        draft_tokens=0,
+        burst_steps=burst_steps,
+        burst_max_step_ms=NO_BURST_STEP_LIMIT_MS,
     )
     engine = Engine.build(load_model(model_dir, progress=False), config, lambda what, done, total: None)
     try:
@@ -138,7 +146,7 @@ def server_figures(model: Path, streams: int, tokens: int, burst_steps: int) -> 
     port = free_port()
     command = [str(Path(sys.executable).parent / "pooled"), "serve", "--model", str(model), "--port", str(port)]
     command += ["--decode-lanes", str(streams), "--max-queue", str(streams), "--ctx", "2048"]
-    command += ["--burst-steps", str(burst_steps)]
+    command += ["--burst-steps", str(burst_steps), "--burst-max-step-ms", str(NO_BURST_STEP_LIMIT_MS)]
     command += ["--draft-tokens", "0", "--max-output-tokens", "none"]
     with tempfile.TemporaryDirectory(prefix="pooled-host-path-") as cache:
         server = subprocess.Popen(

@@ -17,7 +17,11 @@ ahead for the positions it may take (never by preempting: without them the step 
 the device stops taking a row's tokens after a stop id or its `max_tokens`, and the host takes
 each row's tokens as from a step with drafts, checking them again (stop ids past the device's
 slots, a stop string's cancel). A burst chains on a burst, a plain step on a plain step: a plain
-step in flight settles when the next could be a burst.
+step in flight settles when the next could be a burst. Bursts run only while the last settled
+step took at most `burst_max_step_ms` a token (none before a first step is measured): a request
+that arrives during a burst waits for all of its steps before its prompt prefills, which is
+short where steps are short (a GPU, a small model), the only place the host's per-call work
+weighs, and would be seconds where they are long (a big model's many rows on a CPU).
 
 While few rows decode (the runner's `draft_rows`), a row whose last tokens occurred earlier in
 its context brings a prompt-lookup draft (engine/serving/drafts.py) to the step, and takes as
@@ -33,6 +37,7 @@ and touches the rows, the page pool and the runner. It shares only the intake, u
 lock, never held across a runner or sink call (a sink may call `cancel`).
 """
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,6 +62,7 @@ class _Flight:
     step: Pending
     drafted: int = 0
     burst: int = 0
+    dispatched_ns: int = dataclasses.field(default_factory=time.perf_counter_ns)
 
     @property
     def ahead(self) -> int:
@@ -65,7 +71,15 @@ class _Flight:
 
 
 class DecodeSteps:
-    def __init__(self, runner: Runner, pool: PagePool, intake: Intake, lanes: Lanes, prefix: PrefixCache) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        pool: PagePool,
+        intake: Intake,
+        lanes: Lanes,
+        prefix: PrefixCache,
+        burst_max_step_ms: float,
+    ) -> None:
         self._runner = runner
         self._pool = pool
         self._intake = intake
@@ -73,6 +87,11 @@ class DecodeSteps:
         self._prefix = prefix
         self._page_size = runner.page_size
         self._flight: _Flight | None = None
+        self._burst_max_step_ns = burst_max_step_ms * 1e6
+        # The last settled step's device time a token-step (None: none yet), and when the host
+        # last finished taking a step's tokens.
+        self._token_step_ns: float | None = None
+        self._taken_at_ns = 0
 
     @property
     def busy(self) -> bool:
@@ -105,12 +124,12 @@ class DecodeSteps:
             step_rows = self._step_rows(flight.rows, flight.ahead)
             step = self._runner.generate(step_rows, flight.step, burst=bool(flight.burst))
             self._flight = _Flight(flight.rows, step, burst=flight.burst)
-            drawn, waited = self._take(flight.step)
+            drawn, waited = self._take(flight)
             self._take_tokens(flight.rows, drawn)
             return waited
         waited = 0
         if flight is not None:
-            drawn, waited = self._take(flight.step)
+            drawn, waited = self._take(flight)
             self._take_tokens(flight.rows, drawn, flight.drafted)
         self._grow_pages()
         rows = list(self._lanes.decoding)
@@ -122,22 +141,34 @@ class DecodeSteps:
             self._flight = _Flight(rows, step, drafted, burst)
         return waited
 
-    def _take(self, step: Pending) -> tuple[Drawn, int]:
-        """The step's tokens on the host, and the nanoseconds that took (mostly waiting for them)."""
+    def _take(self, flight: _Flight) -> tuple[Drawn, int]:
+        """The flight's tokens on the host, and the nanoseconds that took (mostly waiting for them).
+        Notes the step's device time a token-step: from its dispatch, or from the last take if it
+        was dispatched behind a step still running, to now."""
         started = time.perf_counter_ns()
-        drawn = self._runner.take(step)
-        return drawn, time.perf_counter_ns() - started
+        drawn = self._runner.take(flight.step)
+        now = time.perf_counter_ns()
+        self._token_step_ns = (now - max(flight.dispatched_ns, self._taken_at_ns)) / flight.ahead
+        self._taken_at_ns = now
+        return drawn, now - started
+
+    def _bursting(self) -> bool:
+        """Whether steps may be bursts: bursts are on and the last settled step took at most
+        `burst_max_step_ms` a token (a request arriving meanwhile waits for a whole burst)."""
+        step_ns = self._token_step_ns
+        return bool(self._runner.burst_steps) and step_ns is not None and step_ns <= self._burst_max_step_ns
 
     def _chains(self, flight: _Flight) -> bool:
         """Whether the next step can start from `flight`'s tokens before they reach the host: the
         same rows still decode, with no drafts then or now, none has a grammar (its mask needs the
         token), none ends on its length with those tokens, the step is of the flight's kind (a
-        plain flight settles when a burst could follow), and each row has pages for the positions
-        the step may write (allocated here, never by preempting: preemption needs the tokens
-        settled; a page allocated before the answer turns out False is one the row needs soon anyway)."""
+        plain flight settles when a burst could follow, a burst when bursts stop), and each row
+        has pages for the positions the step may write (allocated here, never by preempting:
+        preemption needs the tokens settled; a page allocated before the answer turns out False
+        is one the row needs soon anyway)."""
         if flight.drafted or flight.rows != self._lanes.decoding or self._drafting(flight.rows):
             return False
-        if not flight.burst and self._runner.burst_steps:
+        if bool(flight.burst) != self._bursting():
             return False
         for row in flight.rows:
             if row.constraint is not None or row.generated + flight.ahead >= row.request.max_tokens:
@@ -147,10 +178,10 @@ class DecodeSteps:
         return True
 
     def _burst_steps(self, rows: list[Row], ahead: int) -> int:
-        """The runner's burst length if the next step over `rows` can be a burst (bursts on, no
+        """The runner's burst length if the next step over `rows` can be a burst (`_bursting`, no
         row with a grammar, pages for each row's positions, allocated without preempting); 0 if not."""
         steps = self._runner.burst_steps
-        if not steps or any(row.constraint is not None for row in rows):
+        if not self._bursting() or any(row.constraint is not None for row in rows):
             return 0
         return steps if all(self._pages_ahead(row, ahead, steps) for row in rows) else 0
 

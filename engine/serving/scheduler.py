@@ -58,10 +58,12 @@ class Scheduler:
         intake: Intake,
         prefill_chunk: int,
         tasks: TaskRegistry,
-        disk: PrefixDisk | None = None,
-        adapters: AdapterTable | None = None,
+        disk: PrefixDisk | None,
+        adapters: AdapterTable | None,
+        burst_max_step_ms: float,
     ) -> None:
-        """`tasks`: the engine's other tasks, whose batches run on this thread too."""
+        """`tasks`: the engine's other tasks, whose batches run on this thread too;
+        `burst_max_step_ms`: the longest decode step a token after which bursts still run."""
         self._runner = runner
         self._adapters = adapters or AdapterTable(0, 0)
         self._adapter_jobs: list[AdapterJob] = []
@@ -72,7 +74,7 @@ class Scheduler:
         self._prefill_chunk = prefill_chunk
         self._lanes = Lanes(runner.lanes, pool, intake, self._adapters)
         self._prefix = PrefixCache(runner, pool, intake, disk)
-        self._decode_steps = DecodeSteps(runner, pool, intake, self._lanes, self._prefix)
+        self._decode_steps = DecodeSteps(runner, pool, intake, self._lanes, self._prefix, burst_max_step_ms)
         self._prefills: list[Prefill] = []  # admitted, in admission order
         self.thread = threading.Thread(target=self._run, name="engine", daemon=True)
 

@@ -97,6 +97,14 @@ class EngineSettings:
         "is spread over that many tokens; the output is what single steps give. 0: off, one call a token.",
         change="reload",
     )
+    burst_max_step_ms: float = setting(
+        20.0,
+        number(minimum=0),
+        "Bursts run only while the last decode step took at most this many milliseconds a token: a "
+        "request arriving during a burst waits for all its steps before its prompt prefills, so bursts "
+        "serve short steps (a GPU, a small model), where the host's per-call work weighs; 0: never.",
+        change="reload",
+    )
     compile_while_serving: bool = setting(
         True,
         boolean(),

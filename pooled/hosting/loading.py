@@ -89,6 +89,7 @@ def engine_config(settings: Settings, checkpoint: Checkpoint) -> EngineConfig:
         draft_tokens=settings.draft_tokens,
         draft_rows=settings.draft_rows,
         burst_steps=settings.burst_steps,
+        burst_max_step_ms=settings.burst_max_step_ms,
         prefix_disk_dir=settings.prefix_cache_dir,
         prefix_disk_bytes=settings.prefix_cache_disk,
         max_loras=settings.max_loras,

@@ -53,8 +53,21 @@ def test_bursts_chain_and_draw_what_single_steps_draw(engine: Engine) -> None:
     assert alone.tokens[0] == reference(prompt(5, 7), 20, GREEDY)
     log = fake(engine).log
     assert any(kind == "decode burst" and rows > 1 for kind, rows in log) and ("chained burst", 1) in log
-    assert ("decode", 1) not in log and ("chained", 1) not in log
+    plain = [entry for entry in log if entry[0] in ("decode", "chained")]
+    assert plain == [("decode", 1)]  # the first step, whose time lets bursts start
     assert_idle(engine)
+
+
+def test_no_burst_while_steps_take_longer_than_the_limit() -> None:
+    engine = build(dataclasses.replace(BURSTS, burst_max_step_ms=0.0))
+    try:
+        result = generate(engine, request(prompt(12, 6), 14))
+        assert result.tokens[0] == reference(prompt(12, 6), 14, GREEDY)
+        log = fake(engine).log
+        assert not any("burst" in kind for kind, _ in log) and ("chained", 1) in log
+        assert_idle(engine)
+    finally:
+        engine.shutdown()
 
 
 @pytest.mark.parametrize("at", [0, 1, 2, 4, 7])
