@@ -9,14 +9,21 @@ the prompts' prefill chunks itself. The shapes it compiles and each step's paddi
 `CompiledShapes` (engine/device/compiled_shapes.py). At start-up `compile` runs every shape of the
 plan once on padding (the null page, the spare lane), which changes nothing real; with
 `EngineConfig.compile_while_serving` only the largest of each kind, and `idle` runs the others,
-one a call, while the engine has nothing to do. What each verb may assume is in
+one a call, while the engine has nothing to do. With `EngineConfig.executable_cache_dir` every
+jitted function's executables come from disk where an earlier start stored them
+(engine/device/executables.py): a start that loads the first shapes from there (a warm start) loads
+every other shape too before serving, as it costs milliseconds a shape. What each verb may assume is in
 `engine/device/runner_api.py`; all of them run on the engine thread, except `compile`, which runs
 on the building thread before the engine thread starts.
 """
 
+import logging
 import threading
+import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
+from pathlib import Path
 from typing import Literal
 
 import jax
@@ -27,6 +34,7 @@ from engine.device.adapter_slots import AdapterSlots
 from engine.device.compile_watch import CompileWatch
 from engine.device.compiled_shapes import CompiledShapes
 from engine.device.decode_lanes import DecodeLanes, LaneSizes
+from engine.device.executables import ExecutableStore, cache_jitted, namespace
 from engine.device.image_embeddings import ImageEmbeddings, tower_buckets
 from engine.device.kv_pool import KVPool
 from engine.device.kv_sizing import kv_dtype, max_context
@@ -51,6 +59,8 @@ from engine.model.layers.lora import LoraStack
 from engine.model.layers.paged_attention import ATTENTION_BLOCK_TOKENS
 from engine.model.loading.loader import DTYPES, LoadedModel
 from engine.stats import Bucket, HeldArrays
+
+log = logging.getLogger(__name__)
 
 
 class DeviceRunner:
@@ -93,6 +103,11 @@ class DeviceRunner:
             sizes, self.steps, self._param_leaves, self._pool, self._adapters, self._shapes, self._replicated
         )
         self.mask_words = self._lanes.mask_words
+        self.executables: ExecutableStore | None = None
+        if config.executable_cache_dir:
+            self.executables = executable_store(model, config, params_tree)
+            owners = {"steps": self.steps, "pool": self._pool, "adapters": self._adapters, "images": self._images}
+            cache_jitted({label: owner for label, owner in owners.items() if owner is not None}, self.executables)
         self._buckets: tuple[Bucket, ...] = ()
         self._compiles: CompileWatch | None = None
         self._scored: tuple[jax.Array, DeviceScores] | None = None  # the last scored prefill's logits and scores
@@ -117,17 +132,36 @@ class DeviceRunner:
         return 0.0 if self._shapes.pending else None
 
     def compile(self, report: Report) -> None:
+        started = time.perf_counter()
         plan = self._shapes.plan()
         now = self._shapes.first(plan) if self._compile_while_serving else plan
+        self._run_buckets(now, report, len(now))
+        store = self.executables
+        if store is not None and store.compiled == 0 and len(now) < len(plan):
+            # Every shape so far came from the executable cache (a warm start): the others will
+            # too, in milliseconds each, so none is left to compile while serving.
+            self._run_buckets([bucket for bucket in plan if bucket not in now], report, len(plan), len(now))
+            now = plan
         later = self._shapes.defer(plan, now)
-        for done, bucket in enumerate(now):
-            step = f"{bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}"
-            report(f"compiling the engine: {step}", done, len(now))
-            self._run_bucket(bucket)
         done_line = f"done; {len(later)} smaller shapes compile while serving" if later else "done"
         report(f"compiling the engine: {done_line}", len(now), len(now))
         jax.block_until_ready(self._pool.pages)
         self._buckets = tuple(now)
+        self._log_compile(len(now), len(later), time.perf_counter() - started)
+
+    def _run_buckets(self, buckets: Sequence[Bucket], report: Report, total: int, done: int = 0) -> None:
+        for i, bucket in enumerate(buckets):
+            step = f"{bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}"
+            report(f"compiling the engine: {step}", done + i, total)
+            self._run_bucket(bucket)
+
+    def _log_compile(self, ready: int, later: int, seconds: float) -> None:
+        store = self.executables
+        source = (
+            "" if store is None else f" ({store.loaded} executables loaded from the cache, {store.compiled} compiled)"
+        )
+        rest = f"; {later} more compile while serving" if later else ""
+        log.info("shapes: %d ready in %.1f s%s%s", ready, seconds, source, rest)
 
     def idle(self) -> None:
         """Compiles the next deferred shape (a request that comes meanwhile waits for it)."""
@@ -298,3 +332,19 @@ class DeviceRunner:
 def failure_kind(error: BaseException) -> Literal["fault", "panicked"]:
     """A device/XLA runtime error is a fault; anything else that kills the engine thread is a panic."""
     return "fault" if isinstance(error, jax.errors.JaxRuntimeError) else "panicked"
+
+
+def executable_store(model: LoadedModel, config: EngineConfig, params_tree: object) -> ExecutableStore:
+    """The executable cache of `model`'s programs under `config`: its namespace names what changes
+    them besides their arguments' shapes (engine/device/executables.py adds the code and the platform)."""
+    graph_config = replace(config, executable_cache_dir="", prefix_disk_dir="", compile_while_serving=False)
+    identity = {
+        "checkpoint": model.fingerprint,
+        "dtype": model.dtype,
+        "quantization": model.quantization,
+        "model": model.config,
+        "params": params_tree,
+        "engine": graph_config,
+        "prefill_rows": PREFILL_ROWS,
+    }
+    return ExecutableStore(Path(config.executable_cache_dir), namespace(identity))
