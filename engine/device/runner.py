@@ -104,6 +104,7 @@ class DeviceRunner:
         )
         self.mask_words = self._lanes.mask_words
         self.executables: ExecutableStore | None = None
+        self._stored: set[str] = set()  # the shapes whose executables the store holds
         if config.executable_cache_dir:
             self.executables = executable_store(model, config, params_tree)
             owners = {"steps": self.steps, "pool": self._pool, "adapters": self._adapters, "images": self._images}
@@ -135,33 +136,21 @@ class DeviceRunner:
         started = time.perf_counter()
         plan = self._shapes.plan()
         now = self._shapes.first(plan) if self._compile_while_serving else plan
-        self._run_buckets(now, report, len(now))
-        store = self.executables
-        if store is not None and store.compiled == 0 and len(now) < len(plan):
-            # Every shape so far came from the executable cache (a warm start): the others will
-            # too, in milliseconds each, so none is left to compile while serving.
-            self._run_buckets([bucket for bucket in plan if bucket not in now], report, len(plan), len(now))
-            now = plan
+        if self.executables is not None:
+            # The shapes an earlier start stored load in milliseconds each: none of them is left
+            # to compile while serving.
+            self._stored = self.executables.remembers()
+            now = [bucket for bucket in plan if bucket in now or repr(bucket) in self._stored]
+        for done, bucket in enumerate(now):
+            step = f"{bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}"
+            report(f"compiling the engine: {step}", done, len(now))
+            self._run_bucket(bucket)
         later = self._shapes.defer(plan, now)
         done_line = f"done; {len(later)} smaller shapes compile while serving" if later else "done"
         report(f"compiling the engine: {done_line}", len(now), len(now))
         jax.block_until_ready(self._pool.pages)
         self._buckets = tuple(now)
         self._log_compile(len(now), len(later), time.perf_counter() - started)
-
-    def _run_buckets(self, buckets: Sequence[Bucket], report: Report, total: int, done: int = 0) -> None:
-        for i, bucket in enumerate(buckets):
-            step = f"{bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}"
-            report(f"compiling the engine: {step}", done + i, total)
-            self._run_bucket(bucket)
-
-    def _log_compile(self, ready: int, later: int, seconds: float) -> None:
-        store = self.executables
-        source = (
-            "" if store is None else f" ({store.loaded} executables loaded from the cache, {store.compiled} compiled)"
-        )
-        rest = f"; {later} more compile while serving" if later else ""
-        log.info("shapes: %d ready in %.1f s%s%s", ready, seconds, source, rest)
 
     def idle(self) -> None:
         """Compiles the next deferred shape (a request that comes meanwhile waits for it)."""
@@ -179,6 +168,14 @@ class DeviceRunner:
 
     def _planned_compiles(self) -> AbstractContextManager[None]:
         return self._compiles.planned() if self._compiles is not None else nullcontext()
+
+    def _log_compile(self, ready: int, later: int, seconds: float) -> None:
+        store = self.executables
+        source = (
+            "" if store is None else f" ({store.loaded} executables loaded from the cache, {store.compiled} compiled)"
+        )
+        rest = f"; {later} more compile while serving" if later else ""
+        log.info("shapes: %d ready in %.1f s%s%s", ready, seconds, source, rest)
 
     def _run_bucket(self, bucket: Bucket) -> None:
         """Runs one bucket on padding (null page, spare lane), which compiles it and changes nothing real.
@@ -211,6 +208,9 @@ class DeviceRunner:
             self.write_pages([NULL_PAGE], [bytes(self.page_bytes)])
         else:
             self.copy_page(NULL_PAGE, NULL_PAGE)
+        if self.executables is not None and repr(bucket) not in self._stored:
+            self.executables.remember(repr(bucket))
+            self._stored.add(repr(bucket))
 
     def buckets(self) -> tuple[Bucket, ...]:
         return self._buckets
