@@ -172,7 +172,9 @@ class DeviceRunner:
     def _log_compile(self, ready: int, later: int, seconds: float) -> None:
         store = self.executables
         source = (
-            "" if store is None else f" ({store.loaded} executables loaded from the cache, {store.compiled} compiled)"
+            ""
+            if store is None
+            else f" ({store.loaded} executables loaded from the cache, {store.compiled} compiled: {store.seconds:.1f} s)"
         )
         rest = f"; {later} more compile while serving" if later else ""
         log.info("shapes: %d ready in %.1f s%s%s", ready, seconds, source, rest)
