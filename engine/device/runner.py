@@ -170,12 +170,9 @@ class DeviceRunner:
         return self._compiles.planned() if self._compiles is not None else nullcontext()
 
     def _log_compile(self, ready: int, later: int, seconds: float) -> None:
-        store = self.executables
-        source = (
-            ""
-            if store is None
-            else f" ({store.loaded} executables loaded from the cache, {store.compiled} compiled: {store.seconds:.1f} s)"
-        )
+        store, source = self.executables, ""
+        if store is not None:
+            source = f" ({store.loaded} executables loaded, {store.compiled} compiled: {store.seconds:.1f} s)"
         rest = f"; {later} more compile while serving" if later else ""
         log.info("shapes: %d ready in %.1f s%s%s", ready, seconds, source, rest)
 
