@@ -84,25 +84,6 @@ class ExecutableStore:
         self.compiled = 0
         self.seconds = 0.0  # spent loading and compiling
 
-    def _marks(self) -> Path:
-        return self._directory / f"{self._space}.marks"
-
-    def remembers(self) -> set[str]:
-        """What `remember` was told in this namespace, by any process."""
-        try:
-            return set(self._marks().read_text().splitlines())
-        except OSError:
-            return set()
-
-    def remember(self, mark: str) -> None:
-        """Notes `mark` (the runner's: a shape whose every executable is stored) for later starts."""
-        try:
-            self._directory.mkdir(parents=True, exist_ok=True)
-            with self._marks().open("a") as file:
-                file.write(mark + "\n")
-        except OSError as error:
-            log.warning("executable cache not written (%s): %s", self._marks(), error)
-
     def _path(self, name: str, signature: str) -> Path:
         key = hashlib.sha256(f"{self._space}\0{name}\0{signature}".encode()).hexdigest()[:32]
         return self._directory / f"{key}{_SUFFIX}"

@@ -11,8 +11,9 @@ plan once on padding (the null page, the spare lane), which changes nothing real
 `EngineConfig.compile_while_serving` only the largest of each kind, and `idle` runs the others,
 one a call, while the engine has nothing to do. With `EngineConfig.executable_cache_dir` every
 jitted function's executables come from disk where an earlier start stored them
-(engine/device/executables.py): a start that loads the first shapes from there (a warm start) loads
-every other shape too before serving, as it costs milliseconds a shape. What each verb may assume is in
+(engine/device/executables.py): on a warm start `compile` and `idle` load each shape in a fraction
+of a second instead of compiling it for seconds, so the shapes left to `idle` are ready moments
+after serving starts. What each verb may assume is in
 `engine/device/runner_api.py`; all of them run on the engine thread, except `compile`, which runs
 on the building thread before the engine thread starts.
 """
@@ -104,7 +105,6 @@ class DeviceRunner:
         )
         self.mask_words = self._lanes.mask_words
         self.executables: ExecutableStore | None = None
-        self._stored: set[str] = set()  # the shapes whose executables the store holds
         if config.executable_cache_dir:
             self.executables = executable_store(model, config, params_tree)
             owners = {"steps": self.steps, "pool": self._pool, "adapters": self._adapters, "images": self._images}
@@ -136,11 +136,6 @@ class DeviceRunner:
         started = time.perf_counter()
         plan = self._shapes.plan()
         now = self._shapes.first(plan) if self._compile_while_serving else plan
-        if self.executables is not None:
-            # The shapes an earlier start stored load in milliseconds each: none of them is left
-            # to compile while serving.
-            self._stored = self.executables.remembers()
-            now = [bucket for bucket in plan if bucket in now or repr(bucket) in self._stored]
         for done, bucket in enumerate(now):
             step = f"{bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}"
             report(f"compiling the engine: {step}", done, len(now))
@@ -207,9 +202,6 @@ class DeviceRunner:
             self.write_pages([NULL_PAGE], [bytes(self.page_bytes)])
         else:
             self.copy_page(NULL_PAGE, NULL_PAGE)
-        if self.executables is not None and repr(bucket) not in self._stored:
-            self.executables.remember(repr(bucket))
-            self._stored.add(repr(bucket))
 
     def buckets(self) -> tuple[Bucket, ...]:
         return self._buckets
