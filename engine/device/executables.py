@@ -172,29 +172,30 @@ def _arg_key(arg: object) -> object:
 class CachedFunction:
     """A jitted function whose executables come from an `ExecutableStore` (see the module's doc).
 
-    A call's signature is worked out per argument; an argument that is the very object the last
-    call passed (the parameters' list, a device array the step did not replace) keeps its part of
-    the signature, so a step's host cost stays that of its new arguments."""
+    A call first tries the executable the last call ran: a step repeats its signature far more
+    often than it changes it, and the executable checks its arguments' types itself (in jax's C++
+    dispatch, as jit does) and refuses others before running anything, with a TypeError or
+    ValueError. Only then is the call's signature worked out and its executable looked up."""
 
     def __init__(self, name: str, jitted: Any, store: ExecutableStore) -> None:
         self._name, self._jitted, self._store = name, jitted, store
         self._executables: dict[tuple[object, ...], jax.stages.Compiled] = {}
-        self._last_args: tuple[object, ...] = ()
-        self._last_keys: tuple[object, ...] = ()
+        self._last: jax.stages.Compiled | None = None
 
     def __call__(self, *args: object) -> Any:
-        last, keys = self._last_args, self._last_keys
-        if len(last) == len(args):
-            key = tuple(k if a is b else _arg_key(a) for a, b, k in zip(args, last, keys, strict=True))
-        else:
-            key = tuple(map(_arg_key, args))
-        self._last_args, self._last_keys = args, key
+        if self._last is not None:
+            try:
+                return self._last(*args)
+            except (TypeError, ValueError):
+                pass  # another signature than the last call's
+        key = tuple(map(_arg_key, args))
         executable = self._executables.get(key)
         if executable is None:
-            executable = self._executables[key] = self._build(key, args)
+            executable = self._executables[key] = self._build(args)
+        self._last = executable
         return executable(*args)
 
-    def _build(self, key: tuple[object, ...], args: tuple[object, ...]) -> jax.stages.Compiled:
+    def _build(self, args: tuple[object, ...]) -> jax.stages.Compiled:
         started = time.perf_counter()
         signature = _signature(args)
         executable = self._store.load(self._name, signature)
