@@ -35,7 +35,7 @@ from engine.device.adapter_slots import AdapterSlots
 from engine.device.compile_watch import CompileWatch
 from engine.device.compiled_shapes import CompiledShapes
 from engine.device.decode_lanes import DecodeLanes, LaneSizes
-from engine.device.executables import ExecutableStore, cache_jitted, namespace
+from engine.device.executables import CachedFunction, ExecutableStore, cache_jitted, namespace
 from engine.device.image_embeddings import ImageEmbeddings, tower_buckets
 from engine.device.kv_pool import KVPool
 from engine.device.kv_sizing import kv_dtype, max_context
@@ -187,7 +187,13 @@ class DeviceRunner:
             slots = np.zeros(bucket.rows, np.int32)
             targets = np.zeros(shape, np.int32) if bucket.kind == "prefill_scored" else None
             inputs = (self._param_leaves, self._lora, self._pool.pages, tokens, positions, table, last, slots)
-            written, _, _ = self.steps.prefill(*inputs, targets, *self._chunk_media([], positions))
+            arguments = (*inputs, targets, *self._chunk_media([], positions))
+            if isinstance(self.steps.prefill, CachedFunction) and self.steps.prefill.loaded(*arguments):
+                # Loaded, not compiled: running it on padding would only spend a whole chunk's
+                # arithmetic (seconds for a 0.5B model's 512 tokens); its first request pays the
+                # first run's extra instead.
+                return
+            written, _, _ = self.steps.prefill(*arguments)
             self._pool.store(written)
         elif bucket.kind == "vision":
             assert self._images is not None

