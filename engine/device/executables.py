@@ -74,6 +74,10 @@ def namespace(identity: Mapping[str, object]) -> str:
     return hashlib.sha256(repr(sorted(fields.items())).encode()).hexdigest()[:24]
 
 
+class NotStored(Exception):
+    """A call's executable is not in the store while it only loads (`ExecutableStore.loading_only`)."""
+
+
 class ExecutableStore:
     """The serialized executables of one namespace in `directory` (shared with other namespaces),
     and how many of this process's shapes were loaded from it or compiled."""
@@ -83,6 +87,7 @@ class ExecutableStore:
         self.loaded = 0
         self.compiled = 0
         self.seconds = 0.0  # spent loading and compiling
+        self.loading_only = False  # True: a call whose executable is not stored raises NotStored
 
     def _path(self, name: str, signature: str) -> Path:
         key = hashlib.sha256(f"{self._space}\0{name}\0{signature}".encode()).hexdigest()[:32]
@@ -211,6 +216,8 @@ class CachedFunction:
         executable = self._store.load(self._name, signature)
         if executable is not None:
             self._store.loaded += 1
+        elif self._store.loading_only:
+            raise NotStored(self._name)
         else:
             executable = _compiled_afresh(self._jitted.lower(*args))
             self._store.save(self._name, signature, executable)

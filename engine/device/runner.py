@@ -11,9 +11,9 @@ plan once on padding (the null page, the spare lane), which changes nothing real
 `EngineConfig.compile_while_serving` only the largest of each kind, and `idle` runs the others,
 one a call, while the engine has nothing to do. With `EngineConfig.executable_cache_dir` every
 jitted function's executables come from disk where an earlier start stored them
-(engine/device/executables.py): on a warm start `compile` and `idle` load each shape in a fraction
-of a second instead of compiling it for seconds, so the shapes left to `idle` are ready moments
-after serving starts. What each verb may assume is in
+(engine/device/executables.py): on a warm start `compile` loads each shape in a fraction of a
+second instead of compiling it for seconds, the deferred ones too where the store holds them, so
+only shapes never stored are left to `idle`. What each verb may assume is in
 `engine/device/runner_api.py`; all of them run on the engine thread, except `compile`, which runs
 on the building thread before the engine thread starts.
 """
@@ -35,7 +35,7 @@ from engine.device.adapter_slots import AdapterSlots
 from engine.device.compile_watch import CompileWatch
 from engine.device.compiled_shapes import CompiledShapes
 from engine.device.decode_lanes import DecodeLanes, LaneSizes
-from engine.device.executables import CachedFunction, ExecutableStore, cache_jitted, namespace
+from engine.device.executables import CachedFunction, ExecutableStore, NotStored, cache_jitted, namespace
 from engine.device.image_embeddings import ImageEmbeddings, tower_buckets
 from engine.device.kv_pool import KVPool
 from engine.device.kv_sizing import kv_dtype, max_context
@@ -141,11 +141,35 @@ class DeviceRunner:
             report(f"compiling the engine: {step}", done, len(now))
             self._run_bucket(bucket)
         later = self._shapes.defer(plan, now)
+        if self.executables is not None and later:
+            now = [*now, *self._load_stored(later)]
+            later = list(self._shapes.pending)
         done_line = f"done; {len(later)} smaller shapes compile while serving" if later else "done"
         report(f"compiling the engine: {done_line}", len(now), len(now))
         jax.block_until_ready(self._pool.pages)
         self._buckets = tuple(now)
         self._log_compile(len(now), len(later), time.perf_counter() - started)
+
+    def _load_stored(self, deferred: Sequence[Bucket]) -> list[Bucket]:
+        """Makes ready the deferred buckets whose executables the store holds (a warm start: each
+        loads in a fraction of a second, while under load the engine is never idle to load them
+        and every step would be padded to the largest shape); returns them. A bucket that meets an
+        executable not stored stops before running it (its earlier calls ran on padding, which
+        changes nothing real) and stays deferred."""
+        assert self.executables is not None
+        ready = []
+        self.executables.loading_only = True
+        try:
+            for bucket in deferred:
+                try:
+                    self._run_bucket(bucket)
+                except NotStored:
+                    continue
+                ready.append(bucket)
+        finally:
+            self.executables.loading_only = False
+        self._shapes.mark_ready(ready)
+        return ready
 
     def idle(self) -> None:
         """Compiles the next deferred shape (a request that comes meanwhile waits for it)."""

@@ -2,7 +2,6 @@
 shape from it and compiles none, answering alike; a changed key misses; a corrupt entry is compiled
 again and rewritten."""
 
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -65,20 +64,16 @@ def test_a_second_start_loads_every_shape_and_a_changed_key_misses(model: Loaded
     assert len(list(tmp_path.glob("*.exe"))) == 2 * cold.compiled
 
 
-def test_a_warm_start_compiling_while_serving_loads_its_later_shapes_too(model: LoadedModel, tmp_path: Path) -> None:
+def test_a_warm_start_loads_the_shapes_it_would_compile_while_serving(model: LoadedModel, tmp_path: Path) -> None:
     config = EngineConfig(
         decode_lanes=4, max_queue=2, page_size=8, prefill_chunk=16, executable_cache_dir=str(tmp_path)
     )
     built(model, config)  # every shape stored
     engine = Engine.build(model, replace(config, compile_while_serving=True), lambda *_: None)
     try:
-        assert engine.stats().pending_buckets > 0  # serving before its smaller shapes are ready
-        deadline = time.monotonic() + 600
-        while engine.stats().pending_buckets and time.monotonic() < deadline:
-            time.sleep(0.1)
+        # The shapes a cold start would compile while serving are loaded before serving.
         assert engine.stats().pending_buckets == 0
-        assert store_of(engine).compiled == 0 and store_of(engine).loaded > 0  # the engine thread loaded them
-        assert engine.stats().compiles_after_startup == 0
+        assert store_of(engine).compiled == 0 and store_of(engine).loaded > 0
     finally:
         engine.shutdown()
 
