@@ -49,6 +49,9 @@ class EngineConfig:
     # the smaller, faster ones while the engine is idle, one at a time, so a request waits for at
     # most one compile; False compiles every shape before serving.
     compile_while_serving: bool = False
+    # Where the serialized executables of every compiled shape are kept (engine/device/executables.py;
+    # "" = none kept: every start traces and compiles its shapes).
+    executable_cache_dir: str = ""
     # Images (a model with a vision tower): off with False. The most pixels an image is resized to
     # (it bounds the tower's compiled sizes: the largest holds this many pixels' patches), and how
     # many images' embeddings the engine keeps for an image sent again.

@@ -7,12 +7,15 @@ outside `engine` for everything that is not a request (those are `engine.api`'s)
   model) and the runners of encoders and of a decoder's embedding pass;
 - a process group (docs/deploy.md): joining it, the leader's side (`Lead`, `lead_load`) and a
   follower's (`follow`);
-- the compilation cache (`use_compilation_cache`) and the KV pool's sizing (`longest_row`);
+- the compilation cache (`use_compilation_cache`), the executable cache's folder
+  (`executable_cache_dir`), the native kernels (`native_kernels`) and the KV pool's sizing (`longest_row`);
 - reading LoRA adapters (`read_lora_adapter`) against the served model.
 
 What the host reads from a checkpoint's files without loading it is `engine.checkpoints`'; the
 preparation of a request's inputs, `engine.inputs`'. This module imports JAX.
 """
+
+from pathlib import Path
 
 import jax
 
@@ -25,6 +28,7 @@ from engine.engine import Engine, TaskEngine
 from engine.engine_config import EngineConfig
 from engine.lora.adapter_formats import NEEDED, adapter_weights_file, read_lora_adapter
 from engine.lora.peft_adapter import TARGETS, LoraAdapter
+from engine.model import kernels
 from engine.model.loading.loader import LoadedModel, load_model, with_served_context
 from engine.model.model_config import CONTEXT_EXTENSION_KINDS, ModelConfig
 from engine.tasks.encode.decoder_embedding import (
@@ -68,8 +72,10 @@ __all__ = [
     "join",
     "lead_load",
     "leave",
-    # the compilation cache and the KV pool
+    # the compilation and executable caches, the kernels and the KV pool
+    "executable_cache_dir",
     "longest_row",
+    "native_kernels",
     "use_compilation_cache",
     # LoRA adapters
     "NEEDED",
@@ -84,6 +90,18 @@ def use_compilation_cache() -> None:
     """Keep compiled XLA programs on disk, so a restart skips the start-up compile plan it already ran."""
     jax.config.update("jax_compilation_cache_dir", str(cache_root(None) / "xla"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def executable_cache_dir() -> Path:
+    """Where `pooled serve` keeps the serialized executables of every compiled shape
+    (EngineConfig.executable_cache_dir, engine/device/executables.py)."""
+    return cache_root(None) / "executables"
+
+
+def native_kernels() -> bool:
+    """Builds (where the cache has no library for this machine) and registers the native CPU
+    kernels now, so that the start log shows their time apart; whether they are available."""
+    return kernels.available()
 
 
 def longest_row(model: LoadedModel, config: EngineConfig) -> int:

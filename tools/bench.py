@@ -34,6 +34,9 @@ so both servers do the same work:
 - start to ready: pooled's first start in a round compiles from nothing (a prepared-weights
   and compilation cache of the run's own, the native kernels linked in), its second start is warm
   (that cache filled); llama-server's start;
+- the first minute after ready (pooled): 4 streams kept busy for FIRST_MINUTE_S from the moment the
+  cold and the warm start say ready, against the same streams once every shape is ready (the
+  steady state); issue 52's target is ≥ 90 %;
 - greedy agreement (with both servers): the first tokens of a few greedy answers, compared
   token by token, the share matched before the answers part;
 - a roofline: the decode step's bytes moved over the machine's measured memory
@@ -80,6 +83,8 @@ CONCURRENCY = (1, 4, 16, 32)
 DECODE_TOKENS = 128
 CONCURRENT_TOKENS = 64
 READY_TIMEOUT_S = 900
+FIRST_MINUTE_S = 60.0  # how long after ready the first-minute figure runs its streams
+FIRST_MINUTE_STREAMS = 4
 REPLAY_TOKENS = 256  # of the rewritten method (the whole is ~940 tokens), greedy
 GREEDY_PROMPTS = (
     "The three laws of thermodynamics are",
@@ -121,6 +126,11 @@ class Report:
     replay_acceptance: float = 0.0  # pooled only: draft tokens accepted / proposed in the replay
     ready_s: float = 0.0  # start to ready (pooled: from an empty cache)
     warm_ready_s: float = 0.0  # pooled only: start to ready again, its cache filled
+    # pooled only: 4 streams' tokens/s in the first minute after the cold and the warm start's
+    # ready, and once every shape is ready
+    first_minute_tps: float = 0.0
+    warm_first_minute_tps: float = 0.0
+    steady_tps: float = 0.0
     greedy_texts: list[str] = field(default_factory=list)  # the answers to GREEDY_PROMPTS
 
 
@@ -272,10 +282,36 @@ async def measure_second_turn(base_url: str, tokenizer: Tokenizer) -> float:
         return (await stream_completion(client, agent_prompt(tokenizer) + AGENT_NEXT_TURN, 4)).ttft_s
 
 
+async def busy_streams(base_url: str, tokenizer: Tokenizer, seconds: float, salt: str) -> float:
+    """FIRST_MINUTE_STREAMS streams, each sending its next request as soon as one ends, for
+    `seconds`: their output tokens/s over the whole span (requests still running at its end are
+    waited for and counted)."""
+    deadline = time.perf_counter() + seconds
+    async with httpx.AsyncClient(base_url=base_url, timeout=600) as client:
+
+        async def stream(index: int) -> int:
+            tokens, sent = 0, 0
+            while time.perf_counter() < deadline:
+                prompt = make_prompt(tokenizer, 32, f"{salt}-{index}-{sent}")
+                tokens += (await stream_completion(client, prompt, CONCURRENT_TOKENS)).tokens
+                sent += 1
+            return tokens
+
+        started = time.perf_counter()
+        counts = await asyncio.gather(*(stream(i) for i in range(FIRST_MINUTE_STREAMS)))
+        return sum(counts) / (time.perf_counter() - started)
+
+
+def first_minute(base_url: str, tokenizer: Tokenizer, salt: str) -> Callable[[], float]:
+    """`running`'s `at_ready` for the first-minute figure: `busy_streams` for FIRST_MINUTE_S."""
+    return lambda: asyncio.run(busy_streams(base_url, tokenizer, FIRST_MINUTE_S, salt))
+
+
 @dataclass
 class Started:
     process: subprocess.Popen[bytes]
     ready_s: float  # from the process's start until `ready_path` said ready
+    at_ready: float = 0.0  # what `running`'s `at_ready` measured
 
 
 @contextmanager
@@ -285,9 +321,11 @@ def running(
     ready_path: str,
     log_path: Path | None = None,
     env: dict[str, str] | None = None,
+    at_ready: Callable[[], float] | None = None,
 ) -> Iterator[Started]:
     """`command` started (`env` added to the environment), its output in `log_path` (default
-    .cache/bench-NAME.log), once `ready_path` says ready."""
+    .cache/bench-NAME.log), once `ready_path` says ready; `at_ready` runs the moment it does
+    (before pooled's smaller shapes are compiled), its figure in `Started.at_ready`."""
     log_path = log_path or REPO / ".cache" / f"bench-{Path(command[0]).name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)  # a fresh checkout has no .cache yet
     log = open(log_path, "wb")  # noqa: SIM115
@@ -312,10 +350,11 @@ def running(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{command[0]} was not ready after {READY_TIMEOUT_S} s")
             time.sleep(0.25)
+        measured = at_ready() if at_ready is not None else 0.0
         # pooled serves before its smaller shapes are compiled: measure once they are.
         while (httpx.get(base_url + ready_path, timeout=10).json().get("engine") or {}).get("pending_buckets"):
             time.sleep(0.5)
-        yield Started(process, ready_s)
+        yield Started(process, ready_s, measured)
     finally:
         process.terminate()
         try:
@@ -357,6 +396,9 @@ def median_report(rounds: list[Report]) -> Report:
         replay_acceptance=median([r.replay_acceptance for r in rounds]),
         ready_s=median([r.ready_s for r in rounds]),
         warm_ready_s=median([r.warm_ready_s for r in rounds]),
+        first_minute_tps=median([r.first_minute_tps for r in rounds]),
+        warm_first_minute_tps=median([r.warm_first_minute_tps for r in rounds]),
+        steady_tps=median([r.steady_tps for r in rounds]),
         greedy_texts=first.greedy_texts,
     )
 
@@ -381,6 +423,16 @@ def greedy_agreement(tokenizer: Tokenizer, ours: list[str], theirs: list[str]) -
         same = next((i for i, (p, q) in enumerate(zip(x, y, strict=False)) if p != q), min(len(x), len(y)))
         shares.append(same / max(len(x), len(y), 1))
     return shares
+
+
+def first_minute_share(warm: bool) -> Callable[[Report], float]:
+    """A report's first-minute figure over its steady state (0: not measured)."""
+
+    def share(report: Report) -> float:
+        figure = report.warm_first_minute_tps if warm else report.first_minute_tps
+        return figure / report.steady_tps if report.steady_tps else 0.0
+
+    return share
 
 
 def markdown(runs: list[list[Report]], bandwidth: float, command: str, greedy_shares: list[float] | None = None) -> str:
@@ -441,6 +493,9 @@ def markdown(runs: list[list[Report]], bandwidth: float, command: str, greedy_sh
     row("peak RSS (MiB)", lambda r: r.peak_rss_mib, ".0f", False)
     row("start to ready (s; pooled: nothing cached)", lambda r: r.ready_s, ".1f", False)
     row("start to ready, warm (s; pooled: its cache filled)", lambda r: r.warm_ready_s or r.ready_s, ".1f", False)
+    row("4 streams, steady state (tokens/s; pooled: every shape ready)", lambda r: r.steady_tps, ".1f", True)
+    row("4 streams, first minute after a cold start (share of steady)", first_minute_share(False), ".2f", True)
+    row("4 streams, first minute after a warm start (share of steady)", first_minute_share(True), ".2f", True)
     lines += ["", "Ratios are speed-ups (above 1× means pooled is better), for latencies and TTFT too."]
     if greedy_shares:
         shares = greedy_shares
@@ -549,18 +604,21 @@ def measure_pooled(model: Path, tokenizer: Tokenizer, pooled_args: list[str], sl
         env = {"POOLED_CACHE_DIR": cache}
         # Without --ctx pooled serves a model trained on less than 32768 tokens at 32768
         # (pooled/configuration/context_policy.py): the long figures need no other server.
-        with running(pooled_command(model, 8091, args), url, "/health", env=env) as server:
+        cold_minute = first_minute(url, tokenizer, "cold")
+        with running(pooled_command(model, 8091, args), url, "/health", env=env, at_ready=cold_minute) as server:
             quantization = httpx.get(url + "/health", timeout=10).json()["quantization"]
+            steady_tps = asyncio.run(busy_streams(url, tokenizer, FIRST_MINUTE_S, "steady"))
             report = asyncio.run(measure("pooled", url, tokenizer, server.process.pid))
-            report.ready_s = server.ready_s
+            report.ready_s, report.first_minute_tps, report.steady_tps = server.ready_s, server.at_ready, steady_tps
             before = draft_counts(url)
             asyncio.run(measure_replay(url))
             proposed, accepted = (after - first for after, first in zip(draft_counts(url), before, strict=True))
             report.replay_acceptance = accepted / proposed if proposed else 0.0
             if long:
                 asyncio.run(measure_long(report, url, tokenizer))
-        with running(pooled_command(model, 8091, args), url, "/health", env=env) as server:
-            report.warm_ready_s = server.ready_s
+        warm_minute = first_minute(url, tokenizer, "warm")
+        with running(pooled_command(model, 8091, args), url, "/health", env=env, at_ready=warm_minute) as server:
+            report.warm_ready_s, report.warm_first_minute_tps = server.ready_s, server.at_ready
             if long:
                 report.restart_ttft_s = asyncio.run(measure_second_turn(url, tokenizer))
         with running(pooled_command(model, 8091, [*args, "--draft-tokens", "0"]), url, "/health", env=env):

@@ -9,14 +9,22 @@ the prompts' prefill chunks itself. The shapes it compiles and each step's paddi
 `CompiledShapes` (engine/device/compiled_shapes.py). At start-up `compile` runs every shape of the
 plan once on padding (the null page, the spare lane), which changes nothing real; with
 `EngineConfig.compile_while_serving` only the largest of each kind, and `idle` runs the others,
-one a call, while the engine has nothing to do. What each verb may assume is in
+one a call, while the engine has nothing to do. With `EngineConfig.executable_cache_dir` every
+jitted function's executables come from disk where an earlier start stored them
+(engine/device/executables.py): on a warm start `compile` loads each shape in a fraction of a
+second instead of compiling it for seconds, the deferred ones too where the store holds them, so
+only shapes never stored are left to `idle`. What each verb may assume is in
 `engine/device/runner_api.py`; all of them run on the engine thread, except `compile`, which runs
 on the building thread before the engine thread starts.
 """
 
+import logging
 import threading
+import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
+from pathlib import Path
 from typing import Literal
 
 import jax
@@ -27,6 +35,7 @@ from engine.device.adapter_slots import AdapterSlots
 from engine.device.compile_watch import CompileWatch
 from engine.device.compiled_shapes import CompiledShapes
 from engine.device.decode_lanes import DecodeLanes, LaneSizes
+from engine.device.executables import CachedFunction, ExecutableStore, NotStored, cache_jitted, namespace
 from engine.device.image_embeddings import ImageEmbeddings, tower_buckets
 from engine.device.kv_pool import KVPool
 from engine.device.kv_sizing import kv_dtype, max_context
@@ -51,6 +60,8 @@ from engine.model.layers.lora import LoraStack
 from engine.model.layers.paged_attention import ATTENTION_BLOCK_TOKENS
 from engine.model.loading.loader import DTYPES, LoadedModel
 from engine.stats import Bucket, HeldArrays
+
+log = logging.getLogger(__name__)
 
 
 class DeviceRunner:
@@ -94,6 +105,11 @@ class DeviceRunner:
             sizes, self.steps, self._param_leaves, self._pool, self._adapters, self._shapes, self._replicated
         )
         self.mask_words = self._lanes.mask_words
+        self.executables: ExecutableStore | None = None
+        if config.executable_cache_dir:
+            self.executables = executable_store(model, config, params_tree)
+            owners = {"steps": self.steps, "pool": self._pool, "adapters": self._adapters, "images": self._images}
+            cache_jitted({label: owner for label, owner in owners.items() if owner is not None}, self.executables)
         self._buckets: tuple[Bucket, ...] = ()
         self._compiles: CompileWatch | None = None
         self._scored: tuple[jax.Array, DeviceScores] | None = None  # the last scored prefill's logits and scores
@@ -118,17 +134,43 @@ class DeviceRunner:
         return 0.0 if self._shapes.pending else None
 
     def compile(self, report: Report) -> None:
+        started = time.perf_counter()
         plan = self._shapes.plan()
         now = self._shapes.first(plan) if self._compile_while_serving else plan
-        later = self._shapes.defer(plan, now)
         for done, bucket in enumerate(now):
             step = f"{bucket.kind} rows={bucket.rows} tokens={bucket.tokens} pages={bucket.pages}"
             report(f"compiling the engine: {step}", done, len(now))
             self._run_bucket(bucket)
+        later = self._shapes.defer(plan, now)
+        if self.executables is not None and later:
+            now = [*now, *self._load_stored(later)]
+            later = list(self._shapes.pending)
         done_line = f"done; {len(later)} smaller shapes compile while serving" if later else "done"
         report(f"compiling the engine: {done_line}", len(now), len(now))
         jax.block_until_ready(self._pool.pages)
         self._buckets = tuple(now)
+        self._log_compile(len(now), len(later), time.perf_counter() - started)
+
+    def _load_stored(self, deferred: Sequence[Bucket]) -> list[Bucket]:
+        """Makes ready the deferred buckets whose executables the store holds (a warm start: each
+        loads in a fraction of a second, while under load the engine is never idle to load them
+        and every step would be padded to the largest shape); returns them. A bucket that meets an
+        executable not stored stops before running it (its earlier calls ran on padding, which
+        changes nothing real) and stays deferred."""
+        assert self.executables is not None
+        ready = []
+        self.executables.loading_only = True
+        try:
+            for bucket in deferred:
+                try:
+                    self._run_bucket(bucket)
+                except NotStored:
+                    continue
+                ready.append(bucket)
+        finally:
+            self.executables.loading_only = False
+        self._shapes.mark_ready(ready)
+        return ready
 
     def idle(self) -> None:
         """Compiles the next deferred shape (a request that comes meanwhile waits for it)."""
@@ -147,6 +189,13 @@ class DeviceRunner:
     def _planned_compiles(self) -> AbstractContextManager[None]:
         return self._compiles.planned() if self._compiles is not None else nullcontext()
 
+    def _log_compile(self, ready: int, later: int, seconds: float) -> None:
+        store, source = self.executables, ""
+        if store is not None:
+            source = f" ({store.loaded} executables loaded, {store.compiled} compiled: {store.seconds:.1f} s)"
+        rest = f"; {later} more compile while serving" if later else ""
+        log.info("shapes: %d ready in %.1f s%s%s", ready, seconds, source, rest)
+
     def _run_bucket(self, bucket: Bucket) -> None:
         """Runs one bucket on padding (null page, spare lane), which compiles it and changes nothing real.
 
@@ -163,7 +212,13 @@ class DeviceRunner:
             slots = np.zeros(bucket.rows, np.int32)
             targets = np.zeros(shape, np.int32) if bucket.kind == "prefill_scored" else None
             inputs = (self._param_leaves, self._lora, self._pool.pages, tokens, positions, table, last, slots)
-            written, _, _ = self.steps.prefill(*inputs, targets, *self._chunk_media([], positions))
+            arguments = (*inputs, targets, *self._chunk_media([], positions))
+            if isinstance(self.steps.prefill, CachedFunction) and self.steps.prefill.loaded(*arguments):
+                # Loaded, not compiled: running it on padding would only spend a whole chunk's
+                # arithmetic (seconds for a 0.5B model's 512 tokens); its first request pays the
+                # first run's extra instead.
+                return
+            written, _, _ = self.steps.prefill(*arguments)
             self._pool.store(written)
         elif bucket.kind == "vision":
             assert self._images is not None
@@ -299,3 +354,19 @@ class DeviceRunner:
 def failure_kind(error: BaseException) -> Literal["fault", "panicked"]:
     """A device/XLA runtime error is a fault; anything else that kills the engine thread is a panic."""
     return "fault" if isinstance(error, jax.errors.JaxRuntimeError) else "panicked"
+
+
+def executable_store(model: LoadedModel, config: EngineConfig, params_tree: object) -> ExecutableStore:
+    """The executable cache of `model`'s programs under `config`: its namespace names what changes
+    them besides their arguments' shapes (engine/device/executables.py adds the code and the platform)."""
+    graph_config = replace(config, executable_cache_dir="", prefix_disk_dir="", compile_while_serving=False)
+    identity = {
+        "checkpoint": model.fingerprint,
+        "dtype": model.dtype,
+        "quantization": model.quantization,
+        "model": model.config,
+        "params": params_tree,
+        "engine": graph_config,
+        "prefill_rows": PREFILL_ROWS,
+    }
+    return ExecutableStore(Path(config.executable_cache_dir), namespace(identity))

@@ -3,11 +3,17 @@
 The weight dtype `auto` resolves per backend: float32 on the CPU (XLA's CPU
 backend ran the batch-1 decode step several times slower with bf16 weights; see
 docs/BENCHMARKS.md) and bfloat16 on accelerators.
+
+The start log says where a start's time goes, one info line a phase: the imports (the process's
+time before the load), the weights (read and prepared), the native kernels, the shapes (loaded from
+the executable cache or compiled: engine/device/runner.py's line) and the whole start to ready.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,12 +35,14 @@ from engine.front import (
     TaskEngine,
     decoder_embedding,
     decoder_embedding_runner,
+    executable_cache_dir,
     in_group,
     is_embedding_decoder,
     is_encoder_checkpoint,
     lead_load,
     load_encoder,
     load_model,
+    native_kernels,
     use_compilation_cache,
 )
 from handlers.context import EncoderKind, EncoderService, FailedPart, FailedSetting
@@ -77,7 +85,19 @@ class Checkpoint:
     chat_template: ChatTemplate | None
 
 
+def process_seconds() -> float | None:
+    """Seconds since this process started (None where /proc does not say)."""
+    try:
+        started = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return uptime - started / os.sysconf("SC_CLK_TCK")
+
+
 def engine_config(settings: Settings, checkpoint: Checkpoint) -> EngineConfig:
+    """The engine's configuration; a process group's (whose followers build the same runner on
+    other hosts) keeps no executable cache."""
     return EngineConfig(
         decode_lanes=settings.decode_lanes,
         max_queue=settings.max_queue,
@@ -98,6 +118,7 @@ def engine_config(settings: Settings, checkpoint: Checkpoint) -> EngineConfig:
         vision_enabled=settings.vision_enabled,
         max_image_pixels=settings.max_image_pixels,
         image_cache_images=settings.image_cache,
+        executable_cache_dir="" if in_group() else str(executable_cache_dir()),
     )
 
 
@@ -241,7 +262,14 @@ def load_serving(
 ) -> Loaded:
     """The model at `path`, served; with `group`, led over a process group (engine/device/process_group.py)."""
     use_compilation_cache()
+    since_start = process_seconds()
+    if since_start is not None:
+        log.info("start: the load begins %.1f s after the process started (imports, settings)", since_start)
+    started = time.perf_counter()
+    native_kernels()
+    log.info("start: native kernels ready in %.1f s", time.perf_counter() - started)
     report("loading weights", 0, 1)
+    weights_started = time.perf_counter()
     if group is not None:
         check_group_serving(path, settings)
         spec = GroupLoad(path, settings)
@@ -250,19 +278,23 @@ def load_serving(
         return load_encoder_serving(path, settings, report)
     else:
         checkpoint, config, context = load_generation(path, settings)
+    log.info("start: weights read and prepared in %.1f s", time.perf_counter() - weights_started)
     recommended = checkpoint_defaults(path)
     beside = load_encoders(settings, report)  # an encoder's steps run on this process's first device alone
     encoders = beside.encoders
     if settings.embeddings:
         encoders[model_id_for(path)] = decoder_embedder(checkpoint, settings)
     tasks = [EncodeTask({name: encoder.runner for name, encoder in encoders.items()})] if encoders else []
+    built = time.perf_counter()
     engine = Engine.build(context.model, config, report, tasks, group)
+    log.info("start: engine built in %.1f s (its KV pool and shapes)", time.perf_counter() - built)
     adapters = EngineAdapters(engine, context.model.config, lora_policy(settings))
     try:
         load_start_adapters(adapters, settings)
     except CheckpointError:
         engine.shutdown()
         raise
+    log.info("start: ready, the load took %.1f s", time.perf_counter() - started)
     return Loaded(
         engine.max_context,
         context.trained,

@@ -130,21 +130,29 @@ def _run(command: list[str]) -> None:
         raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
 
 
-@functools.cache
 def available() -> bool:
     """Whether the kernels can be called on CPU (built and registered once per process). Off the
     CPU (a GPU or TPU backend) they are not built: XLA's own ops (or Pallas) run there."""
+    return bool(library_name())
+
+
+@functools.cache
+def library_name() -> str:
+    """The file name of the library registered in this process, which names its key (built and
+    registered on first call); "" where the kernels are unavailable. Serialized executables that
+    call the kernels are keyed by it (engine/device/executables.py)."""
     if jax.default_backend() != "cpu":
         log.info("native CPU kernels skipped on the %s backend", jax.default_backend())
-        return False
+        return ""
     try:
-        library = ctypes.cdll.LoadLibrary(str(_build()))
+        path = _build()
+        library = ctypes.cdll.LoadLibrary(str(path))
     except (OSError, RuntimeError, subprocess.CalledProcessError) as error:
         log.warning("native CPU kernels unavailable, using XLA's own ops: %s", error)
-        return False
+        return ""
     for target, symbol in _TARGETS.items():
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(library, symbol)), platform="cpu")
-    return True
+    return path.name
 
 
 def f32_matmul(x: Array, weights: Sequence[Array]) -> list[Array]:
