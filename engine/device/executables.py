@@ -34,12 +34,28 @@ from typing import Any
 import jax
 import jaxlib
 import numpy as np
-from jax._src import config as jax_states  # the thread-local forms of two public jax.config options
 from jax.experimental.serialize_executable import deserialize_and_load, serialize
 
 from engine.model import kernels
 
 log = logging.getLogger(__name__)
+
+try:  # the thread-local forms of two public jax.config options: private, so checked (`supported`)
+    from jax._src import config as jax_states
+
+    _CACHE_SWITCHES = (
+        getattr(jax_states, "compilation_cache_include_metadata_in_key", None),
+        getattr(jax_states, "persistent_cache_min_compile_time_secs", None),
+    )
+except ImportError:
+    _CACHE_SWITCHES = (None, None)
+
+
+def supported() -> bool:
+    """Whether this jax lets a compile bypass its persistent cache (`_compiled_afresh`); without,
+    the engine keeps no executables (what that cache hands back does not serialize whole)."""
+    return all(switch is not None for switch in _CACHE_SWITCHES)
+
 
 # The store's default bound: a 0.5B model's ~40 shapes take a few hundred MB on the CPU.
 EXECUTABLE_CACHE_BYTES = 4 << 30
@@ -232,10 +248,9 @@ def _compiled_afresh(lowered: jax.stages.Lowered) -> jax.stages.Compiled:
     returns serializes without its fused functions, and the one loaded from that fails when run
     ("Function ... not found"). Keys that include the program's metadata are keys no other compile
     writes (jax's own strip it), and the cache writes nothing that compiles faster than the bound."""
-    with (
-        jax_states.compilation_cache_include_metadata_in_key(True),
-        jax_states.persistent_cache_min_compile_time_secs(float("inf")),
-    ):
+    include_metadata, min_compile_secs = _CACHE_SWITCHES
+    assert include_metadata is not None and min_compile_secs is not None, "checked by `supported`"
+    with include_metadata(True), min_compile_secs(float("inf")):
         return lowered.compile()
 
 

@@ -36,6 +36,7 @@ from engine.device.compile_watch import CompileWatch
 from engine.device.compiled_shapes import CompiledShapes
 from engine.device.decode_lanes import DecodeLanes, LaneSizes
 from engine.device.executables import CachedFunction, ExecutableStore, NotStored, cache_jitted, namespace
+from engine.device.executables import supported as executables_supported
 from engine.device.image_embeddings import ImageEmbeddings, tower_buckets
 from engine.device.kv_pool import KVPool
 from engine.device.kv_sizing import kv_dtype, max_context
@@ -106,7 +107,7 @@ class DeviceRunner:
         )
         self.mask_words = self._lanes.mask_words
         self.executables: ExecutableStore | None = None
-        if config.executable_cache_dir:
+        if config.executable_cache_dir and executables_supported():
             self.executables = executable_store(model, config, params_tree)
             owners = {"steps": self.steps, "pool": self._pool, "adapters": self._adapters, "images": self._images}
             cache_jitted({label: owner for label, owner in owners.items() if owner is not None}, self.executables)
