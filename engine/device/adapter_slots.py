@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
+from engine.device.executables import own_jit
 from engine.lora.adapter_stack import stack_adapters
 from engine.lora.peft_adapter import LoraAdapter
 from engine.model.layers.lora import LoraStack, LoraWeights
@@ -26,7 +27,7 @@ class AdapterSlots:
         self._config, self._slots, self._rank, self._dtype = config, slots, rank, dtype
         self._placed = placed
         self.stack: LoraStack = jax.device_put(stack_adapters(config, [None] * slots, rank, dtype), placed)
-        self._set_slot = jax.jit(_set_slot, donate_argnums=(0,))
+        self._set_slot = own_jit(_set_slot, donate_argnums=(0,))
 
     def load(self, slot: int, adapter: LoraAdapter | None) -> None:
         """Puts `adapter` in `slot` (1 to `slots`), or clears the slot (None)."""

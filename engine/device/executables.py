@@ -20,6 +20,7 @@ Executables call the native kernels (engine/model/kernels) through XLA custom ca
 namespace asks for them (`kernels.available()` registers them) before anything is loaded.
 """
 
+import functools
 import hashlib
 import logging
 import os
@@ -27,6 +28,7 @@ import pickle
 import platform
 import tempfile
 import time
+import types
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,15 @@ def namespace(identity: Mapping[str, object]) -> str:
     return hashlib.sha256(repr(sorted(fields.items())).encode()).hexdigest()[:24]
 
 
+def own_jit(fun: Any, **options: Any) -> Any:
+    """`jax.jit(fun, **options)` whose compiled programs are this caller's alone, for a module-level
+    `fun` that a `cache_jitted` owner holds. jax hands every jit of one Python function the program
+    it compiled first for the same shapes, and on the CPU a program that has run holds its sorts'
+    comparators and no longer serializes ("`LessThan` is not serializable"): a store could then not
+    keep a shape another engine of this process ran before. A partial is a function of its own."""
+    return jax.jit(functools.partial(fun), **options)
+
+
 class NotStored(Exception):
     """A call's executable is not in the store while it only loads (`ExecutableStore.loading_only`)."""
 
@@ -128,8 +139,8 @@ class ExecutableStore:
         try:
             payload, in_tree, out_tree = serialize(compiled)
             data = pickle.dumps((payload, in_tree, out_tree))
-        except (ValueError, NotImplementedError, pickle.PicklingError, TypeError) as error:
-            log.info("executable %s not cached: %s", name, error)
+        except (ValueError, NotImplementedError, pickle.PicklingError, TypeError, jax.errors.JaxRuntimeError) as error:
+            log.warning("executable %s not cached: %s", name, error)
             return
         path = self._path(name, signature)
         try:
@@ -260,8 +271,15 @@ def cache_jitted(owners: Mapping[str, object], store: ExecutableStore) -> None:
     for label, owner in owners.items():
         for attribute, value in list(vars(owner).items()):
             if _is_jitted(value):
+                assert not _shared(value), f"{label}.{attribute}: jit it with `own_jit`"
                 setattr(owner, attribute, CachedFunction(f"{label}.{attribute}", value, store))
 
 
 def _is_jitted(value: object) -> bool:
     return callable(value) and hasattr(value, "lower") and hasattr(value, "trace")
+
+
+def _shared(jitted: object) -> bool:
+    """Whether `jitted` wraps a module-level function, whose programs every jit of it shares."""
+    fun = getattr(jitted, "__wrapped__", None)
+    return isinstance(fun, types.FunctionType) and "<locals>" not in fun.__qualname__

@@ -21,6 +21,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from engine.device.compiled_shapes import PAGE_TRANSFER_GROUP, page_group
+from engine.device.executables import own_jit
 from engine.model.layers.kv_cache import NewKV, PagedLayerCache, init_paged_caches, to_pool
 from engine.model.model_config import ModelConfig
 
@@ -54,10 +55,10 @@ class KVPool:
         real step finds the start-up compile instead of compiling again for another placement."""
         self.pages: KVPages = jax.device_put(init_paged_caches(config, pages, page_size, dtype), placed)
         self._placed = placed
-        self._store = jax.jit(_store, donate_argnums=(0,))
-        self._copy_page = jax.jit(_copy_page, donate_argnums=(0,))
-        self._read_pages = jax.jit(_read_pages)
-        self._write_pages = jax.jit(_write_pages, donate_argnums=(0,))
+        self._store = own_jit(_store, donate_argnums=(0,))
+        self._copy_page = own_jit(_copy_page, donate_argnums=(0,))
+        self._read_pages = own_jit(_read_pages)
+        self._write_pages = own_jit(_write_pages, donate_argnums=(0,))
         pool = self.pages[0].k
         self._page_shape = (config.num_layers, 2, pool.shape[0], page_size, pool.shape[3])
         self._page_dtype = np.dtype(pool.dtype)

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from jax.tree_util import PyTreeDef
 
 from engine.api import MAX_TOP_LOGPROBS
+from engine.device.executables import own_jit
 from engine.device.kv_pool import KVPages, Written, written
 from engine.device.lane_sampling import (
     LaneState,
@@ -78,8 +79,8 @@ class StepFunctions:
         self.decode = jax.jit(self._decode, donate_argnums=(3,))
         self.verify = jax.jit(self._verify, donate_argnums=(3,))
         self.burst = jax.jit(self._burst, donate_argnums=(3,))
-        self.first_tokens = jax.jit(first_tokens, donate_argnums=(0,))
-        self.reset_lane = jax.jit(reset_lane, donate_argnums=(0,))
+        self.first_tokens = own_jit(first_tokens, donate_argnums=(0,))
+        self.reset_lane = own_jit(reset_lane, donate_argnums=(0,))
 
     def _forward(
         self,

@@ -78,6 +78,24 @@ def test_a_warm_start_loads_the_shapes_it_would_compile_while_serving(model: Loa
         engine.shutdown()
 
 
+def test_a_store_after_another_engine_of_the_same_shapes_ran_stores_every_program(
+    model: LoadedModel, tmp_path: Path
+) -> None:
+    # An engine without a store runs its programs first, sorting (top-p) and reporting logprobs:
+    # an XLA CPU program that has run holds its sort's comparator and no longer serializes, so the
+    # stored engine's programs must be its own, compiled afresh (as when a full test run or a
+    # process serving several models builds engines of the same shapes one after another).
+    config = EngineConfig(decode_lanes=4, max_queue=2, page_size=8, prefill_chunk=16)
+    engine = Engine.build(model, config, lambda *_: None)
+    try:
+        generate(engine, greedy_request(prompt(5, 9), 4, temperature=0.8, top_p=0.9, top_k=20, logprobs=2, seed=1))
+    finally:
+        engine.shutdown()
+    stored, answer, _ = built(model, replace(config, executable_cache_dir=str(tmp_path)))
+    assert stored.compiled > 0 and len(list(tmp_path.glob("*.exe"))) == stored.compiled
+    assert built(model, replace(config, executable_cache_dir=str(tmp_path)))[1] == answer
+
+
 def test_a_corrupt_entry_is_compiled_again_and_rewritten(model: LoadedModel, tmp_path: Path) -> None:
     config = EngineConfig(
         decode_lanes=4, max_queue=2, page_size=8, prefill_chunk=16, executable_cache_dir=str(tmp_path)
