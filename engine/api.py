@@ -1,12 +1,13 @@
 """The seam between the engine and the request handlers: token ids in, token ids out.
 
 The engine never sees text, chat templates or JSON. A handler turns a request into a task's request
-(a `GenerationRequest`, an `EncodeRequest`), calls `EngineFront.submit(request, sink)` and receives
-the task's events on `sink` (called on the engine thread, so the sink must be cheap and
-thread-safe). A generation request's are `EngineEvent`s: per row, zero or more `Tokens` followed by
-exactly one `Finished`; a `Failed` ends the whole request instead. An encode request's is one
-`Encoded` or `Failed`. `submit` raises `QueueFull`, `RequestRefused` or `EngineUnavailable`
-synchronously, so a refusal never reaches the sink.
+(a `GenerationRequest`, an `EncodeRequest`, a `TranscriptionRequest`), calls
+`EngineFront.submit(request, sink)` and receives the task's events on `sink` (called on the engine
+thread, so the sink must be cheap and thread-safe). A generation request's are `EngineEvent`s: per
+row, zero or more `Tokens` followed by exactly one `Finished`; a `Failed` ends the whole request
+instead. An encode request's is one `Encoded` or `Failed`; a transcription's, zero or more
+`SpeechSegment`s in order, then one `Transcribed` or `Failed`. `submit` raises `QueueFull`,
+`RequestRefused` or `EngineUnavailable` synchronously, so a refusal never reaches the sink.
 """
 
 from __future__ import annotations
@@ -229,6 +230,68 @@ class Encoded:
 
 
 EncodeEvent = Encoded | Failed
+
+
+# Speech models hear mono audio at 16 kHz: the rate a `TranscriptionRequest`'s samples are in.
+SPEECH_SAMPLE_RATE = 16000
+
+
+@dataclass(frozen=True)
+class TranscriptionRequest(TaskRequest["TranscriptionEvent"]):
+    """Speech to text by the engine's speech model: `audio` is mono float32 samples in [-1, 1] at
+    SPEECH_SAMPLE_RATE. Token ids are the speech model's own (the handler tokenizes `prompt_ids`
+    and detokenizes the segments' tokens)."""
+
+    audio: np.ndarray
+    task: Literal["transcribe", "translate"] = "transcribe"
+    language: str | None = None  # a language code the model knows ("en"); None: detected
+    prompt_ids: tuple[int, ...] = ()  # the previous-text prompt, without special tokens
+    # The temperature ladder: a window whose decode fails the thresholds is decoded again at the
+    # next one (openai-whisper's fallback); one entry: no fallback.
+    temperatures: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    word_timestamps: bool = False
+    logprobs: bool = False  # each segment's tokens' logprobs
+    seed: int | None = None  # None: drawn from the OS
+
+
+@dataclass(frozen=True)
+class SpeechWord:
+    """A word of a segment, timed by cross-attention alignment; `tokens` are the model's ids."""
+
+    start: float  # seconds from the audio's start
+    end: float
+    tokens: tuple[int, ...]
+    probability: float
+
+
+@dataclass(frozen=True)
+class SpeechSegment:
+    """A decoded stretch of speech, sent as soon as its window is decoded, in order."""
+
+    index: int
+    seek: float  # the start of the window it was decoded in, seconds
+    start: float  # seconds from the audio's start
+    end: float
+    tokens: tuple[int, ...]  # its text tokens (no timestamp or special tokens)
+    temperature: float  # the temperature that decoded its window
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+    words: tuple[SpeechWord, ...] = ()  # with TranscriptionRequest.word_timestamps
+    logprobs: tuple[float, ...] = ()  # one a token, with TranscriptionRequest.logprobs
+
+
+@dataclass(frozen=True)
+class Transcribed:
+    """A finished transcription, after its last segment."""
+
+    language: str  # the code asked for or detected
+    language_probability: float  # 1.0 when asked for
+    duration: float  # seconds of audio
+    output_tokens: int  # text tokens decoded, in the kept segments
+
+
+TranscriptionEvent = SpeechSegment | Transcribed | Failed
 
 
 class QueueFull(Exception):
