@@ -125,7 +125,7 @@ def test_lanes_decode_as_single_rows_and_a_row_restarts_over_its_old_entries(hf_
     short = [ids["<|startoftranscript|>"], ids["<|fr|>"], ids["<|translate|>"], 700]
 
     def alone(row: int, tokens: list[int]) -> np.ndarray:
-        lane_cross = jax.tree_util.tree_map(lambda x: x[:, row : row + 1], cross)
+        lane_cross = jax.tree_util.tree_map(lambda x: x[row : row + 1], cross)
         kv = init_self_kv(config, 1, config.n_text_ctx)
         logits, _, _ = step(
             params, tokens=jnp.asarray([tokens]), positions=jnp.arange(len(tokens))[None], self_kv=kv, cross=lane_cross
