@@ -114,6 +114,7 @@ def test_log_mel_matches_faster_whisper(n_mels: int) -> None:
     np.testing.assert_allclose(mel, golden[f"mel_{n_mels}"], atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow
 def test_lanes_decode_as_single_rows_and_a_row_restarts_over_its_old_entries(hf_model: LoadedWhisper) -> None:
     """Two lanes at different positions in one step give each row's own logits; a lane restarted
     at position 0 ignores what its cache held past its new positions."""

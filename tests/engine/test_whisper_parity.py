@@ -16,6 +16,8 @@ import pytest
 from engine.model.families.whisper import LoadedWhisper, cross_kv, decode, encode, init_self_kv, load_whisper
 from tools.whisper_checkpoint import sample_mel, write_ct2, write_hf
 
+pytestmark = pytest.mark.slow  # the model through XLA against transformers' goldens
+
 GOLDEN = np.load(Path(__file__).resolve().parent.parent / "goldens" / "whisper" / "tiny_random.npz")
 TOLERANCE = 1e-4
 LAYOUTS: dict[str, Callable[[Path], Path]] = {"hf": write_hf, "ct2": write_ct2}
