@@ -226,7 +226,10 @@ def decode(
     cross-attention weights [B, len(alignment_heads), T, n_audio_ctx], softmaxed, else None).
 
     A query attends to its row's cache entries at positions up to its own, so a row may restart
-    at position 0 over an old window's entries. `alignment` and `config` are static under jit.
+    at position 0 over an old window's entries. `alignment` and `config` are static under jit;
+    donate `self_kv` so the cache is written in place. The alignment weights are softmaxed over
+    all n_audio_ctx positions: openai-whisper's find_alignment softmaxes over the window's audio
+    alone (its first frames // 2), which is these cut there and each row divided by its sum.
     """
     out = WhisperModel(config).apply(
         {"params": params}, tokens, positions, self_kv, cross, alignment, method=WhisperModel.decode
