@@ -16,6 +16,8 @@ import jax.numpy as jnp
 from engine.model.families.whisper.whisper_config import WhisperConfig
 
 LAYER_NORM_EPS = 1e-5
+# float32 products in float32 on every backend (XLA runs them as TF32 on NVIDIA GPUs otherwise).
+PRECISION = jax.lax.Precision.HIGHEST
 
 
 # Keys and values are kept a separate array per layer (XLA on the CPU copies a slice of a stacked
@@ -51,7 +53,7 @@ def _heads(x: jax.Array, heads: int) -> jax.Array:
 def _attention_weights(q: jax.Array, k: jax.Array, mask: jax.Array | None) -> jax.Array:
     """Softmaxed weights [B, heads, T, S] of queries [B, T, d] over head-major keys [B, heads, S, hd]."""
     qh = _heads(q, k.shape[1])
-    scores = jnp.einsum("bhtd,bhsd->bhts", qh, k) * (qh.shape[-1] ** -0.5)
+    scores = jnp.einsum("bhtd,bhsd->bhts", qh, k, precision=PRECISION) * (qh.shape[-1] ** -0.5)
     if mask is not None:
         scores = jnp.where(mask[:, None], scores, jnp.finfo(scores.dtype).min)
     return jax.nn.softmax(scores, axis=-1)
@@ -59,7 +61,7 @@ def _attention_weights(q: jax.Array, k: jax.Array, mask: jax.Array | None) -> ja
 
 def _attend(weights: jax.Array, v: jax.Array) -> jax.Array:
     """Weights [B, heads, T, S] over head-major values [B, heads, S, hd] → [B, T, d]."""
-    out = jnp.swapaxes(jnp.einsum("bhts,bhsd->bhtd", weights, v), 1, 2)
+    out = jnp.swapaxes(jnp.einsum("bhts,bhsd->bhtd", weights, v, precision=PRECISION), 1, 2)
     return out.reshape(*out.shape[:2], -1)
 
 
@@ -69,10 +71,10 @@ class Attention(nn.Module):
     d_model: int
 
     def setup(self) -> None:
-        self.q = nn.Dense(self.d_model)
-        self.k = nn.Dense(self.d_model, use_bias=False)
-        self.v = nn.Dense(self.d_model)
-        self.o = nn.Dense(self.d_model)
+        self.q = nn.Dense(self.d_model, precision=PRECISION)
+        self.k = nn.Dense(self.d_model, use_bias=False, precision=PRECISION)
+        self.v = nn.Dense(self.d_model, precision=PRECISION)
+        self.o = nn.Dense(self.d_model, precision=PRECISION)
 
     def query(self, x: jax.Array) -> jax.Array:
         return self.q(x)
@@ -91,7 +93,8 @@ class Mlp(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        return nn.Dense(self.d_model, name="fc2")(_gelu(nn.Dense(self.ffn_dim, name="fc1")(x)))
+        hidden = _gelu(nn.Dense(self.ffn_dim, precision=PRECISION, name="fc1")(x))
+        return nn.Dense(self.d_model, precision=PRECISION, name="fc2")(hidden)
 
 
 class EncoderLayer(nn.Module):
@@ -115,8 +118,8 @@ class AudioEncoder(nn.Module):
         """mel [B, n_mels, 2 * n_audio_ctx] → features [B, n_audio_ctx, d_model]."""
         c = self.config
         x = jnp.swapaxes(mel, 1, 2)
-        x = _gelu(nn.Conv(c.d_model, (3,), padding=[(1, 1)], name="conv1")(x))
-        x = _gelu(nn.Conv(c.d_model, (3,), strides=(2,), padding=[(1, 1)], name="conv2")(x))
+        x = _gelu(nn.Conv(c.d_model, (3,), padding=[(1, 1)], precision=PRECISION, name="conv1")(x))
+        x = _gelu(nn.Conv(c.d_model, (3,), strides=(2,), padding=[(1, 1)], precision=PRECISION, name="conv2")(x))
         positions = self.param("positions", nn.initializers.zeros, (c.n_audio_ctx, c.d_model))
         x = x + positions[None, : x.shape[1]]
         for i in range(c.encoder_layers):
@@ -168,7 +171,7 @@ class TextDecoder(nn.Module):
             x = x + self.cross[i].out(_attend(weights, cross.values[i]))
             cross_weights.append(weights)
             x = x + self.mlp[i](self.mlp_norm[i](x))
-        logits = self.embed.attend(self.final_norm(x))
+        logits = jnp.einsum("btd,vd->btv", self.final_norm(x), self.embed.embedding, precision=PRECISION)
         qk = jnp.stack([cross_weights[layer][:, h] for layer, h in c.alignment_heads], axis=1) if alignment else None
         return logits, SelfKV(tuple(keys), tuple(values)), qk
 
