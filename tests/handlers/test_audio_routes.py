@@ -298,6 +298,7 @@ def test_a_speech_model_that_did_not_load_takes_down_only_its_routes(client: Tes
         "reason": "The speech model (--speech-model /models/whisper) did not load: model.bin is truncated",
     }
     assert client.get("/health").json()["failed_parts"][0]["setting"] == "speech_model"
+    assert "Speech model /models/whisper did not load (model.bin is truncated)" in client.get("/").text
 
 
 def test_models_lists_the_speech_model_right_after_the_served_one(client: TestClient) -> None:
@@ -308,3 +309,5 @@ def test_models_lists_the_speech_model_right_after_the_served_one(client: TestCl
     ]
     assert models["speech"] == {"available": True}
     assert client.get("/v1/models/pooled/whisper-test").json()["max_model_len"] == 448
+    banner = client.get("/").text
+    assert f"Speech to text: pooled/whisper-test at {BASE_URL}/v1/audio/transcriptions (and /translations)" in banner
