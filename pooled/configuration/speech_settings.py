@@ -16,7 +16,8 @@ class SpeechSettings(EngineSettings):
         None,
         text(nullable=True),
         "A Whisper model folder (Hugging Face's safetensors layout, or CTranslate2's model.bin as "
-        "faster-whisper ships it, with its tokenizer.json) served beside the chat model on "
+        "faster-whisper ships it, with its tokenizer.json), or the name of one in --models-dir, served "
+        "beside the chat model on "
         "/v1/audio/transcriptions and /v1/audio/translations, on the CPU through the engine's one queue. "
         "One that does not load takes down only the audio routes (503 naming why).",
         change="reload",

@@ -23,6 +23,7 @@ from engine.checkpoints import (
 )
 from engine.errors import CheckpointError
 from pooled.configuration.settings import Settings
+from pooled.models_folder.model_ids import beside_model_path
 
 MODEL_KINDS = "a GGUF file or a safetensors model folder"
 SPEECH_KINDS = (
@@ -41,7 +42,8 @@ def model_path_problems(model: Path, settings: Settings) -> list[str]:
         if value is not None
     ]
     problems = [f"{flag} {path}: {problem}" for flag, path in named if (problem := checkpoint_problem(path))]
-    if settings.speech_model is not None and (problem := speech_problem(Path(settings.speech_model).expanduser())):
+    speech = settings.speech_model
+    if speech is not None and (problem := speech_problem(beside_model_path(speech, settings.models_dir))):
         problems.append(f"--speech-model {settings.speech_model}: {problem}")
     if settings.mmproj is not None and (problem := _projector_problem(model, Path(settings.mmproj).expanduser())):
         problems.append(f"--mmproj {settings.mmproj}: {problem}")

@@ -19,7 +19,7 @@ from engine.errors import CheckpointError
 from handlers.context import FailedPart, SpeechService
 from pooled.configuration.settings import Settings
 from pooled.hosting.model_host import first_line
-from pooled.models_folder.model_ids import model_id_for
+from pooled.models_folder.model_ids import beside_model_path, model_id_for
 from text import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ def load_speech(settings: Settings, report: Callable[[str, int, int], None]) -> 
     """The `--speech-model` folder loaded, with its runner; a failed part when it does not load."""
     if settings.speech_model is None:
         return BesideSpeech()
-    path = Path(settings.speech_model).expanduser()
+    path = beside_model_path(settings.speech_model, settings.models_dir)
     report(f"loading --speech-model {settings.speech_model}", 0, 1)
     try:
         return _served(path, settings)
