@@ -4082,15 +4082,15 @@ class TranscriptionForm(BaseModel):
     """
     The audio file: wav, mp3, flac, ogg/opus, webm or m4a/mp4, at most `--max-audio-bytes` bytes and `--max-audio-seconds` long.
     """
-    model: str | None = None
+    model: Annotated[str | None, Field(examples=["whisper-1"])] = None
     """
     Any id; the speech model (`--speech-model`) answers.
     """
-    language: str | None = None
+    language: Annotated[str | None, Field(examples=["en"])] = None
     """
     The audio's language as an ISO-639-1 code (`en`); without it, the model detects it from the first 30 seconds.
     """
-    prompt: str | None = None
+    prompt: Annotated[str | None, Field(examples=[""])] = None
     """
     Text the speech is taken to follow (its spelling, names, style), as Whisper's previous text.
     """
@@ -4254,11 +4254,11 @@ class TranslationForm(BaseModel):
     """
     The audio file, as for a transcription.
     """
-    model: str | None = None
+    model: Annotated[str | None, Field(examples=["whisper-1"])] = None
     """
     Any id; the speech model (`--speech-model`) answers.
     """
-    prompt: str | None = None
+    prompt: Annotated[str | None, Field(examples=[""])] = None
     """
     English text the speech is taken to follow.
     """
