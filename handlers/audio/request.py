@@ -1,7 +1,7 @@
 """A transcription or translation form → the engine's `TranscriptionRequest` and how to answer it.
 
 The form's text fields are read leniently: unknown fields are ignored, an array field may come
-as `name[]` or `name` (one value each, or comma-free repeats), booleans as `true`/`false`, numbers
+as `name[]` or `name`, a value a part (repeated for more), booleans as `true`/`false`, numbers
 as their decimal text. Then they must pass the generated model of the form's schema, so a value
 the spec does not allow is a 400 naming the field, as on the JSON routes.
 """

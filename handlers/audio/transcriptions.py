@@ -38,8 +38,8 @@ from handlers.generation.disconnect import unless_disconnected
 from handlers.generation.engine_bridge import ENGINE_GRACE_S, FAILED_STATUS, timeout_error
 from handlers.generation.sse import EventStream, data_line
 
-# The engine's names for a transcription's parts, as the form names them.
-_FIELDS = {"audio": "file", "prompt_ids": "prompt", "language": "language", "temperatures": "temperature"}
+# The form's names for a transcription's parts the engine's refusals name otherwise.
+_FIELDS = {"audio": "file", "prompt_ids": "prompt", "temperatures": "temperature"}
 
 
 async def create_transcription(request: Request) -> Response | models.Transcription | models.TranscriptionVerbose:
@@ -53,9 +53,7 @@ async def create_transcription(request: Request) -> Response | models.Transcript
     if plan.response_format == "json":
         text = models.Transcription(text=formats.whole_text(answer.texts), usage=answer.usage())
         if plan.logprobs:
-            text.logprobs = [
-                entry for segment in answer.segments for entry in formats.logprobs(segment, speech.tokenizer)
-            ]
+            text.logprobs = formats.all_logprobs(answer.segments, speech.tokenizer)
         return text
     if plan.response_format == "verbose_json":
         verbose = models.TranscriptionVerbose(
@@ -238,9 +236,7 @@ async def _stream(model: ModelService, speech: SpeechService, plan: SpeechPlan, 
             type="transcript.text.done", text=formats.whole_text(answer.texts), usage=answer.usage()
         )
         if plan.logprobs:
-            done.logprobs = [
-                entry for segment in answer.segments for entry in formats.logprobs(segment, speech.tokenizer)
-            ]
+            done.logprobs = formats.all_logprobs(answer.segments, speech.tokenizer)
         yield data_line(done.model_dump(mode="json", exclude_unset=True))
 
     async def close() -> None:
