@@ -1384,6 +1384,26 @@ class Config(BaseModel):
     """
     `--group-heartbeat-timeout` (restart)
     """
+    speech_model: str | None
+    """
+    `--speech-model` (reload)
+    """
+    max_audio_bytes: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--max-audio-bytes` (live)
+    """
+    max_audio_seconds: Annotated[StrictFloat, Field(gt=0.0)]
+    """
+    `--max-audio-seconds` (live)
+    """
+    speech_lanes: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--speech-lanes` (reload)
+    """
+    speech_beam_size: Annotated[StrictInt, Field(ge=1)]
+    """
+    `--speech-beam-size` (reload)
+    """
     config: str | None
     """
     `--config` (restart)
@@ -1717,6 +1737,11 @@ class ConfigOrigins(BaseModel):
     process_id: ConfigOrigin
     group_step_timeout: ConfigOrigin
     group_heartbeat_timeout: ConfigOrigin
+    speech_model: ConfigOrigin
+    max_audio_bytes: ConfigOrigin
+    max_audio_seconds: ConfigOrigin
+    speech_lanes: ConfigOrigin
+    speech_beam_size: ConfigOrigin
     config: ConfigOrigin
     profile: ConfigOrigin
     model: ConfigOrigin
@@ -2150,7 +2175,7 @@ class Health(BaseModel):
     """
     failed_parts: list[HealthFailedPart]
     """
-    The models given beside the served one (`--embedding-model`, `--rerank-model`) that did not load: the routes each would serve answer 503 naming the failure, while the model itself serves (`ok` stays true). Empty when none failed, and until the model is loaded.
+    The models given beside the served one (`--embedding-model`, `--rerank-model`, `--speech-model`) that did not load: the routes each would serve answer 503 naming the failure, while the model itself serves (`ok` stays true). Empty when none failed, and until the model is loaded.
     """
     released: HealthReleased | None
     """
@@ -2207,9 +2232,9 @@ class HealthFailedPart(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    setting: Literal["embedding_model", "rerank_model"]
+    setting: Literal["embedding_model", "rerank_model", "speech_model"]
     """
-    The setting that names the model (`--embedding-model`, `--rerank-model`).
+    The setting that names the model (`--embedding-model`, `--rerank-model`, `--speech-model`).
     """
     path: str
     reason: str
@@ -2607,9 +2632,9 @@ class OpenAIModel(BaseModel):
     """
     `pooled/<name>`
     """
-    kind: Literal["chat", "embedding", "rerank"]
+    kind: Literal["chat", "embedding", "rerank", "speech"]
     """
-    Extension. What the model serves: `chat` (the generation routes), `embedding` (/v1/embeddings, and /v1/rerank by cosine similarity) or `rerank` (/v1/rerank).
+    Extension. What the model serves: `chat` (the generation routes), `embedding` (/v1/embeddings, and /v1/rerank by cosine similarity), `rerank` (/v1/rerank) or `speech` (/v1/audio/transcriptions and /v1/audio/translations).
     """
     object: Literal["model"]
     created: StrictInt
@@ -2619,7 +2644,7 @@ class OpenAIModel(BaseModel):
     owned_by: str
     max_model_len: Annotated[StrictInt, Field(ge=1)]
     """
-    Extension (vLLM). The context the server runs, in tokens (an encoder's longest input).
+    Extension (vLLM). The context the server runs, in tokens (an encoder's longest input, a speech model's longest text window).
     """
     decode_lanes: Annotated[StrictInt | None, Field(ge=1)] = None
     """
@@ -2654,7 +2679,11 @@ class OpenAIModelList(BaseModel):
     object: Literal["list"]
     data: list[OpenAIModel]
     """
-    `data[0]` the served model (`active: true`, with its `status`), its LoRA adapters (with `parent`), the encoders served beside it, then every model a request naming it would switch to (catalog entries on disk and models in the models folder; none with `--switch-allow-implicit false`). Empty until the model is ready.
+    `data[0]` the served model (`active: true`, with its `status`), the speech model when it can serve (`kind: speech`), its LoRA adapters (with `parent`), the encoders served beside it, then every model a request naming it would switch to (catalog entries on disk and models in the models folder; none with `--switch-allow-implicit false`). Empty until the model is ready.
+    """
+    speech: SpeechAvailability
+    """
+    Extension. Whether the audio routes can serve, and why not.
     """
 
 
@@ -3873,6 +3902,21 @@ class ScoreAnswer(BaseModel):
     """
 
 
+class SpeechAvailability(BaseModel):
+    """
+    Extension. Whether the audio routes (/v1/audio/transcriptions, /v1/audio/translations) can serve, and why not: no `--speech-model` given, or it did not load (the reason), or the model is not ready.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    available: StrictBool
+    reason: str | None = None
+    """
+    Present only when not available.
+    """
+
+
 class StreamOptions(BaseModel):
     """
     Options for a streamed answer; only with `stream` true.
@@ -3976,6 +4020,276 @@ class TokenizerInfoResponse(BaseModel):
     """
     The context the server runs, in tokens.
     """
+
+
+class TranscriptTextDeltaEvent(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["transcript.text.delta"]
+    delta: str
+    """
+    The text of the segment just decoded.
+    """
+    logprobs: list[TranscriptionLogprob] | None = None
+    """
+    With `include[]=logprobs`, the delta's tokens.
+    """
+
+
+class TranscriptTextDoneEvent(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["transcript.text.done"]
+    text: str
+    logprobs: list[TranscriptionLogprob] | None = None
+    """
+    With `include[]=logprobs`, every token of the text.
+    """
+    usage: TranscriptionTokenUsage
+
+
+class Transcription(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    text: str
+    logprobs: list[TranscriptionLogprob] | None = None
+    """
+    With `include[]=logprobs`, each token of the text.
+    """
+    usage: TranscriptionTokenUsage
+
+
+class TranscriptionDurationUsage(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["duration"]
+    seconds: StrictFloat
+    """
+    Seconds of audio.
+    """
+
+
+class TranscriptionForm(BaseModel):
+    """
+    The transcription request's `multipart/form-data` fields.
+    """
+
+    file: bytes
+    """
+    The audio file: wav, mp3, flac, ogg/opus, webm or m4a/mp4, at most `--max-audio-bytes` bytes and `--max-audio-seconds` long.
+    """
+    model: Annotated[str | None, Field(examples=["whisper-1"])] = None
+    """
+    Any id; the speech model (`--speech-model`) answers.
+    """
+    language: Annotated[str | None, Field(examples=["en"])] = None
+    """
+    The audio's language as an ISO-639-1 code (`en`); without it, the model detects it from the first 30 seconds.
+    """
+    prompt: Annotated[str | None, Field(examples=[""])] = None
+    """
+    Text the speech is taken to follow (its spelling, names, style), as Whisper's previous text.
+    """
+    response_format: Literal["json", "text", "srt", "verbose_json", "vtt"] | None = "json"
+    """
+    `json`: `{text, usage}`; `verbose_json`: the language, duration, segments and words; `text`: the text alone; `srt`, `vtt`: SubRip or WebVTT subtitles, one cue a segment (all three as `text/plain`).
+    """
+    temperature: Annotated[StrictFloat | None, Field(ge=0.0, le=1.0)] = None
+    """
+    Decode at this temperature alone (0: greedy); without it, each window falls back from 0 through 0.2 … 1.0 while its decode fails Whisper's thresholds.
+    """
+    timestamp_granularities: list[Literal["word", "segment"]] | None = None
+    """
+    With `verbose_json`: `segment` (always given) and `word` (each word's timing, from the model's cross-attention). Sent as `timestamp_granularities[]` by the OpenAI SDKs; both names are read.
+    """
+    include: list[Literal["logprobs"]] | None = None
+    """
+    `logprobs`: each token's log probability, with `json` and with `stream`.
+    """
+    stream: StrictBool | None = False
+    """
+    Server-sent events, a `transcript.text.delta` a segment, then `transcript.text.done`.
+    """
+
+
+class TranscriptionLogprob(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    token: str
+    logprob: StrictFloat
+    bytes: list[StrictInt]
+    """
+    The token's text as UTF-8 bytes.
+    """
+
+
+class TranscriptionSegment(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    id: StrictInt
+    seek: StrictInt
+    """
+    Where the 30-second window it was decoded in starts, in 10 ms frames (Whisper's seek).
+    """
+    start: StrictFloat
+    end: StrictFloat
+    text: str
+    tokens: list[StrictInt]
+    """
+    The speech model's token ids of its text.
+    """
+    temperature: StrictFloat
+    """
+    The temperature its window was decoded at.
+    """
+    avg_logprob: StrictFloat
+    compression_ratio: StrictFloat
+    no_speech_prob: StrictFloat
+
+
+class TranscriptionStreamEvent(BaseModel):
+    """
+    One server-sent event of a transcription stream: a `data:` line (TranscriptionStreamPayload). Comment lines (`: keep-alive`) come every 10 s while the stream waits.
+    """
+
+    data: Annotated[
+        str,
+        Field(
+            json_schema_extra={
+                "contentMediaType": "application/json",
+                "contentSchema": {"$ref": "#/components/schemas/TranscriptionStreamPayload"},
+            }
+        ),
+    ]
+
+
+class TranscriptionStreamPayload(RootModel[TranscriptTextDeltaEvent | TranscriptTextDoneEvent | OpenAIErrorResponse]):
+    root: TranscriptTextDeltaEvent | TranscriptTextDoneEvent | OpenAIErrorResponse
+    """
+    The JSON of one `data:` line of a transcription stream: a delta, the closing done event, or an error object that ends a stream failing after the 200.
+    """
+
+
+class TranscriptionTokenDetails(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    text_tokens: StrictInt
+    """
+    The prompt's tokens.
+    """
+    audio_tokens: StrictInt
+    """
+    The audio encoder's positions the audio took (50 a second).
+    """
+
+
+class TranscriptionTokenUsage(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    type: Literal["tokens"]
+    input_tokens: StrictInt
+    input_token_details: TranscriptionTokenDetails
+    output_tokens: StrictInt
+    """
+    The text tokens decoded, in the segments kept.
+    """
+    total_tokens: StrictInt
+
+
+class TranscriptionVerbose(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    task: Literal["transcribe"]
+    """
+    Extension (whisper-1 sends it). Always `transcribe`.
+    """
+    language: str
+    """
+    The language asked for or detected, as the model's code (`en`).
+    """
+    duration: StrictFloat
+    """
+    Seconds of audio.
+    """
+    text: str
+    segments: list[TranscriptionSegment]
+    words: list[TranscriptionWord] | None = None
+    """
+    With `timestamp_granularities[]=word`.
+    """
+    usage: TranscriptionDurationUsage
+
+
+class TranscriptionWord(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    word: str
+    start: StrictFloat
+    end: StrictFloat
+
+
+class Translation(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    text: str
+
+
+class TranslationForm(BaseModel):
+    """
+    The translation request's `multipart/form-data` fields.
+    """
+
+    file: bytes
+    """
+    The audio file, as for a transcription.
+    """
+    model: Annotated[str | None, Field(examples=["whisper-1"])] = None
+    """
+    Any id; the speech model (`--speech-model`) answers.
+    """
+    prompt: Annotated[str | None, Field(examples=[""])] = None
+    """
+    English text the speech is taken to follow.
+    """
+    response_format: Literal["json", "text", "srt", "verbose_json", "vtt"] | None = "json"
+    """
+    `json`: `{text, usage}`; `verbose_json`: the language, duration, segments and words; `text`: the text alone; `srt`, `vtt`: SubRip or WebVTT subtitles, one cue a segment (all three as `text/plain`).
+    """
+    temperature: Annotated[StrictFloat | None, Field(ge=0.0, le=1.0)] = None
+    """
+    As for a transcription.
+    """
+
+
+class TranslationVerbose(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    task: Literal["translate"]
+    """
+    Extension (whisper-1 sends it). Always `translate`.
+    """
+    language: str
+    """
+    The language of the text, always `en`.
+    """
+    duration: StrictFloat
+    """
+    Seconds of audio.
+    """
+    text: str
+    segments: list[TranscriptionSegment]
 
 
 class UsageSoFar(BaseModel):

@@ -24,6 +24,8 @@ OPERATION_HANDLERS: dict[str, str] = {
     "deleteResponse": "delete_response",
     "listInputItems": "list_input_items",
     "createEmbedding": "create_embedding",
+    "createTranscription": "create_transcription",
+    "createTranslation": "create_translation",
     "createRerank": "create_rerank",
     "createRerankUnversioned": "create_rerank_unversioned",
     "createRerankV2": "create_rerank_v2",
@@ -218,6 +220,46 @@ async def create_embedding(
     """Create embeddings."""
     result = await handlers.create_embedding(request, body=body)
     return _respond(result, (models.EmbeddingResponse,))
+
+
+@router.api_route(
+    "/v1/audio/transcriptions",
+    methods=["POST"],
+    operation_id="createTranscription",
+    include_in_schema=False,
+)
+async def create_transcription(
+    request: Request,
+) -> Response:
+    """Transcribe audio."""
+    result = await handlers.create_transcription(request)
+    return _respond(
+        result,
+        (
+            models.Transcription,
+            models.TranscriptionVerbose,
+        ),
+    )
+
+
+@router.api_route(
+    "/v1/audio/translations",
+    methods=["POST"],
+    operation_id="createTranslation",
+    include_in_schema=False,
+)
+async def create_translation(
+    request: Request,
+) -> Response:
+    """Translate audio into English."""
+    result = await handlers.create_translation(request)
+    return _respond(
+        result,
+        (
+            models.Translation,
+            models.TranslationVerbose,
+        ),
+    )
 
 
 @router.api_route(

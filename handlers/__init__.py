@@ -5,6 +5,7 @@ one is an error at generation and at import, never at request time.
 """
 
 from handlers.anthropic_messages import count_message_tokens, create_message
+from handlers.audio.transcriptions import create_transcription, create_translation
 from handlers.banner import get_banner
 from handlers.config import get_config, get_config_origins, list_config_fields, update_config
 from handlers.decisions import decide, decide_alias
@@ -35,6 +36,8 @@ __all__ = [
     "create_rerank_unversioned",
     "create_rerank_v2",
     "create_response",
+    "create_transcription",
+    "create_translation",
     "delete_response",
     "decide",
     "decide_alias",

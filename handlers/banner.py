@@ -137,7 +137,7 @@ def encoder_lines(model: ModelService, origin: str) -> list[str]:
         f"its routes answer 503."
         for part in model.failed_parts
     ]
-    if not model.encoders and not failed:
+    if not model.encoders and model.speech is None and not failed:
         return [
             "Embeddings and rerank: start with --embedding-model DIR or --rerank-model DIR (sentence-transformers),",
             "or --embeddings true to embed with the chat model.",
@@ -147,6 +147,8 @@ def encoder_lines(model: ModelService, origin: str) -> list[str]:
         f"{'Embeddings' if encoder.kind == 'embedding' else 'Rerank'}: {name} at {routes[encoder.kind]}"
         for name, encoder in model.encoders.items()
     ]
+    if model.speech is not None:
+        served.append(f"Speech to text: {model.speech.name} at {origin}/v1/audio/transcriptions (and /translations)")
     return served + failed
 
 

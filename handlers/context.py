@@ -26,7 +26,8 @@ from text.encoder_inputs import EncoderTokenizer
 ModelState = Literal["loading", "serving", "switching", "unloaded", "draining", "dead"]
 EncoderKind = Literal["embedding", "rerank"]
 ModelKind = Literal["chat", "embedding", "rerank"]
-FailedSetting = Literal["embedding_model", "rerank_model"]
+PartKind = Literal["embedding", "rerank", "speech"]  # a model served beside the chat model
+FailedSetting = Literal["embedding_model", "rerank_model", "speech_model"]
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,23 @@ class EncoderService:
 
 
 @dataclass(frozen=True)
+class SpeechService:
+    """The speech model served beside the chat model (`--speech-model`), as the HTTP side sees it:
+    its name, its tokenizer (prompts in, segment tokens out) and the languages it knows."""
+
+    name: str
+    tokenizer: Tokenizer
+    languages: frozenset[str]  # the codes a request may name ("en" alone for an English-only model)
+    translates: bool  # whether it has the translate task (a multilingual model)
+    max_text_tokens: int  # the decoder's context: prompt, special tokens and a window's text
+
+
+@dataclass(frozen=True)
 class FailedPart:
     """A model served beside the chat model that did not load: its routes answer 503 naming the
     failure while the chat model serves."""
 
-    kind: EncoderKind  # what it would have served
+    kind: PartKind  # what it would have served
     setting: FailedSetting  # the setting that names it
     path: str
     reason: str
@@ -258,6 +271,11 @@ class ModelService(Protocol):
         ...
 
     @property
+    def speech(self) -> SpeechService | None:
+        """The speech model served beside it, once it serves; None without one (or when it failed)."""
+        ...
+
+    @property
     def failed_parts(self) -> Sequence[FailedPart]:
         """The models beside it that did not load, since the last load; empty until it serves."""
         ...
@@ -385,6 +403,8 @@ class GenerationLimits:
     keepalive_interval_s: float = 10.0  # an SSE comment this often while a stream waits
     max_embedding_inputs: int = 2048  # inputs of one embeddings request, documents of one rerank
     max_images: int = 16  # images in one generation request
+    max_audio_bytes: int = 25 * 1024 * 1024  # an audio upload's file, as OpenAI's limit
+    max_audio_seconds: float = 3600.0  # an audio upload's length
     image_fetch: ImageFetch | None = None  # None: image URLs are refused, only inline images taken
     sampling: SamplingDefaults = SamplingDefaults()  # what a request's omitted sampling fields take
 

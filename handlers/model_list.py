@@ -61,6 +61,39 @@ def _openai_encoders(server: ServerContext, own: bool = False) -> list[models.Op
     ]
 
 
+def _openai_speech(server: ServerContext) -> list[models.OpenAIModel]:
+    """The speech model, when it can serve."""
+    speech = server.model.speech
+    if speech is None:
+        return []
+    return [
+        models.OpenAIModel(
+            id=speech.name,
+            kind="speech",
+            object="model",
+            created=server.created,
+            owned_by="pooled",
+            max_model_len=speech.max_text_tokens,
+        )
+    ]
+
+
+def speech_availability(server: ServerContext) -> models.SpeechAvailability:
+    """Whether the audio routes can serve now, and why not."""
+    model = server.model
+    if not _listed(server):
+        return models.SpeechAvailability(available=False, reason=f"The model is {model.state}.")
+    if model.speech is not None:
+        return models.SpeechAvailability(available=True)
+    failed = next((part for part in model.failed_parts if part.kind == "speech"), None)
+    reason = (
+        f"The speech model (--speech-model {failed.path}) did not load: {failed.reason}"
+        if failed is not None
+        else "No speech model: start the server with --speech-model PATH (a Whisper model folder)."
+    )
+    return models.SpeechAvailability(available=False, reason=reason)
+
+
 def _anthropic_model(server: ServerContext, name: str | None = None) -> models.AnthropicModelInfo:
     """The served model, or the adapter `name` on it."""
     return models.AnthropicModelInfo(
@@ -111,7 +144,7 @@ def _listing(server: ServerContext) -> list[models.OpenAIModel]:
         return []
     adapters = _openai_adapters(server) if server.model.kind == "chat" else []
     switchable = [_openai_target(server, target) for target in _targets(server)]
-    return [served_model(server), *adapters, *_openai_encoders(server), *switchable]
+    return [served_model(server), *_openai_speech(server), *adapters, *_openai_encoders(server), *switchable]
 
 
 def _anthropic_listing(server: ServerContext) -> list[models.AnthropicModelInfo]:
@@ -129,7 +162,7 @@ async def list_models(request: Request) -> models.OpenAIModelList | models.Anthr
         entries = _anthropic_listing(server)
         first, last = (entries[0].id, entries[-1].id) if entries else (None, None)
         return models.AnthropicModelList(data=entries, has_more=False, first_id=first, last_id=last)
-    return models.OpenAIModelList(object="list", data=_listing(server))
+    return models.OpenAIModelList(object="list", data=_listing(server), speech=speech_availability(server))
 
 
 async def retrieve_model(request: Request, model_id: str) -> models.OpenAIModel | models.AnthropicModelInfo:

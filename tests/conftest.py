@@ -80,6 +80,7 @@ class StubModel:
     adapters: Any = None
     switch_failure: tuple[str, str] | None = None
     failed_parts: list[FailedPart] = field(default_factory=list)
+    speech: Any = None
     released: ReleasedMemory | None = None
 
     def wake(self) -> None:

@@ -8,7 +8,8 @@ its finish), stops on the model's stop ids (`stop_ids`) unless `ignore_eos` and 
 (`stop_token_ids`), as the engine does, and honours `logprobs`, `cancel` and a blocking `gate` to hold a
 request in flight. Encode
 requests go to real encoder runners, if it has any, each input alone, refused as the engine refuses;
-its one face, `submit`, takes either.
+a transcription gets the events its `speech` script gives (after the gate); its one face, `submit`,
+takes any of them.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from engine.api import (
     TaskRequest,
     TokenLogprob,
     Tokens,
+    TranscriptionEvent,
+    TranscriptionRequest,
     Usage,
     Vision,
 )
@@ -39,6 +42,7 @@ from engine.stats import Bucket, EngineStats, Histogram
 from engine.tasks.encode.encode_task import ENCODE, EncodeRunner, check_encode
 
 Script = Callable[[GenerationRequest, int], Sequence[int]]
+SpeechScript = Callable[[TranscriptionRequest], Sequence[TranscriptionEvent]]
 
 
 class FakeEngine:
@@ -50,8 +54,11 @@ class FakeEngine:
         encoders: Mapping[str, EncodeRunner] | None = None,
         max_context: int = 2048,
         decode_lanes: int = 4,
+        speech: SpeechScript | None = None,
     ) -> None:
         self.script = script
+        self.speech = speech
+        self.transcriptions: list[TranscriptionRequest] = []
         self.max_context = max_context
         self.decode_lanes = decode_lanes
         self.encoders = dict(encoders or {})
@@ -67,11 +74,14 @@ class FakeEngine:
         self._ids = itertools.count(1)
 
     def tasks(self) -> frozenset[str]:
-        return frozenset({"generate", ENCODE} if self.encoders else {"generate"})
+        tasks = {"generate"} | ({ENCODE} if self.encoders else set()) | ({"transcribe"} if self.speech else set())
+        return frozenset(tasks)
 
     def submit(self, request: TaskRequest[Any], sink: Callable[[Any], None]) -> int:
         if isinstance(request, EncodeRequest):
             return self._encode(request, sink)
+        if isinstance(request, TranscriptionRequest):
+            return self._transcribe(request, sink)
         assert isinstance(request, GenerationRequest), request
         return self._generate(request, sink)
 
@@ -92,6 +102,24 @@ class FakeEngine:
         values = np.concatenate([runner.run([item]) for item in request.inputs])
         threading.Thread(target=sink, args=(Encoded(values, sum(len(i.token_ids) for i in request.inputs)),)).start()
         return next(self._ids)
+
+    def _transcribe(self, request: TranscriptionRequest, sink: Callable[[TranscriptionEvent], None]) -> int:
+        assert self.speech is not None, "a transcription sent to a fake engine without a speech script"
+        if self.queue_full_after is not None and len(self.transcriptions) >= self.queue_full_after:
+            raise QueueFull(retry_after_s=3)
+        self.transcriptions.append(request)
+        request_id = next(self._ids)
+        events = list(self.speech(request))
+
+        def run() -> None:
+            self.gate.wait()
+            for event in events:
+                if request_id in self.cancelled:
+                    return
+                sink(event)
+
+        threading.Thread(target=run, daemon=True).start()
+        return request_id
 
     def cancel(self, request_id: int) -> None:
         self.cancelled.add(request_id)

@@ -84,6 +84,17 @@ PAIRS = {
     "ResponseReasoningSummaryTextDeltaEvent": "ResponseReasoningSummaryTextDeltaEvent",
     "ResponseReasoningSummaryTextDoneEvent": "ResponseReasoningSummaryTextDoneEvent",
     "ResponseErrorEvent": "ResponseErrorEvent",
+    "Transcription": "CreateTranscriptionResponseJson",
+    "TranscriptionLogprob": "CreateTranscriptionResponseJson.logprobs[]",
+    "TranscriptionTokenUsage": "TranscriptTextUsageTokens",
+    "TranscriptionDurationUsage": "TranscriptTextUsageDuration",
+    "TranscriptionVerbose": "CreateTranscriptionResponseVerboseJson",
+    "TranscriptionSegment": "TranscriptionSegment",
+    "TranscriptionWord": "TranscriptionWord",
+    "Translation": "CreateTranslationResponseJson",
+    "TranslationVerbose": "CreateTranslationResponseVerboseJson",
+    "TranscriptTextDeltaEvent": "TranscriptTextDeltaEvent",
+    "TranscriptTextDoneEvent": "TranscriptTextDoneEvent",
 }
 
 

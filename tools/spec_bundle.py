@@ -10,7 +10,7 @@ defined twice is an error rather than a silent overwrite.
 
 One rule is applied to the served document rather than written out by hand
 (`nullable_optional_request_fields`): an optional property of a schema that only
-requests use also takes `null` (docs/spec.md), as real clients send it and as the
+JSON requests use also takes `null` (docs/spec.md), as real clients send it and as the
 generated models already accept it (every optional field is `X | None = None`).
 The models are generated from the bundle without it: datamodel-code-generator
 drops the description of a field whose union gains a null.
@@ -154,7 +154,10 @@ def _request_only_schemas(document: dict[str, Any]) -> set[str]:
         for method, operation in item.items()
         if method in HTTP_METHODS
     ]
-    requests = [operation.get("requestBody", {}) for operation in operations]
+    # A form's fields (multipart/form-data) are text: null has no spelling there, so only JSON bodies.
+    requests = [
+        operation.get("requestBody", {}).get("content", {}).get("application/json", {}) for operation in operations
+    ]
     responses = [operation.get("responses", {}) for operation in operations]
     responses.append(document["components"].get("responses", {}))
     return _reachable(document, requests) - _reachable(document, responses)

@@ -1,6 +1,7 @@
 """Every setting of `pooled serve`: its flag, its `POOLED_*` variable, its default and why.
 
-One table (`Settings`, with the engine's settings of pooled/configuration/engine_settings.py) is
+One table (`Settings`, with the engine's settings of pooled/configuration/engine_settings.py and the
+speech model's of pooled/configuration/speech_settings.py) is
 the source of truth: the CLI's flags, the environment variables, the config file's keys,
 `/v1/config` and docs/configuration.md are all derived from it (pooled/configuration/
 setting_sources.py), and a test checks that the page lists each setting, so they cannot drift
@@ -14,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.api import SamplingParams
-from pooled.configuration.engine_settings import EngineSettings
 from pooled.configuration.setting_types import (
     MIB,
     boolean,
@@ -29,6 +29,7 @@ from pooled.configuration.setting_types import (
     setting,
     text,
 )
+from pooled.configuration.speech_settings import SpeechSettings
 
 # The body limit while the model takes images (seed 004): images come inline as base64.
 VISION_MAX_BODY = 384 * MIB
@@ -44,7 +45,7 @@ _MODEL_FIRST = (
 
 
 @dataclass(frozen=True)
-class Settings(EngineSettings):
+class Settings(SpeechSettings):
     """The server's configuration; defaults are the documented ones."""
 
     config: str | None = setting(

@@ -54,6 +54,7 @@ from pooled.hosting.adapter_admin import EngineAdapters
 from pooled.hosting.lora_policy import LoraPolicy
 from pooled.hosting.model_host import Loaded, first_line
 from pooled.hosting.model_paths import projector_for
+from pooled.hosting.speech_loading import load_speech
 from pooled.models_folder.model_ids import model_id_for
 from text import ChatTemplate, Tokenizer
 from text.encoder_inputs import EncoderTokenizer
@@ -284,7 +285,10 @@ def load_serving(
     encoders = beside.encoders
     if settings.embeddings:
         encoders[model_id_for(path)] = decoder_embedder(checkpoint, settings)
+    speech = load_speech(settings, report)  # its steps run on this process's CPU
     tasks = [EncodeTask({name: encoder.runner for name, encoder in encoders.items()})] if encoders else []
+    if speech.runner is not None:
+        tasks.append(speech.runner)
     built = time.perf_counter()
     engine = Engine.build(context.model, config, report, tasks, group)
     log.info("start: engine built in %.1f s (its KV pool and shapes)", time.perf_counter() - built)
@@ -305,7 +309,8 @@ def load_serving(
         engine,
         {name: encoder.face for name, encoder in encoders.items()},
         adapters=adapters,
-        failed_parts=beside.failed,
+        failed_parts=beside.failed + speech.failed,
+        speech=speech.face,
         weight_formats=checkpoint.model.weight_formats,
         checkpoint_defaults=recommended,
     )
@@ -319,7 +324,19 @@ def load_encoder_serving(path: Path, settings: Settings, report: Callable[[str, 
     served = load_served_encoder(path, settings)
     tokenizer = Tokenizer(served.face.inputs.tokenizer, bos_token_id=None, eos_token_ids=())
     name, face = model_id_for(path), served.face
-    engine = TaskEngine([EncodeTask({name: served.runner})], face.max_tokens, settings.max_queue, report)
+    speech = load_speech(settings, report)
+    tasks = [EncodeTask({name: served.runner}), *([speech.runner] if speech.runner is not None else [])]
+    engine = TaskEngine(tasks, face.max_tokens, settings.max_queue, report)
     return Loaded(
-        face.max_tokens, face.max_tokens, None, served.quantization, tokenizer, None, engine, {name: face}, face.kind
+        face.max_tokens,
+        face.max_tokens,
+        None,
+        served.quantization,
+        tokenizer,
+        None,
+        engine,
+        {name: face},
+        face.kind,
+        failed_parts=speech.failed,
+        speech=speech.face,
     )

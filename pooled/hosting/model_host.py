@@ -33,7 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from engine.api import ServedEngine
-from handlers.context import AdapterAdmin, EncoderService, FailedPart, ModelKind, ModelState, ReleasedMemory
+from handlers.context import (
+    AdapterAdmin,
+    EncoderService,
+    FailedPart,
+    ModelKind,
+    ModelState,
+    ReleasedMemory,
+    SpeechService,
+)
 from pooled.configuration.setting_sources import CheckpointDefaults
 from pooled.configuration.settings import Settings
 from pooled.hosting.released_memory import ReleaseWatch
@@ -85,6 +93,7 @@ class Loaded:
     kind: ModelKind = "chat"
     adapters: AdapterAdmin | None = None  # a generating model's LoRA adapters
     failed_parts: tuple[FailedPart, ...] = ()  # the models beside it that did not load
+    speech: SpeechService | None = None  # the speech model served beside it (--speech-model)
     weight_formats: Mapping[str, int] = field(default_factory=dict)  # GGUF block format → matrices (gguf)
     checkpoint_defaults: CheckpointDefaults | None = None  # the sampling its files recommend
 
@@ -197,6 +206,10 @@ class ModelHost:
     @property
     def adapters(self) -> AdapterAdmin | None:
         return self._loaded.adapters if self._loaded else None
+
+    @property
+    def speech(self) -> SpeechService | None:
+        return self._loaded.speech if self._loaded else None
 
     @property
     def failed_parts(self) -> tuple[FailedPart, ...]:

@@ -1,7 +1,8 @@
 """The model and adapter paths a start names, checked before the listener opens: `--model` (once
-resolved), `--mmproj`, `--embedding-model`, `--rerank-model` and each `--lora NAME=PATH`. A wrong one is
-refused at once, naming the flag and what is wrong, for `pooled serve` to exit with status 2;
-found by the load thread after the listener opened, it left the whole server answering 503.
+resolved), `--mmproj`, `--embedding-model`, `--rerank-model`, `--speech-model` and each
+`--lora NAME=PATH`. A wrong one is refused at once, naming the flag and what is wrong, for
+`pooled serve` to exit with status 2; found by the load thread after the listener opened, it left
+the whole server answering 503.
 
 Only what the names and first bytes of the files tell is checked here; a checkpoint that passes
 and still does not load is the load's to report.
@@ -22,8 +23,12 @@ from engine.checkpoints import (
 )
 from engine.errors import CheckpointError
 from pooled.configuration.settings import Settings
+from pooled.models_folder.model_ids import beside_model_path
 
 MODEL_KINDS = "a GGUF file or a safetensors model folder"
+SPEECH_KINDS = (
+    "a Whisper model folder (config.json and tokenizer.json, with model.safetensors or CTranslate2's model.bin)"
+)
 ADAPTER_KINDS = "a PEFT adapter folder or a llama.cpp LoRA GGUF file"
 
 
@@ -37,6 +42,9 @@ def model_path_problems(model: Path, settings: Settings) -> list[str]:
         if value is not None
     ]
     problems = [f"{flag} {path}: {problem}" for flag, path in named if (problem := checkpoint_problem(path))]
+    speech = settings.speech_model
+    if speech is not None and (problem := speech_problem(beside_model_path(speech, settings.models_dir))):
+        problems.append(f"--speech-model {settings.speech_model}: {problem}")
     if settings.mmproj is not None and (problem := _projector_problem(model, Path(settings.mmproj).expanduser())):
         problems.append(f"--mmproj {settings.mmproj}: {problem}")
     for name, value in settings.lora:
@@ -78,6 +86,16 @@ def checkpoint_problem(path: Path) -> str | None:
     if path.exists() and path.suffix != ".gguf":  # the loaders tell a GGUF by its name
         return f"a file whose name does not end in .gguf; a model is {MODEL_KINDS}"
     return _gguf_problem(path, MODEL_KINDS)
+
+
+def speech_problem(path: Path) -> str | None:
+    """Why `path` is not a speech model folder, or None."""
+    if not path.is_dir():
+        return f"{'not a folder' if path.exists() else 'no such folder'}; give {SPEECH_KINDS}"
+    weights = (path / "model.bin").is_file() or any(path.glob("*.safetensors"))
+    missing = [name for name in ("config.json", "tokenizer.json") if not (path / name).is_file()]
+    missing += [] if weights else ["model.safetensors or model.bin"]
+    return f"a folder without {', '.join(missing)}; give {SPEECH_KINDS}" if missing else None
 
 
 def adapter_problem(path: Path) -> str | None:

@@ -19,3 +19,14 @@ def model_id_for(path: Path) -> str:
 def bare(model_id: str) -> str:
     """A catalog id without the `pooled/` the server serves it under."""
     return model_id.removeprefix(PREFIX)
+
+
+def beside_model_path(value: str, models_dir: str) -> Path:
+    """The folder a model served beside the chat model names (`--speech-model`): a path, else a
+    folder of that name (or `pooled/<name>`) in the models folder, else the path as given (for the
+    start's check to say it does not exist)."""
+    path = Path(value).expanduser()
+    if path.exists():
+        return path
+    in_folder = Path(models_dir).expanduser() / bare(value)
+    return in_folder if in_folder.is_dir() else path

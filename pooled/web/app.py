@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp
 
 from generated.routes import router
+from handlers.audio.form import MAX_FIELD_BYTES
 from handlers.context import AccessRules, GenerationLimits, ImageFetch, ModelLibrary, ModelService, ServerContext
 from handlers.generation.sampling_params import SamplingDefaults
 from handlers.generation.volatile_lines import volatile_line_pattern
@@ -63,6 +64,8 @@ def generation_limits(settings: Settings) -> GenerationLimits:
         keepalive_interval_s=settings.keepalive_interval,
         max_embedding_inputs=settings.max_embedding_inputs,
         max_images=settings.max_images,
+        max_audio_bytes=settings.max_audio_bytes,
+        max_audio_seconds=settings.max_audio_seconds,
         image_fetch=(
             ImageFetch(settings.image_fetch_timeout, settings.image_fetch_max_bytes)
             if settings.image_url_fetch
@@ -102,8 +105,12 @@ def build_app(settings: Settings, server: ServerContext) -> ASGIApp:
 
 def served_access(server: ServerContext) -> AccessRules:
     """The access rules in force: while the model takes images (they come inline, base64), the
-    body limit is at least VISION_MAX_BODY."""
+    body limit is at least VISION_MAX_BODY; while a speech model serves, at least an audio upload
+    and its form's other fields."""
     access, engine = server.access, server.model.engine
-    if engine is not None and engine.vision is not None and access.max_body < VISION_MAX_BODY:
-        return replace(access, max_body=VISION_MAX_BODY)
-    return access
+    least = access.max_body
+    if engine is not None and engine.vision is not None:
+        least = max(least, VISION_MAX_BODY)
+    if server.model.speech is not None:
+        least = max(least, server.limits.max_audio_bytes + MAX_FIELD_BYTES)
+    return replace(access, max_body=least) if least != access.max_body else access

@@ -27,8 +27,6 @@ NOT_SERVED = {
     "/v1/images/generations": "Image generation is not served by pooled.",
     "/v1/images/edits": "Image editing is not served by pooled.",
     "/v1/images/variations": "Image variations are not served by pooled.",
-    "/v1/audio/transcriptions": "Audio transcription is not served by pooled.",
-    "/v1/audio/translations": "Audio translation is not served by pooled.",
     "/v1/audio/speech": "Speech synthesis is not served by pooled.",
     "/v1/realtime": "The Realtime API is not served by pooled.",
 }

@@ -45,9 +45,7 @@ def test_wrong_method_is_405_with_allow(client: TestClient) -> None:
     assert openai_error(response)["code"] == "method_not_allowed"
 
 
-@pytest.mark.parametrize(
-    "path", ["/v1/responses/compact", "/v1/images/generations", "/v1/audio/transcriptions", "/v1/audio/speech"]
-)
+@pytest.mark.parametrize("path", ["/v1/responses/compact", "/v1/images/generations", "/v1/audio/speech"])
 def test_known_unserved_paths_are_404_saying_so(client: TestClient, path: str) -> None:
     response = client.post(path, json={})
     assert response.status_code == 404

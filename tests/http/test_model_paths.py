@@ -12,6 +12,7 @@ import pytest
 
 from pooled.configuration.settings import Settings
 from pooled.hosting.model_paths import model_path_problems, projector_for
+from pooled.models_folder.model_ids import beside_model_path
 from tests.pooled_servers import POOLED, free_port
 
 
@@ -133,3 +134,35 @@ def test_mmproj_needs_a_qwen2vl_gguf_model(tmp_path: Path) -> None:
     assert model_path_problems(tmp_path / "vlm.gguf", Settings(mmproj=str(missing))) == [
         f"--mmproj {missing}: no such file or folder; give llama.cpp's mmproj GGUF"
     ]
+
+
+def test_a_speech_model_is_a_whisper_folder_in_either_layout(tmp_path: Path) -> None:
+    hf = model_folder(tmp_path / "whisper-hf")
+    (hf / "tokenizer.json").write_text("{}")
+    ct2 = tmp_path / "whisper-ct2"
+    ct2.mkdir()
+    for name in ("config.json", "tokenizer.json", "model.bin"):
+        (ct2 / name).write_text("{}")
+    model = gguf(tmp_path / "model.gguf")
+    assert model_path_problems(model, Settings(speech_model=str(hf))) == []
+    assert model_path_problems(model, Settings(speech_model=str(ct2))) == []
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "config.json").write_text("{}")
+    assert model_path_problems(model, Settings(speech_model=str(tmp_path / "half"))) == [
+        f"--speech-model {tmp_path}/half: a folder without tokenizer.json, model.safetensors or model.bin; give a "
+        "Whisper model folder (config.json and tokenizer.json, with model.safetensors or CTranslate2's model.bin)"
+    ]
+    assert model_path_problems(model, Settings(speech_model=str(tmp_path / "none")))[0].startswith(
+        f"--speech-model {tmp_path}/none: no such folder"
+    )
+
+
+def test_a_speech_model_may_be_named_by_its_folder_in_the_models_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "models" / "whisper-tiny"
+    folder.mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json", "model.bin"):
+        (folder / name).write_text("{}")
+    model = gguf(tmp_path / "model.gguf")
+    for name in ("whisper-tiny", "pooled/whisper-tiny"):
+        assert model_path_problems(model, Settings(speech_model=name, models_dir=str(tmp_path / "models"))) == []
+    assert beside_model_path("pooled/whisper-tiny", str(tmp_path / "models")) == folder

@@ -24,9 +24,10 @@ from schemathesis.checks import (
 )
 from schemathesis.specs.openapi.checks import negative_data_rejection
 
-from engine.api import Vision
+from engine.api import SpeechSegment, Transcribed, TranscriptionRequest, Vision
 from engine.model.families.qwen2_vl.image_processing import ImageRules
 from engine.tasks.encode.encoder_model import EncoderRunner, load_encoder
+from handlers.context import SpeechService
 from pooled.configuration.settings import Settings
 from pooled.hosting.loading import encoder_service
 from pooled.web.app import build_app, server_context
@@ -43,9 +44,10 @@ from tests.fake_engine import FakeEngine
 from text import ChatTemplate, Tokenizer
 
 # The model routes run for real (tokenizer, chat template, the whole generation layer; tiny real
-# encoders for embeddings and rerank); only the engine's queue is a scripted double, so fuzzed
-# requests reach every check a real request meets. The model takes images (the tiny Qwen2.5-VL's
-# tokenizer, chat template and image rules), so fuzzed image parts go through the image path.
+# encoders for embeddings and rerank; the audio routes' form, decoding and formats); only the
+# engine's queue is a scripted double, so fuzzed requests reach every check a real request meets.
+# The model takes images (the tiny Qwen2.5-VL's tokenizer, chat template and image rules), so fuzzed
+# image parts go through the image path.
 _encoders_dir = Path(tempfile.mkdtemp(prefix="schemathesis-encoders-"))
 atexit.register(shutil.rmtree, _encoders_dir, ignore_errors=True)
 _vlm = build_tiny_vision_server_model(_encoders_dir / "vlm")
@@ -54,10 +56,20 @@ _encoders = {
     f"pooled/{name}": load_encoder(build_tiny_encoder(name, _encoders_dir / name))
     for name in ("bert_mean", "bert_cross_encoder")
 }
+
+
+def _transcript(request: TranscriptionRequest) -> list[SpeechSegment | Transcribed]:
+    tokens = tuple(_tokenizer.encode(" Hi there."))
+    logprobs = tuple(-0.5 for _ in tokens) if request.logprobs else ()
+    segment = SpeechSegment(0, 0.0, 0.0, 1.0, tokens, request.temperatures[0], -0.5, 1.2, 0.1, (), logprobs)
+    return [segment, Transcribed(request.language or "en", 1.0, request.audio.size / 16000, len(tokens))]
+
+
 _engine = FakeEngine(
     lambda request, row: _tokenizer.encode("Hi there."),
     _tokenizer.vocab_size,
     encoders={name: EncoderRunner.for_encoder(encoder, 1024) for name, encoder in _encoders.items()},
+    speech=_transcript,
 )
 _engine.vision = Vision(token_ids()["<|image_pad|>"], ImageRules(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS))
 _model = StubModel(
@@ -65,6 +77,7 @@ _model = StubModel(
     tokenizer=_tokenizer,
     chat_template=ChatTemplate(CHAT_TEMPLATE, _tokenizer),
     encoders={name: encoder_service(encoder, encoder_tokenizer(encoder)) for name, encoder in _encoders.items()},
+    speech=SpeechService("pooled/whisper-test", _tokenizer, frozenset({"en"}), True, 448),
 )
 app = build_app(Settings(), server_context(Settings(), _model))
 pytestmark = pytest.mark.slow  # hundreds of generated requests

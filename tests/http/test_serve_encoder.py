@@ -133,18 +133,29 @@ def test_an_embedding_model_that_does_not_load_takes_down_only_its_routes(tmp_pa
     """An encoder beside the chat model whose weights are damaged passes the start's checks (a
     config.json and a model.safetensors are there) and fails to load: /v1/embeddings answers 503
     naming why, while the chat model generates and the cross-encoder beside it reranks; /health
-    names the failed part."""
+    names the failed part. A speech model with a damaged model.bin is the same: the audio routes
+    answer 503 and /v1/models' speech object says why."""
     broken = build_tiny_encoder("bert_mean", tmp_path / "broken-embedder")
     (broken / "model.safetensors").write_bytes(b"\x00\x01")
     reranker = build_tiny_encoder("xlm_roberta_cross_encoder", tmp_path / "reranker")
     chat = build_tiny_decoder_embedder("qwen3_embedding", tmp_path / "tiny-chat")
     (chat / "modules.json").unlink()  # a chat model, not an embedding model
+    whisper = tmp_path / "broken-whisper"
+    whisper.mkdir()
+    for name, text in (("config.json", "{}"), ("tokenizer.json", "{}"), ("model.bin", "not a model")):
+        (whisper / name).write_text(text)
     args = ["--model", str(chat), "--embedding-model", str(broken), "--rerank-model", str(reranker), "--ctx", "64"]
-    with serving(tmp_path, *args, "--decode-lanes", "2") as (base, _):
+    with serving(tmp_path, *args, "--speech-model", str(whisper), "--decode-lanes", "2") as (base, _):
         health = httpx.get(f"{base}/health").json()
         assert (health["ok"], health["state"]) == (True, "serving")
-        (failed,) = health["failed_parts"]
+        failed, failed_speech = health["failed_parts"]
         assert (failed["setting"], failed["path"]) == ("embedding_model", str(broken))
+        assert (failed_speech["setting"], failed_speech["path"]) == ("speech_model", str(whisper))
+        audio = httpx.post(f"{base}/v1/audio/transcriptions", files={"file": ("a.wav", b"RIFF")})
+        assert audio.status_code == 503 and f"--speech-model {whisper}" in audio.json()["error"]["message"]
+        listed = httpx.get(f"{base}/v1/models").json()
+        assert listed["speech"]["available"] is False and failed_speech["reason"] in listed["speech"]["reason"]
+        assert "speech" not in [entry["kind"] for entry in listed["data"]]
         assert "truncated" in failed["reason"]
 
         embeddings = httpx.post(f"{base}/v1/embeddings", json={"input": "the cat"})
