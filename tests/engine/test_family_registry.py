@@ -28,13 +28,14 @@ SERVED = {
     "qwen2_5_vl": {"generate": ("text", "image"), "embed": TEXT},
     "bert": {"embed": TEXT, "rerank": TEXT},
     "xlm-roberta": {"embed": TEXT, "rerank": TEXT},
+    "whisper": {"transcribe": ("audio",)},
 }
 
 
 def test_every_family_is_listed_with_its_tasks_and_inputs() -> None:
     assert {family.name: dict(family.serves) for family in FAMILIES} == SERVED
     assert len({family.name for family in FAMILIES}) == len(FAMILIES)
-    assert {family.name for family in DECODERS} == set(SERVED) - {"bert", "xlm-roberta"}
+    assert {family.name for family in DECODERS} == set(SERVED) - {"bert", "xlm-roberta", "whisper"}
     assert {family.name for family in ENCODERS} == {"bert", "xlm-roberta"}
 
 
@@ -52,6 +53,7 @@ def test_every_family_is_listed_with_its_tasks_and_inputs() -> None:
         ("BertForSequenceClassification", "bert"),
         ("XLMRobertaModel", "xlm-roberta"),
         ("XLMRobertaForSequenceClassification", "xlm-roberta"),
+        ("WhisperForConditionalGeneration", "whisper"),
         # GGUF `general.architecture`: a name two families share goes to the first listed.
         ("llama", "llama"),
         ("qwen2", "qwen2"),

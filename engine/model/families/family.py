@@ -21,10 +21,10 @@ from engine.model.layers.transformer import Transformer
 from engine.model.model_config import ModelConfig
 
 ParamTree = dict[str, Any]
-# What a family's model is run for; "transcribe" and "denoise" come with their families.
-Task = Literal["generate", "embed", "rerank"]
-# What a request to it may hold; "audio" comes with its families.
-Input = Literal["text", "image"]
+# What a family's model is run for.
+Task = Literal["generate", "embed", "rerank", "transcribe"]
+# What a request to it may hold.
+Input = Literal["text", "image", "audio"]
 TEXT: tuple[Input, ...] = ("text",)
 
 

@@ -1,7 +1,7 @@
 """Every model family, what it serves, and how a checkpoint names it: the one place the loaders ask.
 
-Each family declares the tasks it serves (`Family.serves`: a `Task` — generate, embed, rerank —
-and for each the `Input`s a request may hold: text, image). A checkpoint names its family by its HF
+Each family declares the tasks it serves (`Family.serves`: a `Task` — generate, embed, rerank,
+transcribe — and for each the `Input`s a request may hold: text, image, audio). A checkpoint names its family by its HF
 `architectures[0]` (config.json) or its GGUF `general.architecture`; an encoder's config.json is
 told by its `model_type`.
 
@@ -26,8 +26,19 @@ from engine.model.families.qwen2.qwen2 import Qwen2
 from engine.model.families.qwen2_vl.qwen2_vl import Qwen2VL, Qwen25VL
 from engine.model.families.qwen3.qwen3 import Qwen3
 from engine.model.families.qwen3_moe.qwen3_moe import Qwen3Moe
+from engine.model.families.whisper.whisper import Whisper
 
-FAMILIES: tuple[Family, ...] = (Llama(), Qwen2(), Qwen3(), Qwen3Moe(), Qwen2VL(), Qwen25VL(), Bert(), XlmRoberta())
+FAMILIES: tuple[Family, ...] = (
+    Llama(),
+    Qwen2(),
+    Qwen3(),
+    Qwen3Moe(),
+    Qwen2VL(),
+    Qwen25VL(),
+    Bert(),
+    XlmRoberta(),
+    Whisper(),
+)
 DECODERS: tuple[DecoderFamily, ...] = tuple(f for f in FAMILIES if isinstance(f, DecoderFamily))
 ENCODERS: tuple[EncoderFamily, ...] = tuple(f for f in FAMILIES if isinstance(f, EncoderFamily))
 
