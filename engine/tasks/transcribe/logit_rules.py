@@ -55,10 +55,10 @@ class LaneHistory(NamedTuple):
     """What the rules read of each lane's drawn tokens, int32[lanes] each: how many it drew in this
     window, its last two tokens (-1 where there are none) and its last timestamp token (-1: none)."""
 
-    drawn: jax.Array
-    last: jax.Array
-    penultimate: jax.Array
-    last_timestamp: jax.Array
+    drawn: jax.Array | np.ndarray
+    last: jax.Array | np.ndarray
+    penultimate: jax.Array | np.ndarray
+    last_timestamp: jax.Array | np.ndarray
 
 
 def apply_rules(logits: jax.Array, history: LaneHistory, tokens: RuleTokens) -> jax.Array:

@@ -137,7 +137,7 @@ def split_words(
 
 def timed_words(
     matrix: np.ndarray,
-    text_token_probs: Sequence[float],
+    text_token_probs: np.ndarray,
     text_tokens: Sequence[int],
     token_bytes: Sequence[bytes],
     eot: int,
@@ -153,9 +153,8 @@ def timed_words(
     jump_times = time_indices[jumps] / TOKENS_PER_SECOND
     starts = jump_times[boundaries[:-1]]
     ends = jump_times[boundaries[1:]]
-    probs = np.asarray(text_token_probs)
     return [
-        TimedWord(word, tokens, float(start), float(end), float(np.mean(probs[i:j])))
+        TimedWord(word, tokens, float(start), float(end), float(np.mean(text_token_probs[i:j])))
         for word, tokens, start, end, i, j in zip(
             words, word_tokens, starts, ends, boundaries[:-1], boundaries[1:], strict=False
         )
