@@ -90,5 +90,15 @@ def test_the_draw_is_the_argmax_at_temperature_zero_with_its_log_probability() -
     assert token.tolist() == [1, 0]
     expected = jax.nn.log_softmax(logits, axis=-1)
     np.testing.assert_allclose(np.asarray(logprob), [expected[0, 1], expected[1, 0]], rtol=1e-6)
-    sampled, _ = draw(logits, jnp.asarray([1.0, 1.0]), keys)
-    assert int(sampled[0]) != 3  # a banned token is never sampled
+
+
+def test_a_sample_follows_the_ruled_distribution_at_its_temperature() -> None:
+    draws = 4000
+    ruled = jnp.log(jnp.tile(jnp.asarray([[0.1, 0.0, 0.6, 0.3]]), (draws, 1)))  # token 1 banned
+    keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(7), i))(jnp.arange(draws))
+    tokens, logprobs = draw(ruled, jnp.ones(draws), keys)
+    counts = np.bincount(np.asarray(tokens), minlength=4) / draws
+    np.testing.assert_allclose(counts, [0.1, 0.0, 0.6, 0.3], atol=0.03)
+    np.testing.assert_allclose(np.exp(np.asarray(logprobs)), np.asarray([0.1, 0.0, 0.6, 0.3])[np.asarray(tokens)])
+    hot, _ = draw(ruled, jnp.full(draws, 100.0), keys)  # near uniform over the allowed tokens
+    assert set(np.unique(np.asarray(hot))) == {0, 2, 3}

@@ -89,10 +89,15 @@ def apply_rules(logits: jax.Array, history: LaneHistory, tokens: RuleTokens) -> 
 
 def draw(ruled: jax.Array, temperature: jax.Array, keys: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The drawn token int32[lanes] and its log-probability float32[lanes]: argmax where the lane's
-    temperature is 0, else a sample at it (`keys`: one PRNG key a lane)."""
+    temperature is 0, else a sample at it (`keys`: one PRNG key a lane). A sample inverts the
+    cumulative distribution at one uniform number a lane (random numbers a token, as a Gumbel draw
+    takes, cost more than the step's model on the CPU); a banned token's empty interval is never hit."""
     logprobs = jax.nn.log_softmax(ruled, axis=-1)
     greedy = jnp.argmax(ruled, axis=-1)
     scale = jnp.where(temperature > 0, temperature, 1.0)[:, None]
-    sampled = jax.vmap(jax.random.categorical)(keys, ruled / scale)
+    cumulative = jnp.cumsum(jax.nn.softmax(ruled / scale, axis=-1), axis=-1)
+    uniform = jax.vmap(jax.random.uniform)(keys) * cumulative[:, -1]
+    sampled = jax.vmap(lambda c, u: jnp.searchsorted(c, u, side="right"))(cumulative, uniform)
+    sampled = jnp.minimum(sampled, ruled.shape[-1] - 1)
     token = jnp.where(temperature > 0, sampled, greedy).astype(jnp.int32)
     return token, jnp.take_along_axis(logprobs, token[:, None], axis=-1)[:, 0]
