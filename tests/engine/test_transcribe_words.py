@@ -101,7 +101,8 @@ def test_a_diagonal_attention_times_each_word_where_its_row_advances() -> None:
     for word in range(3):
         scores[:, sot_length + word, word * 10 : word * 10 + 10] = 10.0
     scores[:, sot_length + 3, 25:30] = 10.0
-    matrix = attention_matrix(scores, 30, sot_length)
+    weights = np.exp(scores) / np.exp(scores).sum(axis=-1, keepdims=True)
+    matrix = attention_matrix(weights, 30, sot_length)
     assert matrix.shape == (len(text) + 1, 30)
     words = timed_words(matrix, [0.9, 0.8, 0.7], text, TOKEN_BYTES, EOT, "en")
     assert [w.word for w in words] == [" And", " so", " my"]

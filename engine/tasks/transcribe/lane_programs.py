@@ -11,8 +11,8 @@ for every shape before serving:
 - `align`: one lane's window text decoded afresh (sot sequence, no-timestamps, text, end of text)
   for the alignment heads' cross-attention and each text token's probability.
 
-The lanes' caches live in `LaneState` ([decoder layers, lanes, …] arrays), donated to each
-program and replaced by its result.
+The lanes' caches live in `LaneState` (the model's cache trees with the lanes as every array's
+first axis), donated to each program and replaced by its result.
 """
 
 from dataclasses import dataclass
@@ -26,7 +26,7 @@ from engine.model.families.whisper import CrossKV, SelfKV, WhisperConfig, cross_
 from engine.tasks.transcribe.logit_rules import LaneHistory, RuleTokens, apply_rules, draw
 from engine.tasks.transcribe.segmenting import WINDOW_FRAMES
 
-LANE_AXIS = 1  # of the caches' arrays: [decoder layers, lanes, positions, d_model]
+LANE_AXIS = 0  # of every array of the caches (a layer's [lanes, heads, positions, head_dim])
 PREFILL_LENGTHS = (16, 64, 256)  # compiled prompt lengths; a prompt holds at most ~half the text context
 ALIGN_LENGTHS = (64, 256)  # compiled lengths of a window's text for the alignment pass
 
@@ -55,19 +55,20 @@ class Programs:
     language_ids: tuple[int, ...]
     lanes: int
 
-    def empty_state(self, device: jax.Device) -> LaneState:
+    def empty_state(self, params: Any, device: jax.Device) -> LaneState:
+        c = self.config
+        features = jax.ShapeDtypeStruct((1, c.n_audio_ctx, c.d_model), jnp.float32)
+        cross = jax.eval_shape(lambda p, f: cross_kv(p, c, f), params, features)
         with jax.default_device(device):
-            self_kv = init_self_kv(self.config, self.lanes, self.config.n_text_ctx)
-            shape = (self.config.decoder_layers, self.lanes, self.config.n_audio_ctx, self.config.d_model)
-            cross = CrossKV(jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32))
-            return LaneState(self_kv, cross)
+            self_kv = init_self_kv(c, self.lanes, c.n_text_ctx)
+            lanes = jax.tree.map(lambda a: jnp.zeros((self.lanes, *a.shape[1:]), a.dtype), cross)
+            return LaneState(self_kv, lanes)
 
     def admit(self, params: Any, state: LaneState, lanes: jax.Array, mel: jax.Array) -> LaneState:
         """mel float32[B, n_mels, WINDOW_FRAMES] into lanes int32[B] (an index >= lanes: padding)."""
         kv = cross_kv(params, self.config, encode(params, self.config, mel))
-        keys = state.cross.keys.at[:, lanes].set(kv.keys, mode="drop")
-        values = state.cross.values.at[:, lanes].set(kv.values, mode="drop")
-        return LaneState(state.self_kv, CrossKV(keys, values))
+        cross = jax.tree.map(lambda a, b: a.at[lanes].set(b, mode="drop"), state.cross, kv)
+        return LaneState(state.self_kv, cross)
 
     def prefill(
         self,
@@ -81,11 +82,11 @@ class Programs:
         seed: jax.Array,
     ) -> tuple[LaneState, Drawn]:
         """tokens int32[T] (the prompt, `length` of them, then padding) at positions 0.. of `lane`."""
-        self_kv = SelfKV(*(_lane(a, lane) for a in state.self_kv))
-        cross = CrossKV(*(_lane(a, lane) for a in state.cross))
+        self_kv = jax.tree.map(lambda a: _lane(a, lane), state.self_kv)
+        cross = jax.tree.map(lambda a: _lane(a, lane), state.cross)
         positions = jnp.arange(tokens.shape[0], dtype=jnp.int32)[None]
         logits, self_kv, _ = decode(params, self.config, tokens[None], positions, self_kv, cross)
-        written = SelfKV(*(_put_lane(a, b, lane) for a, b in zip(state.self_kv, self_kv, strict=True)))
+        written = jax.tree.map(lambda a, b: _put_lane(a, b, lane), state.self_kv, self_kv)
         at_sot = logits[0, sot_index]
         no_speech_prob = jax.nn.softmax(at_sot)[self.no_speech]
         language_logprobs = jax.nn.log_softmax(at_sot[jnp.asarray(self.language_ids)])
@@ -118,7 +119,7 @@ class Programs:
         """tokens int32[A] (sot sequence, no-timestamps, text, end of text, padding) over `lane`'s
         audio → (the probability of each position's next token among the text tokens float32[A],
         the alignment heads' weights float32[heads, A, n_audio_ctx])."""
-        cross = CrossKV(*(_lane(a, lane) for a in state.cross))
+        cross = jax.tree.map(lambda a: _lane(a, lane), state.cross)
         positions = jnp.arange(tokens.shape[0], dtype=jnp.int32)[None]
         fresh = init_self_kv(self.config, 1, tokens.shape[0])
         logits, _, weights = decode(params, self.config, tokens[None], positions, fresh, cross, alignment=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from engine.api import Transcribed, TranscriptionRequest
+from engine.api import SPEECH_SAMPLE_RATE, Transcribed, TranscriptionRequest
 from engine.device.runner_api import Report
 from engine.model.families.whisper import LoadedWhisper, log_mel
 from engine.stats import HeldArrays
@@ -190,7 +190,7 @@ class TranscribeTask:
     def _finish(self, transcription: Transcription, done: list[Done]) -> None:
         request = transcription.request
         assert transcription.language is not None
-        duration = len(request.audio) / 16000
+        duration = len(request.audio) / SPEECH_SAMPLE_RATE
         event = Transcribed(
             transcription.language, transcription.language_probability, duration, transcription.output_tokens
         )

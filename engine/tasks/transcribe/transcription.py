@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.api import SpeechSegment, SpeechWord, TranscriptionRequest
+from engine.api import SPEECH_SAMPLE_RATE, SpeechSegment, SpeechWord, TranscriptionRequest
 from engine.model.families.whisper import WhisperVocabulary
 from engine.tasks.task_registry import TaskJob
 from engine.tasks.transcribe.segmenting import (
@@ -70,7 +70,7 @@ class Transcription:
     @property
     def frames(self) -> int:
         """The audio's mel frames."""
-        return len(self.request.audio) // (16000 // FRAMES_PER_SECOND)
+        return len(self.request.audio) // (SPEECH_SAMPLE_RATE // FRAMES_PER_SECOND)
 
     @property
     def finished(self) -> bool:

@@ -79,7 +79,7 @@ class WhisperLanes:
         self._batches = encoder_batches(encoder_batch)
         self._device = device
         self._params = jax.device_put(model.params, device)
-        self._state = self._programs.empty_state(device)
+        self._state = self._programs.empty_state(self._params, device)
         self._jitted: dict[str, Any] = {
             "admit": jax.jit(self._programs.admit, donate_argnums=1),
             "prefill": jax.jit(self._programs.prefill, donate_argnums=1),
@@ -186,7 +186,5 @@ class WhisperLanes:
         )
         start = len(sot_sequence)
         text_probs = np.asarray(probs)[start : start + len(text)]
-        with np.errstate(divide="ignore"):
-            scores = np.log(np.asarray(weights)[:, : len(sequence)])
-        matrix = attention_matrix(scores, frames // 2, len(sot_sequence))
+        matrix = attention_matrix(np.asarray(weights)[:, : len(sequence)], frames // 2, len(sot_sequence))
         return timed_words(matrix, text_probs, text, v.token_bytes, v.eot, language)

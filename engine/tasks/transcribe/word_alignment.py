@@ -34,13 +34,13 @@ class TimedWord:
 
 
 def attention_matrix(weights: np.ndarray, audio_positions: int, sot_length: int) -> np.ndarray:
-    """weights float32[heads, tokens, positions]: the alignment heads' attention scores (or
-    probabilities) of the sequence sot_sequence + <|notimestamps|> + text + <|endoftext|>;
+    """weights float32[heads, tokens, positions]: the alignment heads' attention (softmaxed over
+    all positions) of the sequence sot_sequence + <|notimestamps|> + text + <|endoftext|>;
     `audio_positions`: the encoder positions that hold audio. Returns [text + 1, audio_positions]:
-    the rows of <|notimestamps|> and the text tokens (each the row that predicts the next token)."""
-    scores = weights[:, :, :audio_positions].astype(np.float64)
-    scores = scores - scores.max(axis=-1, keepdims=True)
-    probs = np.exp(scores)
+    the rows of <|notimestamps|> and the text tokens (each the row that predicts the next token).
+    openai-whisper softmaxes over the audio's positions alone: the weights cut there, each row
+    divided by its sum."""
+    probs = weights[:, :, :audio_positions].astype(np.float64)
     probs /= probs.sum(axis=-1, keepdims=True)
     mean = probs.mean(axis=-2, keepdims=True)
     std = probs.std(axis=-2, keepdims=True)
