@@ -18,7 +18,7 @@ from tools.whisper_checkpoint import write_hf
 
 pytestmark = pytest.mark.slow  # compiles a speech model
 
-CONFIG = SpeechConfig(lanes=3, encoder_batch=2, steps_per_batch=4)
+CONFIG = SpeechConfig(lanes=3, encoder_batch=2, steps_per_batch=4, best_of=2)
 
 
 class CountingTask(TranscribeTask):

@@ -5,9 +5,10 @@ A request's audio is decoded a 30-second window at a time, in order (each window
 the text before it, and where it starts depends on where the one before ended). Windows of
 different requests share the decoder's lanes: each batch admits waiting windows into free lanes
 (one encoder batch for them all, then each one's prompt), then runs a few decode steps over every
-lane. A window whose attempt fails is decoded again in its lane at the next temperature; a
-finished one is split into segments (timed by word with `word_timestamps`), sent, and its lane
-freed. A request ends with `Transcribed` after its last window.
+lane. A window whose attempt fails is decoded again in its lane at the next temperature (above
+0, `best_of` samples one after another, the likeliest kept); a finished one is split into
+segments (timed by word with `word_timestamps`), sent, and its lane freed. A request ends with
+`Transcribed` after its last window.
 
 Threads: `check` runs on handler threads and reads only what never changes; `compile` and
 `held_arrays` run on the thread that owns the engine; every other method on the engine thread.
@@ -40,6 +41,16 @@ class SpeechConfig:
     beam_size: int = 1  # 1: greedy (the only decoding implemented so far)
     encoder_batch: int = 4  # the most windows one encoder batch holds
     steps_per_batch: int = 8  # decode steps of every lane in one batch of the engine thread
+    best_of: int = 5  # samples an attempt above temperature 0 draws, keeping the likeliest (faster-whisper's)
+
+
+Sample = tuple[list[int], list[float]]  # a sample's tokens and their log-probabilities (and the end of text's)
+
+
+def sample_score(sample: Sample) -> float:
+    """How CTranslate2 ranks an attempt's samples: the summed log-probability over the tokens."""
+    tokens, logprobs = sample
+    return sum(logprobs) / max(len(tokens), 1)
 
 
 class TranscribeTask:
@@ -49,6 +60,8 @@ class TranscribeTask:
     def __init__(self, model: LoadedWhisper, config: SpeechConfig) -> None:
         if config.beam_size != 1:
             raise ValueError("beam search is not implemented: SpeechConfig.beam_size must be 1")
+        if config.best_of < 1:
+            raise ValueError("SpeechConfig.best_of must be at least 1")
         self.model = model
         self.config = config
         self.device = jax.devices("cpu")[0]
@@ -127,8 +140,11 @@ class TranscribeTask:
         transcription.language = codes[self._lanes.language_ids[best]]
         transcription.language_probability = float(np.exp(drawn.language_logprobs[best]))
 
-    def _start_attempt(self, index: int, transcription: Transcription, done: list[Done]) -> None:
-        """Prefills the window's prompt in lane `index` and draws its first token."""
+    def _start_attempt(
+        self, index: int, transcription: Transcription, done: list[Done], samples: list[Sample] | None = None
+    ) -> None:
+        """Prefills the window's prompt in lane `index` and draws its first token (`samples`: the
+        attempt's samples so far, when it draws another)."""
         text_ctx = self.model.config.n_text_ctx
         prompt = transcription.prompt(text_ctx)
         sot_index = prompt.index(self.model.vocabulary.sot)
@@ -142,6 +158,7 @@ class TranscribeTask:
             seed,
             drawn.no_speech_prob,
             max_new_tokens(len(prompt), text_ctx),
+            samples=samples or [],
         )
         self._busy[index] = lane
         self._drew(index, lane, drawn.token, drawn.logprob, done)
@@ -163,7 +180,14 @@ class TranscribeTask:
         if token != eot and len(lane.tokens) < lane.limit:
             return
         transcription = lane.transcription
-        again = transcription.record(lane.tokens, lane.logprobs, lane.temperature, lane.no_speech_prob)
+        tokens, logprobs = lane.tokens, lane.logprobs
+        if lane.temperature > 0:
+            lane.samples.append((tokens, logprobs))
+            if len(lane.samples) < self.config.best_of:
+                self._start_attempt(index, transcription, done, lane.samples)
+                return
+            tokens, logprobs = max(lane.samples, key=sample_score)
+        again = transcription.record(tokens, logprobs, lane.temperature, lane.no_speech_prob)
         if again:
             self._start_attempt(index, transcription, done)
             return

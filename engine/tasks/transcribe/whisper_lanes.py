@@ -38,6 +38,8 @@ class Lane:
     limit: int  # the most tokens the attempt draws (the end of text included)
     tokens: list[int] = field(default_factory=list)  # drawn, the end of text not included
     logprobs: list[float] = field(default_factory=list)
+    # At a temperature above 0: the attempt's samples drawn before this one (tokens, logprobs).
+    samples: list[tuple[list[int], list[float]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
