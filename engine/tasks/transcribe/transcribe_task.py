@@ -8,13 +8,16 @@ different requests share the decoder's lanes: each batch admits waiting windows 
 lane. A window whose attempt fails is decoded again in its lane at the next temperature (above
 0, `best_of` samples one after another, the likeliest kept); a finished one is split into
 segments (timed by word with `word_timestamps`), sent, and its lane freed. A request ends with
-`Transcribed` after its last window.
+`Transcribed` after its last window. The log-mel spectrogram of a request's audio (a second or
+more for an hour) is computed on a thread of the runner's own, so the engine thread never waits
+for it: a request's first window is admitted once its spectrogram is ready.
 
 Threads: `check` runs on handler threads and reads only what never changes; `compile` and
 `held_arrays` run on the thread that owns the engine; every other method on the engine thread.
 """
 
 from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import jax
@@ -33,6 +36,8 @@ from engine.tasks.transcribe.whisper_lanes import Lane, WhisperLanes
 from engine.tasks.transcribe.word_timestamps import TimedPiece, place_words, untimed
 
 TRANSCRIBE = "transcribe"
+# Seconds a batch with nothing else to do waits for a spectrogram (the engine thread spins otherwise).
+MEL_WAIT_S = 0.005
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class TranscribeTask:
         self._lanes = WhisperLanes(model, config.lanes, config.encoder_batch, self.device)
         self._waiting: deque[Transcription] = deque()  # requests whose next window waits for a lane
         self._busy: list[Lane | None] = [None] * config.lanes
+        self._spectrograms = ThreadPoolExecutor(1, thread_name_prefix="log-mel")
 
     def check(self, request: TranscriptionRequest) -> None:
         check_transcription(request, self.model.vocabulary)
@@ -83,12 +89,14 @@ class TranscribeTask:
         return bool(self._waiting) or any(lane is not None for lane in self._busy)
 
     def add(self, job: TaskJob[TranscriptionRequest]) -> None:
-        self._waiting.append(Transcription(job, self.model.vocabulary))
+        mel = self._spectrograms.submit(log_mel, job.request.audio, self.model.config.n_mels)
+        self._waiting.append(Transcription(job, self.model.vocabulary, mel))
 
     def cancel(self, ids: set[int]) -> list[TaskJob[TranscriptionRequest]]:
         cancelled = [t for t in self._waiting if t.job.id in ids]
         for transcription in cancelled:
             self._waiting.remove(transcription)
+            transcription.mel.cancel()
         for index, lane in enumerate(self._busy):
             if lane is not None and lane.transcription.job.id in ids:
                 cancelled.append(lane.transcription)
@@ -96,6 +104,8 @@ class TranscribeTask:
         return [t.job for t in cancelled]
 
     def drop_all(self) -> list[TaskJob[TranscriptionRequest]]:
+        for transcription in self._waiting:
+            transcription.mel.cancel()
         held = [t.job for t in self._waiting] + [lane.transcription.job for lane in self._busy if lane is not None]
         self._waiting.clear()
         self._busy = [None] * self.config.lanes
@@ -115,16 +125,17 @@ class TranscribeTask:
 
     def _admit(self, done: list[Done]) -> None:
         free = [i for i, lane in enumerate(self._busy) if lane is None]
-        admitted: list[tuple[int, Transcription]] = []
-        while self._waiting and len(admitted) < min(len(free), self.config.encoder_batch):
-            admitted.append((free[len(admitted)], self._waiting.popleft()))
-        if not admitted:
+        if free and self._waiting and all(lane is None for lane in self._busy):
+            wait([t.mel for t in self._waiting], MEL_WAIT_S, FIRST_COMPLETED)
+        ready = [t for t in self._waiting if t.mel.done()][: min(len(free), self.config.encoder_batch)]
+        if not ready:
             return
+        admitted = list(zip(free, ready, strict=False))
         windows = []
         for _, transcription in admitted:
-            if transcription.mel is None:
-                transcription.mel = log_mel(transcription.request.audio, self.model.config.n_mels)
-            windows.append(window_mel(transcription.mel, transcription.seek, transcription.window_frames()))
+            self._waiting.remove(transcription)
+            mel = transcription.mel.result()
+            windows.append(window_mel(mel, transcription.seek, transcription.window_frames()))
         self._lanes.admit([index for index, _ in admitted], np.stack(windows))
         for index, transcription in admitted:
             if transcription.language is None:

@@ -4,6 +4,7 @@ segments it has sent. The runner (transcribe_task.py) decodes; this decides."""
 
 import secrets
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,7 +42,7 @@ class Window:
 class Transcription:
     job: TaskJob[TranscriptionRequest]
     vocabulary: WhisperVocabulary
-    mel: np.ndarray | None = None  # [n_mels, frames of audio], computed when its first window is admitted
+    mel: Future[np.ndarray]  # the log-mel spectrogram [n_mels, frames of audio], computed on the runner's thread
     seek: int = 0
     language: str | None = None
     language_probability: float = 1.0
