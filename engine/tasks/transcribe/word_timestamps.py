@@ -25,11 +25,6 @@ class Word:
     probability: float
 
 
-def untimed(pieces: Sequence[Piece]) -> list["TimedPiece"]:
-    """The segments as they are, without words."""
-    return [TimedPiece(p.start, p.end, p.tokens, p.offset, ()) for p in pieces]
-
-
 @dataclass(frozen=True)
 class TimedPiece:
     """A segment with its words; its start and end as the words moved them."""
@@ -39,6 +34,11 @@ class TimedPiece:
     tokens: tuple[int, ...]
     offset: int  # of its first token in the window's tokens
     words: tuple[Word, ...]
+
+
+def untimed(pieces: Sequence[Piece]) -> list[TimedPiece]:
+    """The segments as they are, without words."""
+    return [TimedPiece(p.start, p.end, p.tokens, p.offset, ()) for p in pieces]
 
 
 def clip_sentence_ends(alignment: list[TimedWord]) -> tuple[float, float]:
