@@ -5,6 +5,8 @@ outside `engine` for everything that is not a request (those are `engine.api`'s)
 - building a generation engine (`Engine.build` from an `EngineConfig`, with the tasks it serves
   beside generation, e.g. `EncodeTask`), an engine of tasks alone (`TaskEngine`: an encoder as the
   model) and the runners of encoders and of a decoder's embedding pass;
+- a speech model: loading a Whisper checkpoint (`load_whisper`) and the runner of its transcribe
+  task (`TranscribeTask`, sized by a `SpeechConfig`), on the CPU device;
 - a process group (docs/deploy.md): joining it, the leader's side (`Lead`, `lead_load`) and a
   follower's (`follow`);
 - the compilation cache (`use_compilation_cache`), the executable cache's folder
@@ -29,6 +31,7 @@ from engine.engine_config import EngineConfig
 from engine.lora.adapter_formats import NEEDED, adapter_weights_file, read_lora_adapter
 from engine.lora.peft_adapter import TARGETS, LoraAdapter
 from engine.model import kernels
+from engine.model.families.whisper import LoadedWhisper, is_whisper_checkpoint, load_whisper
 from engine.model.loading.loader import LoadedModel, load_model, with_served_context
 from engine.model.model_config import CONTEXT_EXTENSION_KINDS, ModelConfig
 from engine.tasks.encode.decoder_embedding import (
@@ -39,6 +42,7 @@ from engine.tasks.encode.decoder_embedding import (
 )
 from engine.tasks.encode.encode_task import EncodeTask
 from engine.tasks.encode.encoder_model import EncoderRunner, LoadedEncoder, is_encoder_checkpoint, load_encoder
+from engine.tasks.transcribe.transcribe_task import SpeechConfig, TranscribeTask
 
 __all__ = [
     # loading a checkpoint
@@ -61,6 +65,12 @@ __all__ = [
     "is_embedding_decoder",
     "is_encoder_checkpoint",
     "load_encoder",
+    # a speech model
+    "LoadedWhisper",
+    "SpeechConfig",
+    "TranscribeTask",
+    "is_whisper_checkpoint",
+    "load_whisper",
     # a process group
     "Channel",
     "GroupSpec",
