@@ -2120,9 +2120,9 @@ class Health(BaseModel):
     """
     The id `/v1/models` lists, or null before the model is known.
     """
-    kind: Literal["chat", "embedding", "rerank"]
+    kind: Literal["chat", "embedding", "rerank", "speech"]
     """
-    What the model serves: the generation routes (`chat`), or, for an encoder given as `--model`, its embedding or rerank routes only (`chat` until a load says otherwise).
+    What the model serves: the generation routes (`chat`), or, for an encoder given as `--model`, its embedding or rerank routes only, or, for a Whisper model given as `--model`, the audio routes only (`chat` until a load says otherwise).
     """
     ctx: Annotated[StrictInt | None, Field(ge=1)]
     """

@@ -77,7 +77,11 @@ def serving(request: HTTPConnection, unavailable_status: int = 503) -> Serving:
     server = context(request)
     model = server.model
     if model.kind != "chat":
-        routes = "/v1/embeddings and /v1/rerank" if model.kind == "embedding" else "/v1/rerank"
+        routes = {
+            "embedding": "/v1/embeddings and /v1/rerank",
+            "rerank": "/v1/rerank",
+            "speech": "/v1/audio/transcriptions and /v1/audio/translations",
+        }[model.kind]
         raise ApiError(
             400,
             f"'{model.model_id}' is {'an' if model.kind == 'embedding' else 'a'} {model.kind} model: it serves "

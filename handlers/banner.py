@@ -53,7 +53,8 @@ def banner(server: ServerContext) -> str:
             f"  Anthropic base URL  {origin}           (Messages)",
         ]
     else:
-        lines += [f"  OpenAI base URL     {origin}/v1        (Embeddings, Rerank)"]
+        routes = "Transcriptions, Translations" if model.kind == "speech" else "Embeddings, Rerank"
+        lines += [f"  OpenAI base URL     {origin}/v1        ({routes})"]
     lines += [f"  API reference       {origin}/v1/docs/", f"  Health              {origin}/health", ""]
     if chat:
         lines += [

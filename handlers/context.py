@@ -25,7 +25,7 @@ from text.encoder_inputs import EncoderTokenizer
 
 ModelState = Literal["loading", "serving", "switching", "unloaded", "draining", "dead"]
 EncoderKind = Literal["embedding", "rerank"]
-ModelKind = Literal["chat", "embedding", "rerank"]
+ModelKind = Literal["chat", "embedding", "rerank", "speech"]
 PartKind = Literal["embedding", "rerank", "speech"]  # a model served beside the chat model
 FailedSetting = Literal["embedding_model", "rerank_model", "speech_model"]
 

@@ -111,7 +111,10 @@ def served_model(server: ServerContext) -> models.OpenAIModel:
     model = server.model
     failed = model.switch_failure
     status = model.state if model.state in ("loading", "switching", "unloaded") else "failed" if failed else "serving"
-    own = _openai_encoders(server, own=True) if model.kind != "chat" else []
+    if model.kind == "speech":
+        own = _openai_speech(server)
+    else:
+        own = _openai_encoders(server, own=True) if model.kind != "chat" else []
     entry = own[0] if own else _openai_model(server)
     reason = {"reason": failed[1]} if failed else {}
     return entry.model_copy(update={"active": True, "status": status, **reason})
@@ -144,7 +147,8 @@ def _listing(server: ServerContext) -> list[models.OpenAIModel]:
         return []
     adapters = _openai_adapters(server) if server.model.kind == "chat" else []
     switchable = [_openai_target(server, target) for target in _targets(server)]
-    return [served_model(server), *_openai_speech(server), *adapters, *_openai_encoders(server), *switchable]
+    beside = _openai_speech(server) if server.model.kind != "speech" else []  # the model itself is data[0]
+    return [served_model(server), *beside, *adapters, *_openai_encoders(server), *switchable]
 
 
 def _anthropic_listing(server: ServerContext) -> list[models.AnthropicModelInfo]:

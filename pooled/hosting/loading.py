@@ -33,12 +33,14 @@ from engine.front import (
     LoadedModel,
     Report,
     TaskEngine,
+    TranscribeTask,
     decoder_embedding,
     decoder_embedding_runner,
     executable_cache_dir,
     in_group,
     is_embedding_decoder,
     is_encoder_checkpoint,
+    is_whisper_checkpoint,
     lead_load,
     load_encoder,
     load_model,
@@ -54,7 +56,7 @@ from pooled.hosting.adapter_admin import EngineAdapters
 from pooled.hosting.lora_policy import LoraPolicy
 from pooled.hosting.model_host import Loaded, first_line
 from pooled.hosting.model_paths import projector_for
-from pooled.hosting.speech_loading import load_speech
+from pooled.hosting.speech_loading import load_speech, load_speech_serving
 from pooled.models_folder.model_ids import model_id_for
 from text import ChatTemplate, Tokenizer
 from text.encoder_inputs import EncoderTokenizer
@@ -277,6 +279,8 @@ def load_serving(
         checkpoint, config, context = lead_load(group.channel, spec, lambda: load_generation(path, settings))
     elif is_encoder_checkpoint(path) or is_embedding_decoder(path):
         return load_encoder_serving(path, settings, report)
+    elif is_whisper_checkpoint(path):
+        return load_speech_serving(path, settings, report)
     else:
         checkpoint, config, context = load_generation(path, settings)
     log.info("start: weights read and prepared in %.1f s", time.perf_counter() - weights_started)
@@ -286,7 +290,9 @@ def load_serving(
     if settings.embeddings:
         encoders[model_id_for(path)] = decoder_embedder(checkpoint, settings)
     speech = load_speech(settings, report)  # its steps run on this process's CPU
-    tasks = [EncodeTask({name: encoder.runner for name, encoder in encoders.items()})] if encoders else []
+    tasks: list[EncodeTask | TranscribeTask] = []
+    if encoders:
+        tasks.append(EncodeTask({name: encoder.runner for name, encoder in encoders.items()}))
     if speech.runner is not None:
         tasks.append(speech.runner)
     built = time.perf_counter()
@@ -325,7 +331,9 @@ def load_encoder_serving(path: Path, settings: Settings, report: Callable[[str, 
     tokenizer = Tokenizer(served.face.inputs.tokenizer, bos_token_id=None, eos_token_ids=())
     name, face = model_id_for(path), served.face
     speech = load_speech(settings, report)
-    tasks = [EncodeTask({name: served.runner}), *([speech.runner] if speech.runner is not None else [])]
+    tasks: list[EncodeTask | TranscribeTask] = [EncodeTask({name: served.runner})]
+    if speech.runner is not None:
+        tasks.append(speech.runner)
     engine = TaskEngine(tasks, face.max_tokens, settings.max_queue, report)
     return Loaded(
         face.max_tokens,

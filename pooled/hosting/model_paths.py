@@ -42,6 +42,8 @@ def model_path_problems(model: Path, settings: Settings) -> list[str]:
         if value is not None
     ]
     problems = [f"{flag} {path}: {problem}" for flag, path in named if (problem := checkpoint_problem(path))]
+    if problems and problems[0].startswith("--model") and speech_problem(model) is None:
+        problems.pop(0)  # a speech model folder (CTranslate2's has no safetensors) served as the model
     speech = settings.speech_model
     if speech is not None and (problem := speech_problem(beside_model_path(speech, settings.models_dir))):
         problems.append(f"--speech-model {settings.speech_model}: {problem}")

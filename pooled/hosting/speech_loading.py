@@ -13,12 +13,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from engine.errors import CheckpointError
+from engine.front import SpeechConfig, TaskEngine, TranscribeTask, load_whisper
 from handlers.context import FailedPart, SpeechService
 from pooled.configuration.settings import Settings
-from pooled.hosting.model_host import first_line
+from pooled.hosting.model_host import Loaded, first_line
 from pooled.models_folder.model_ids import beside_model_path, model_id_for
 from text import Tokenizer
 
@@ -32,7 +32,7 @@ ENGLISH = frozenset({"en"})
 class BesideSpeech:
     """The speech model's runner and face, or the part that failed (each None or empty without one)."""
 
-    runner: Any = None  # engine/front.py's TranscribeTask
+    runner: TranscribeTask | None = None
     face: SpeechService | None = None
     failed: tuple[FailedPart, ...] = ()
 
@@ -51,10 +51,29 @@ def load_speech(settings: Settings, report: Callable[[str, int, int], None]) -> 
         return BesideSpeech(failed=(FailedPart("speech", "speech_model", str(path), reason),))
 
 
-def _served(path: Path, settings: Settings) -> BesideSpeech:
-    # engine/front.py exports these once the transcribe task (engine/tasks/transcribe/) is merged.
-    from engine.front import SpeechConfig, TranscribeTask, load_whisper  # type: ignore[attr-defined]
+def load_speech_serving(path: Path, settings: Settings, report: Callable[[str, int, int], None]) -> Loaded:
+    """A Whisper model as the model itself: its own engine thread, the audio routes only
+    (generation is a 400), as an encoder given as `--model` serves its routes alone."""
+    if settings.speech_model is not None:
+        raise CheckpointError(f"{path} is a speech model: --speech-model goes beside a chat model")
+    served = _served(path, settings)
+    assert served.runner is not None and served.face is not None
+    face = served.face
+    engine = TaskEngine([served.runner], face.max_text_tokens, settings.max_queue, report)
+    return Loaded(
+        face.max_text_tokens,
+        face.max_text_tokens,
+        None,
+        "none",
+        face.tokenizer,
+        None,
+        engine,
+        kind="speech",
+        speech=face,
+    )
 
+
+def _served(path: Path, settings: Settings) -> BesideSpeech:
     model = load_whisper(path)
     runner = TranscribeTask(model, SpeechConfig(lanes=settings.speech_lanes, beam_size=settings.speech_beam_size))
     vocabulary = model.vocabulary

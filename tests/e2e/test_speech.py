@@ -61,11 +61,13 @@ def test_verbose_json_times_segments_and_words(speech: OpenAI) -> None:
     assert answer.language in ("en", "english") and 10.9 < answer.duration < 11.1
     segments = answer.segments or []
     assert len(segments) >= 1 and segments[0].start < 0.5 and 9.0 < segments[-1].end <= 11.0
-    assert all(s.start < s.end for s in segments) and all(a.end <= b.start + 1e-6 for a, b in zip(segments, segments[1:]))
+    assert all(s.start < s.end for s in segments) and all(
+        a.end <= b.start + 1e-6 for a, b in zip(segments, segments[1:], strict=False)
+    )
     assert words(" ".join(s.text for s in segments)) == words(JFK_TEXT)
     spoken = answer.words or []
     assert [words(w.word)[0] for w in spoken] == words(JFK_TEXT)
-    assert all(a.start <= b.start for a, b in zip(spoken, spoken[1:])) and spoken[-1].end <= 11.0
+    assert all(a.start <= b.start for a, b in zip(spoken, spoken[1:], strict=False)) and spoken[-1].end <= 11.0
 
 
 def test_subtitles_in_srt_and_vtt(speech: OpenAI) -> None:
