@@ -53,7 +53,9 @@ test-packages:
 # the bench folder by tools/random_checkpoint.py, tools/qwen2_gguf.py and llama-quantize),
 # EMBEDDING_ARGS to the embeddings figures (tools/embedding_bench.py), LORA_ARGS to the LoRA ones
 # (tools/lora_bench.py), HOST_PATH_ARGS to the host path's CPU proxy (tools/host_path_bench.py),
-# VISION_ARGS to the image chats against llama-server --mmproj (tools/vision_bench.py).
+# VISION_ARGS to the image chats against llama-server --mmproj (tools/vision_bench.py),
+# SPEECH_ARGS to speech to text against faster-whisper (tools/speech_bench.py; `make reference`
+# installs faster-whisper).
 QUANT_ARGS ?= --no-long --rounds 2
 bench: $(STAMP)
 	$(BIN)/python tools/bench.py $(ARGS)
@@ -63,6 +65,7 @@ bench: $(STAMP)
 	$(BIN)/python tools/lora_bench.py $(LORA_ARGS)
 	$(BIN)/python tools/host_path_bench.py $(HOST_PATH_ARGS)
 	$(BIN)/python tools/vision_bench.py $(VISION_ARGS)
+	$(BIN)/python tools/speech_bench.py $(SPEECH_ARGS)
 
 # One turn of Claude Code, Codex and opencode (three providers) against `pooled serve` as `make
 # serve` runs it; the clients come from the npm registry (pinned, ~/.cache/pooled/agents).

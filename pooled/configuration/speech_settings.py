@@ -42,10 +42,3 @@ class SpeechSettings(EngineSettings):
         "30-second windows the speech model decodes at once, across requests (its decoder's lanes).",
         change="reload",
     )
-    speech_beam_size: int = setting(
-        1,
-        integer(minimum=1),
-        "The speech model's beam width: 1 decodes greedily (faster-whisper's beam_size=1); more runs "
-        "beam search with that many beams, as faster-whisper's beam_size.",
-        change="reload",
-    )

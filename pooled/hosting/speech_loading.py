@@ -75,7 +75,7 @@ def load_speech_serving(path: Path, settings: Settings, report: Callable[[str, i
 
 def _served(path: Path, settings: Settings) -> BesideSpeech:
     model = load_whisper(path)
-    runner = TranscribeTask(model, SpeechConfig(lanes=settings.speech_lanes, beam_size=settings.speech_beam_size))
+    runner = TranscribeTask(model, SpeechConfig(lanes=settings.speech_lanes))
     vocabulary = model.vocabulary
     face = SpeechService(
         name=model_id_for(path),

@@ -6,8 +6,11 @@ for every shape before serving:
 - `prefill`: one lane's prompt (padded to a length bucket) into its self-attention cache, the
   no-speech probability and the language log-probabilities at its start-of-transcript position,
   and its first token drawn under the rules;
-- `step`: one token of every lane (idle ones too: their entries are rewritten before use), ruled
-  and drawn on the device; only the drawn ids and their log-probabilities come back;
+- `step`: one token of each of the first lanes (1, 2, 4… up to every lane: the fewest that hold
+  the busy ones, which are the lowest lanes free when admitted; idle ones among them too, their
+  entries rewritten before use), ruled and drawn on the device; only the drawn ids and their
+  log-probabilities come back. A step's cost is mostly reading each lane's cross-attention keys
+  and values, so a lone request does not pay for seven idle lanes;
 - `align`: one lane's window text decoded afresh (sot sequence, no-timestamps, text, end of text)
   for the alignment heads' cross-attention and each text token's probability.
 
@@ -106,14 +109,18 @@ class Programs:
         temperature: jax.Array,
         seeds: jax.Array,
     ) -> tuple[LaneState, jax.Array, jax.Array]:
-        """Every lane's next token: tokens, positions int32[lanes] (its last drawn token and where
-        it goes) → (state, drawn int32[lanes], their log-probabilities float32[lanes])."""
-        logits, self_kv, _ = decode(
-            params, self.config, tokens[:, None], positions[:, None], state.self_kv, state.cross
+        """The first k lanes' next tokens: tokens, positions int32[k] (each lane's last drawn token
+        and where it goes) → (state, drawn int32[k], their log-probabilities float32[k])."""
+        k = tokens.shape[0]
+        self_kv = jax.tree.map(lambda a: a[:k], state.self_kv)
+        cross = jax.tree.map(lambda a: a[:k], state.cross)
+        logits, self_kv, _ = decode(params, self.config, tokens[:, None], positions[:, None], self_kv, cross)
+        written = jax.tree.map(
+            lambda a, b: jax.lax.dynamic_update_slice_in_dim(a, b, 0, LANE_AXIS), state.self_kv, self_kv
         )
         ruled = apply_rules(logits[:, 0], history, self.rules)
         token, logprob = draw(ruled, temperature, _keys(seeds, history.drawn))
-        return LaneState(self_kv, state.cross), token, logprob
+        return LaneState(written, state.cross), token, logprob
 
     def align(self, params: Any, state: LaneState, lane: jax.Array, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
         """tokens int32[A] (sot sequence, no-timestamps, text, end of text, padding) over `lane`'s

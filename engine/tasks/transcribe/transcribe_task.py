@@ -43,7 +43,6 @@ MEL_WAIT_S = 0.005
 @dataclass(frozen=True)
 class SpeechConfig:
     lanes: int = 8  # windows decoded at once (a request's windows go one at a time)
-    beam_size: int = 1  # 1: greedy (the only decoding implemented so far)
     encoder_batch: int = 4  # the most windows one encoder batch holds
     steps_per_batch: int = 8  # decode steps of every lane in one batch of the engine thread
     best_of: int = 5  # samples an attempt above temperature 0 draws, keeping the likeliest (faster-whisper's)
@@ -63,8 +62,6 @@ class TranscribeTask:
     request_type = TranscriptionRequest
 
     def __init__(self, model: LoadedWhisper, config: SpeechConfig) -> None:
-        if config.beam_size != 1:
-            raise ValueError("beam search is not implemented: SpeechConfig.beam_size must be 1")
         if config.best_of < 1:
             raise ValueError("SpeechConfig.best_of must be at least 1")
         self.model = model

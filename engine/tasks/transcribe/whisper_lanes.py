@@ -79,6 +79,7 @@ class WhisperLanes:
         self.language_ids = tuple(vocabulary.languages.values()) or (vocabulary.sot,)
         self._programs = Programs(model.config, rule_tokens(model), vocabulary.no_speech, self.language_ids, lanes)
         self._batches = encoder_batches(encoder_batch)
+        self._step_sizes = encoder_batches(lanes)  # the first 1, 2, 4… lanes
         self._device = device
         self._params = jax.device_put(model.params, device)
         self._state = self._programs.empty_state(self._params, device)
@@ -102,7 +103,8 @@ class WhisperLanes:
             shapes.append(("admit", size, (lanes, np.zeros((size, n_mels, WINDOW_FRAMES), np.float32))))
         for length in PREFILL_LENGTHS:
             shapes.append(("prefill", length, self._prefill_args(0, [0] * length, length, 0, 0.0, 0)))
-        shapes.append(("step", 0, self._step_args([None] * self.lanes)))
+        for size in self._step_sizes:
+            shapes.append(("step", size, self._step_args([None] * size)))
         for length in ALIGN_LENGTHS:
             shapes.append(("align", length, (np.int32(0), np.zeros(length, np.int32))))
         for done, (name, size, args) in enumerate(shapes, 1):
@@ -148,8 +150,11 @@ class WhisperLanes:
         )
 
     def step(self, busy: Sequence[Lane | None]) -> tuple[np.ndarray, np.ndarray]:
-        """Every lane's next token and its log-probability (an idle lane's are meaningless)."""
-        self._state, tokens, logprobs = self._run("step", 0, *self._step_args(busy))
+        """The next token and its log-probability of each lane up to the last busy one (an idle
+        lane's are meaningless)."""
+        last = max((i for i, lane in enumerate(busy) if lane is not None), default=0)
+        size = bucket(last + 1, self._step_sizes)
+        self._state, tokens, logprobs = self._run("step", size, *self._step_args(busy[:size]))
         return np.asarray(tokens), np.asarray(logprobs)
 
     def _step_args(self, busy: Sequence[Lane | None]) -> tuple[Any, ...]:

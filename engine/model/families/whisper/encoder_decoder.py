@@ -5,6 +5,10 @@ log-mel window into features; each decoder layer's cross-attention keys and valu
 features are computed once a window (`cross_kv`); the decoder then runs over a batch of lanes,
 each writing its new tokens' self-attention keys and values at their positions in a cache
 (`decode`). Everything is float32; the parameter tree is what `whisper_weights` builds.
+
+Every projection runs through `float_matmuls` (on the CPU the native kernel whose rows never
+depend on each other): a lane's numbers are the same whichever lanes step beside it, so a
+transcription is the same alone or batched, and a step may run over only the lanes in use.
 """
 
 from typing import NamedTuple, cast
@@ -14,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from engine.model.families.whisper.whisper_config import WhisperConfig
+from engine.model.layers.linear import float_matmuls
 
 LAYER_NORM_EPS = 1e-5
 # float32 products in float32 on every backend (XLA runs them as TF32 on NVIDIA GPUs otherwise).
@@ -65,16 +70,45 @@ def _attend(weights: jax.Array, v: jax.Array) -> jax.Array:
     return out.reshape(*out.shape[:2], -1)
 
 
+# The encoder attends over its 1500 positions a block of queries at a time: a block's scores
+# (heads x 250 x 1500 floats, ~9 MB for tiny) stay in the CPU's cache through the softmax, where the
+# whole window's (54 MB) went to memory and back for each of its passes: half the attention's time.
+ENCODER_QUERY_BLOCK = 250
+
+
+def _blocked_attention(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    """Unmasked attention of queries [B, T, d] over head-major keys and values, ENCODER_QUERY_BLOCK
+    queries at a time (all at once when T is not a multiple of it) → [B, T, d]."""
+    t = q.shape[1]
+    block = ENCODER_QUERY_BLOCK if t % ENCODER_QUERY_BLOCK == 0 else t
+    blocks = jnp.swapaxes(q.reshape(q.shape[0], t // block, block, q.shape[2]), 0, 1)
+    out = jax.lax.map(lambda queries: _attend(_attention_weights(queries, k, None), v), blocks)
+    return jnp.swapaxes(out, 0, 1).reshape(q.shape)
+
+
+class RowDense(nn.Module):
+    """nn.Dense's parameters (`kernel` [in, out], `bias`), its product by `float_matmuls`."""
+
+    features: int
+    use_bias: bool = True
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        kernel = self.param("kernel", nn.initializers.zeros, (x.shape[-1], self.features))
+        y = float_matmuls(x, [kernel])[0]
+        return y + self.param("bias", nn.initializers.zeros, (self.features,)) if self.use_bias else y
+
+
 class Attention(nn.Module):
     """Whisper's multi-head attention projections (the key projection has no bias)."""
 
     d_model: int
 
     def setup(self) -> None:
-        self.q = nn.Dense(self.d_model, precision=PRECISION)
-        self.k = nn.Dense(self.d_model, use_bias=False, precision=PRECISION)
-        self.v = nn.Dense(self.d_model, precision=PRECISION)
-        self.o = nn.Dense(self.d_model, precision=PRECISION)
+        self.q = RowDense(self.d_model)
+        self.k = RowDense(self.d_model, use_bias=False)
+        self.v = RowDense(self.d_model)
+        self.o = RowDense(self.d_model)
 
     def query(self, x: jax.Array) -> jax.Array:
         return self.q(x)
@@ -93,8 +127,8 @@ class Mlp(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        hidden = _gelu(nn.Dense(self.ffn_dim, precision=PRECISION, name="fc1")(x))
-        return nn.Dense(self.d_model, precision=PRECISION, name="fc2")(hidden)
+        hidden = _gelu(RowDense(self.ffn_dim, name="fc1")(x))
+        return RowDense(self.d_model, name="fc2")(hidden)
 
 
 class EncoderLayer(nn.Module):
@@ -106,7 +140,7 @@ class EncoderLayer(nn.Module):
         attention = Attention(c.d_model, name="attn")
         h = nn.LayerNorm(LAYER_NORM_EPS, name="attn_norm")(x)
         k, v = attention.keys_values(h, c.encoder_heads)
-        x = x + attention.out(_attend(_attention_weights(attention.query(h), k, None), v))
+        x = x + attention.out(_blocked_attention(attention.query(h), k, v))
         return x + Mlp(c.d_model, c.ffn_dim, name="mlp")(nn.LayerNorm(LAYER_NORM_EPS, name="mlp_norm")(x))
 
 
@@ -133,6 +167,8 @@ class TextDecoder(nn.Module):
     def setup(self) -> None:
         c = self.config
         self.embed = nn.Embed(c.vocab_size, c.d_model)
+        # The embedding input-major ([d_model, vocab]): the tied output head as `float_matmuls` takes it.
+        self.output = self.param("output", nn.initializers.zeros, (c.d_model, c.vocab_size))
         self.positions = self.param("positions", nn.initializers.zeros, (c.n_text_ctx, c.d_model))
         self.attn = [Attention(c.d_model) for _ in range(c.decoder_layers)]
         self.attn_norm = [nn.LayerNorm(LAYER_NORM_EPS) for _ in range(c.decoder_layers)]
@@ -171,7 +207,7 @@ class TextDecoder(nn.Module):
             x = x + self.cross[i].out(_attend(weights, cross.values[i]))
             cross_weights.append(weights)
             x = x + self.mlp[i](self.mlp_norm[i](x))
-        logits = jnp.einsum("btd,vd->btv", self.final_norm(x), self.embed.embedding, precision=PRECISION)
+        logits = float_matmuls(self.final_norm(x), [self.output])[0]
         qk = jnp.stack([cross_weights[layer][:, h] for layer, h in c.alignment_heads], axis=1) if alignment else None
         return logits, SelfKV(tuple(keys), tuple(values)), qk
 

@@ -37,6 +37,11 @@ def _conv(weight: np.ndarray, bias: np.ndarray) -> ParamTree:
     return {"kernel": np.ascontiguousarray(weight.transpose(2, 1, 0)), "bias": bias}
 
 
+def _embedding(table: np.ndarray) -> ParamTree:
+    """The token embedding [vocab, d_model] and its input-major copy, the tied output head."""
+    return {"embed": {"embedding": table}, "output": np.ascontiguousarray(table.T)}
+
+
 def _norm(scale: np.ndarray, bias: np.ndarray) -> ParamTree:
     return {"scale": scale, "bias": bias}
 
@@ -86,7 +91,7 @@ def hf_params(tensors: Mapping[str, np.ndarray], config: WhisperConfig) -> Param
         "final_norm": norm("model.encoder.layer_norm"),
     }
     decoder: ParamTree = {
-        "embed": {"embedding": get("model.decoder.embed_tokens.weight")},
+        **_embedding(get("model.decoder.embed_tokens.weight")),
         "positions": get("model.decoder.embed_positions.weight"),
         "final_norm": norm("model.decoder.layer_norm"),
     }
@@ -145,7 +150,7 @@ def ct2_params(tensors: Mapping[str, np.ndarray], config: WhisperConfig) -> Para
         "final_norm": norm("encoder/layer_norm"),
     }
     decoder: ParamTree = {
-        "embed": {"embedding": get("decoder/embeddings/weight")},
+        **_embedding(get("decoder/embeddings/weight")),
         "positions": get("decoder/position_encodings/encodings"),
         "final_norm": norm("decoder/layer_norm"),
     }
