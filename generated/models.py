@@ -4100,7 +4100,7 @@ class TranscriptionForm(BaseModel):
     """
     temperature: Annotated[StrictFloat | None, Field(ge=0.0, le=1.0)] = None
     """
-    Decode at this temperature alone (0: greedy); without it, each window falls back from 0 through 0.2 … 1.0 while its decode fails Whisper's thresholds.
+    Above 0: decode at this temperature alone. 0 or absent (as OpenAI documents 0): each window is decoded greedily and falls back through 0.2 … 1.0 while its decode fails Whisper's thresholds.
     """
     timestamp_granularities: list[Literal["word", "segment"]] | None = None
     """

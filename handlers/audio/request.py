@@ -141,5 +141,7 @@ def translation_plan(body: models.TranslationForm, samples: np.ndarray, speech: 
 
 
 def _at_temperature(request: TranscriptionRequest, temperature: float | None) -> TranscriptionRequest:
-    """A temperature given decodes at it alone; none keeps the request's fallback ladder (Whisper's)."""
-    return request if temperature is None else replace(request, temperatures=(temperature,))
+    """A temperature above 0 decodes at it alone; 0 or none keeps the request's fallback ladder
+    (Whisper's, from 0), as OpenAI documents 0: "the model will use log probability to automatically
+    increase the temperature until certain thresholds are hit"."""
+    return request if not temperature else replace(request, temperatures=(temperature,))

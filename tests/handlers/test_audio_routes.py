@@ -118,6 +118,9 @@ def test_the_form_maps_onto_the_engine_request(client: TestClient, engine: FakeE
     (request,) = engine.transcriptions
     assert request.language == "de" and request.temperatures == (0.3,)
     assert request.prompt_ids == tuple(tokenizer.encode(" Kennedy, Americans."))  # after a space, as Whisper
+    # 0 is OpenAI's "increase the temperature until certain thresholds are hit": the fallback ladder.
+    assert post(client, {"temperature": "0"}).status_code == 200
+    assert engine.transcriptions[-1].temperatures == (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
 
 def test_text_srt_and_vtt_are_plain_text(client: TestClient) -> None:
