@@ -4,8 +4,8 @@ model, on the CPU device whatever device serves the chat model.
 A request's audio is decoded a 30-second window at a time, in order (each window's prompt holds
 the text before it, and where it starts depends on where the one before ended). Windows of
 different requests share the decoder's lanes: each batch admits waiting windows into free lanes
-(one encoder batch for them all, then each one's prompt), then runs a few decode steps over every
-lane. A window whose attempt fails is decoded again in its lane at the next temperature (above
+(one encoder batch for them all, then each one's prompt), then runs a few decode steps over the
+lanes in use. A window whose attempt fails is decoded again in its lane at the next temperature (above
 0, `best_of` samples one after another, the likeliest kept); a finished one is split into
 segments (timed by word with `word_timestamps`), sent, and its lane freed. A request ends with
 `Transcribed` after its last window. The log-mel spectrogram of a request's audio (a second or
@@ -44,7 +44,7 @@ MEL_WAIT_S = 0.005
 class SpeechConfig:
     lanes: int = 8  # windows decoded at once (a request's windows go one at a time)
     encoder_batch: int = 4  # the most windows one encoder batch holds
-    steps_per_batch: int = 8  # decode steps of every lane in one batch of the engine thread
+    steps_per_batch: int = 8  # decode steps of the lanes in use in one batch of the engine thread
     best_of: int = 5  # samples an attempt above temperature 0 draws, keeping the likeliest (faster-whisper's)
 
 
@@ -109,7 +109,7 @@ class TranscribeTask:
         return held
 
     def run_batch(self) -> list[Done]:
-        """Admits waiting windows into free lanes, then decode steps over every busy lane."""
+        """Admits waiting windows into free lanes, then decode steps over the lanes in use."""
         done: list[Done] = []
         self._admit(done)
         for _ in range(self.config.steps_per_batch):
