@@ -1,4 +1,4 @@
-"""The Playground at `/ui/`: a chat page and a server view, served from files in this package.
+"""The Playground at `/ui/`: a chat page, a speech tab and a server view, served from files in this package.
 
 Like the API reference (handlers/docs.py) it names no external URL and needs no build step:
 `handlers/ui/` holds plain HTML, CSS and JavaScript, read from the installed package. The page

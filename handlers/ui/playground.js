@@ -633,8 +633,7 @@ async function refreshServer() {
 
 function showView(view) {
   for (const tab of document.querySelectorAll(".tab")) tab.classList.toggle("active", tab.dataset.view === view);
-  $("view-chat").hidden = view !== "chat";
-  $("view-server").hidden = view !== "server";
+  for (const section of document.querySelectorAll(".view")) section.hidden = section.id !== `view-${view}`;
   if (view === "server") refreshServer();
 }
 
