@@ -1400,10 +1400,6 @@ class Config(BaseModel):
     """
     `--speech-lanes` (reload)
     """
-    speech_beam_size: Annotated[StrictInt, Field(ge=1)]
-    """
-    `--speech-beam-size` (reload)
-    """
     config: str | None
     """
     `--config` (restart)
@@ -1741,7 +1737,6 @@ class ConfigOrigins(BaseModel):
     max_audio_bytes: ConfigOrigin
     max_audio_seconds: ConfigOrigin
     speech_lanes: ConfigOrigin
-    speech_beam_size: ConfigOrigin
     config: ConfigOrigin
     profile: ConfigOrigin
     model: ConfigOrigin
