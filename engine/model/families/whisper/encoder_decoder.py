@@ -7,8 +7,10 @@ each writing its new tokens' self-attention keys and values at their positions i
 (`decode`). Everything is float32; the parameter tree is what `whisper_weights` builds.
 
 Every projection runs through `float_matmuls` (on the CPU the native kernel whose rows never
-depend on each other): a lane's numbers are the same whichever lanes step beside it, so a
-transcription is the same alone or batched, and a step may run over only the lanes in use.
+depend on each other), so a lane's projections do not depend on the lanes stepping beside it and
+a step may run over only the lanes in use. Its logits may still differ by ~1e-6 with the lanes
+beside it (the attention's batched products and the norms are XLA's): a greedy transcription is
+the same alone or batched in the tests, a sampled one may flip where two tokens tie.
 """
 
 from typing import NamedTuple, cast
